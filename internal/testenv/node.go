@@ -1,0 +1,538 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Node is a RabbitMQ node of a test's own, on ports of its own, deleted when the test ends.
+//
+// It runs with a configuration of its own (no /etc/rabbitmq files, no plugins, an Erlang
+// cookie and data directory of its own), so restarting it or dropping its connections never
+// disturbs the shared broker. Its methods fail the test, so call them from the test's
+// goroutine.
+type Node struct {
+	t    testing.TB
+	name string // Erlang node name: warrentest<hex>@localhost
+	dir  string // everything of the node's: data, logs, pid file, cookie, config
+	port int    // AMQP
+	bin  string // directory holding rabbitmq-server and rabbitmqctl
+	env  []string
+
+	mu      sync.Mutex
+	stopped bool
+}
+
+const (
+	nodeDirPrefix  = "warren-node-"
+	nodeStartLimit = 60 * time.Second
+	nodeCtlLimit   = 30 * time.Second
+	nodeStopLimit  = 20 * time.Second
+	nodeExitLimit  = 15 * time.Second
+)
+
+// StartNode starts a fresh node (fails the test if it cannot, within ~60s) and stops it and
+// removes its files when t ends.
+func StartNode(t testing.TB) *Node {
+	t.Helper()
+	bin, err := rabbitmqBin()
+	if err != nil {
+		t.Fatalf("testenv.StartNode needs a local RabbitMQ installation (rabbitmq-server and "+
+			"rabbitmqctl; e.g. `apt-get install rabbitmq-server`): %v", err)
+	}
+	sweepStaleNodes()
+	dir, err := os.MkdirTemp("", nodeDirPrefix)
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	n := &Node{t: t, dir: dir, bin: bin}
+	// The node is stopped before its directory goes, also when starting fails.
+	t.Cleanup(func() {
+		n.Stop()
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("node: remove %s: %v", dir, err)
+		}
+	})
+	if err := n.prepare(); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), nodeStartLimit)
+	defer cancel()
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		err = n.boot(ctx)
+		if err == nil {
+			break
+		}
+		_ = n.kill(5 * time.Second) // and let it finish writing its logs
+		logs := n.logTail()
+		// A port taken between choosing it and the node binding it: try other ports.
+		if attempt < 3 && ctx.Err() == nil && n.portClash() {
+			t.Logf("node %s: port taken, retrying with other ports", n.name)
+			_ = os.RemoveAll(filepath.Join(dir, "mnesia"))
+			_ = os.RemoveAll(filepath.Join(dir, "log"))
+			_ = os.Remove(filepath.Join(dir, "erl_crash.dump"))
+			_ = os.Remove(filepath.Join(dir, "pid"))
+			_ = os.Remove(filepath.Join(dir, "startup.log"))
+			if err := n.choosePorts(); err != nil {
+				t.Fatalf("node: %v", err)
+			}
+			continue
+		}
+		t.Fatalf("start RabbitMQ node %s on port %d: %v\n%s", n.name, n.port, err, logs)
+	}
+	t.Logf("RabbitMQ node %s on port %d started in %v", n.name, n.port, time.Since(start).Round(time.Millisecond))
+	return n
+}
+
+// URL is the node's AMQP URL: amqp://guest:guest@127.0.0.1:<port>/.
+func (n *Node) URL() string { return "amqp://guest:guest@" + n.Addr() + "/" }
+
+// Addr is the node's AMQP host:port (a target for NewProxy).
+func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// Name is the node's Erlang node name.
+func (n *Node) Name() string { return n.name }
+
+// Ctl runs rabbitmqctl -n <node> args... (for at most 30s) and returns its combined output.
+func (n *Node) Ctl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), nodeCtlLimit)
+	defer cancel()
+	return n.ctl(ctx, args...)
+}
+
+// CloseAllConnections closes every client connection to the node (in all virtual hosts),
+// as an operator would; fails the test on error.
+func (n *Node) CloseAllConnections() {
+	n.t.Helper()
+	if out, err := n.Ctl("close_all_connections", "--global", "test"); err != nil {
+		n.t.Fatalf("node %s: %v\n%s", n.name, err, out)
+	}
+}
+
+// Restart stops the RabbitMQ application and starts it again (the Erlang VM stays up: durable
+// queues and persistent messages survive, connections do not), and returns once the AMQP port
+// answers again; fails the test on error.
+func (n *Node) Restart() {
+	n.t.Helper()
+	if out, err := n.Ctl("stop_app"); err != nil {
+		n.t.Fatalf("node %s: %v\n%s", n.name, err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), nodeStartLimit)
+	defer cancel()
+	if out, err := n.ctl(ctx, "start_app"); err != nil {
+		n.t.Fatalf("node %s: %v\n%s\n%s", n.name, err, out, n.logTail())
+	}
+	if err := n.awaitUp(ctx, time.Now()); err != nil {
+		n.t.Fatalf("node %s: %v\n%s", n.name, err, n.logTail())
+	}
+}
+
+// Stop stops the node (killing it if it does not stop in time). It is idempotent and also
+// runs when the test ends.
+func (n *Node) Stop() {
+	n.t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		return
+	}
+	n.stopped = true
+	if n.env == nil {
+		return // never launched
+	}
+	if len(n.processes()) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), nodeStopLimit)
+		_, _ = n.ctl(ctx, "stop")
+		cancel()
+	}
+	if err := n.kill(nodeExitLimit); err != nil {
+		n.t.Errorf("node %s: %v", n.name, err)
+	}
+}
+
+// prepare chooses a name and ports and writes the node's files.
+func (n *Node) prepare() error {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	n.name = "warrentest" + hex.EncodeToString(b) + "@localhost"
+	files := map[string]string{
+		"owner":             strconv.Itoa(os.Getpid()), // see sweepStaleNodes
+		"enabled_plugins":   "[].",                     // no management plugin on 15672
+		"rabbitmq.conf":     "",
+		"advanced.config":   "[].",
+		"rabbitmq-env.conf": "", // instead of /etc/rabbitmq/rabbitmq-env.conf
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	// A cookie of the node's own; rabbitmqctl finds it through HOME as well.
+	cookie := make([]byte, 20)
+	_, _ = rand.Read(cookie)
+	if err := os.WriteFile(filepath.Join(n.dir, ".erlang.cookie"),
+		[]byte(strings.ToUpper(hex.EncodeToString(cookie))), 0o400); err != nil {
+		return err
+	}
+	return n.choosePorts()
+}
+
+// choosePorts picks free AMQP and distribution ports and sets the environment to match.
+func (n *Node) choosePorts() error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	n.port = ports[0]
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "RABBITMQ_"), strings.HasPrefix(k, "ERL_"), k == "HOME":
+			continue
+		}
+		env = append(env, kv)
+	}
+	f := func(name string) string { return filepath.Join(n.dir, name) }
+	n.env = append(env,
+		"HOME="+n.dir,
+		"RABBITMQ_NODENAME="+n.name,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(ports[0]),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[1]),
+		"RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=-kernel inet_dist_use_interface {127,0,0,1}",
+		// rabbitmqctl's own distribution ports default to the fixed range 35672-35682,
+		// which parallel tests would fight over: let the system choose.
+		"RABBITMQ_CTL_DIST_PORT_MIN=0",
+		"RABBITMQ_CTL_DIST_PORT_MAX=0",
+		"RABBITMQ_MNESIA_BASE="+f("mnesia"),
+		"RABBITMQ_LOG_BASE="+f("log"),
+		"RABBITMQ_PID_FILE="+f("pid"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+f("enabled_plugins"),
+		"RABBITMQ_CONFIG_FILE="+f("rabbitmq.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+f("advanced.config"),
+		"RABBITMQ_CONF_ENV_FILE="+f("rabbitmq-env.conf"),
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+		"ERL_CRASH_DUMP="+f("erl_crash.dump"),
+	)
+	return nil
+}
+
+// boot launches the node and waits until it has started.
+func (n *Node) boot(ctx context.Context) error {
+	out, err := os.OpenFile(filepath.Join(n.dir, "startup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	launchCtx, cancel := context.WithTimeout(ctx, nodeCtlLimit)
+	defer cancel()
+	cmd := exec.CommandContext(launchCtx, filepath.Join(n.bin, "rabbitmq-server"), "-detached")
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = n.dir, n.env, out, out
+	cmd.WaitDelay = 5 * time.Second
+	launched := time.Now()
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("rabbitmq-server -detached: %w", err)
+	}
+	return n.awaitUp(ctx, launched)
+}
+
+// awaitUp waits until rabbitmqctl await_startup returns and the AMQP port answers. (The port
+// alone proves nothing: it may be someone else's, taken since it was chosen.)
+func (n *Node) awaitUp(ctx context.Context, launched time.Time) error {
+	var last error
+	for {
+		if why := n.died(launched); why != "" {
+			return errors.New(why)
+		}
+		// Once the pid file is written the node is reachable and await_startup can wait
+		// for it; before, rabbitmqctl would just find no node.
+		if n.pidFromFile() > 0 {
+			secs := "60"
+			if d, ok := ctx.Deadline(); ok {
+				secs = strconv.Itoa(max(1, int(time.Until(d).Seconds())))
+			}
+			out, err := n.ctl(ctx, "await_startup", "--timeout", secs)
+			if err == nil {
+				break
+			}
+			last = fmt.Errorf("%w\n%s", err, out)
+		}
+		select {
+		case <-ctx.Done():
+			if last == nil {
+				last = ctx.Err()
+			}
+			return fmt.Errorf("node did not start: %w", last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for {
+		c, err := net.DialTimeout("tcp", n.Addr(), time.Second)
+		if err == nil {
+			return c.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("AMQP port %d does not answer: %w", n.port, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// died tells why the node is known to have exited, or "".
+func (n *Node) died(launched time.Time) string {
+	if _, err := os.Stat(filepath.Join(n.dir, "erl_crash.dump")); err == nil {
+		return "node crashed (erl_crash.dump written)"
+	}
+	if pid := n.pidFromFile(); pid > 0 && !alive(pid) {
+		return fmt.Sprintf("node process %d exited", pid)
+	}
+	if procFS() && time.Since(launched) > 3*time.Second && len(n.processes()) == 0 {
+		return "node process exited"
+	}
+	return ""
+}
+
+// ctl runs rabbitmqctl -n <node> args... within ctx.
+func (n *Node) ctl(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(n.bin, "rabbitmqctl"), append([]string{"-n", n.name}, args...)...)
+	cmd.Dir, cmd.Env = n.dir, n.env
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		err = fmt.Errorf("rabbitmqctl %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), err
+}
+
+// kill waits for the node's processes to exit, killing them if they do not within grace.
+func (n *Node) kill(grace time.Duration) error {
+	deadline := time.Now().Add(grace)
+	killed := false
+	for {
+		pids := n.processes()
+		if len(pids) == 0 {
+			return nil
+		}
+		if !killed && time.Now().After(deadline) {
+			for _, pid := range pids {
+				if p, err := os.FindProcess(pid); err == nil {
+					_ = p.Kill()
+					_ = p.Release()
+				}
+			}
+			killed, deadline = true, time.Now().Add(5*time.Second)
+		} else if killed && time.Now().After(deadline) {
+			return fmt.Errorf("processes %v do not exit", pids)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processes returns the live processes of the node: the one of its pid file, and (where
+// /proc exists) every process whose command line names the node's directory (erl passes
+// -home <dir>).
+func (n *Node) processes() []int {
+	var pids []int
+	if pid := n.pidFromFile(); pid > 0 && alive(pid) && (!procFS() || cmdlineHas(pid, n.dir)) {
+		pids = append(pids, pid)
+	}
+	for _, pid := range procsWith(n.dir) {
+		if len(pids) == 0 || pid != pids[0] {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func (n *Node) pidFromFile() int {
+	b, err := os.ReadFile(filepath.Join(n.dir, "pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// logTail returns the end of the node's startup output and log, for failure messages.
+func (n *Node) logTail() string {
+	var b strings.Builder
+	paths := []string{filepath.Join(n.dir, "startup.log")}
+	logs, _ := filepath.Glob(filepath.Join(n.dir, "log", "*.log"))
+	paths = append(paths, logs...)
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		if len(data) > 4000 {
+			data = data[len(data)-4000:]
+		}
+		fmt.Fprintf(&b, "--- %s:\n%s\n", filepath.Base(p), data)
+	}
+	// Why the VM ended, where nothing else may say (stdout is gone when detached).
+	if dump, err := os.ReadFile(filepath.Join(n.dir, "erl_crash.dump")); err == nil {
+		for _, line := range strings.SplitN(string(dump), "\n", 10) {
+			if strings.HasPrefix(line, "Slogan: ") {
+				fmt.Fprintf(&b, "--- erl_crash.dump:\n%s\n", line)
+			}
+		}
+	}
+	return b.String()
+}
+
+// portClash tells whether the node failed for a port in use.
+func (n *Node) portClash() bool {
+	paths, _ := filepath.Glob(filepath.Join(n.dir, "log", "*.log"))
+	paths = append(paths, filepath.Join(n.dir, "erl_crash.dump"))
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		b := make([]byte, 1<<20)
+		k, _ := io.ReadFull(f, b)
+		_ = f.Close()
+		if bytes.Contains(b[:k], []byte("eaddrinuse")) || bytes.Contains(b[:k], []byte("dist_port_already_used")) {
+			return true
+		}
+	}
+	return false
+}
+
+// rabbitmqBin finds the directory of the rabbitmq-server and rabbitmqctl scripts. Debian's
+// /usr/sbin ones switch to the rabbitmq user (which could not use a test's directory), so
+// the scripts they wrap are preferred.
+func rabbitmqBin() (string, error) {
+	ok := func(dir string) bool {
+		for _, f := range []string{"rabbitmq-server", "rabbitmqctl"} {
+			if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.IsDir() {
+				return false
+			}
+		}
+		return true
+	}
+	if ok("/usr/lib/rabbitmq/bin") {
+		return "/usr/lib/rabbitmq/bin", nil
+	}
+	p, err := exec.LookPath("rabbitmq-server")
+	if err != nil {
+		return "", err
+	}
+	if dir := filepath.Dir(p); ok(dir) {
+		return dir, nil
+	}
+	return "", fmt.Errorf("no rabbitmqctl next to %s", p)
+}
+
+// freePorts returns k distinct ports free on 127.0.0.1 just now.
+func freePorts(k int) ([]int, error) {
+	var ports []int
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("free port: %w", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// sweepStaleNodes stops the nodes, and removes the directories, left by test processes that
+// ended without cleaning up (killed, or timed out).
+func sweepStaleNodes() {
+	if !procFS() {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nodeDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			// Not yet written by a test starting now, or unreadable: leave recent ones.
+			if st, err := os.Stat(dir); err != nil || time.Since(st.ModTime()) < 10*time.Minute {
+				continue
+			}
+		} else if owner, _ := strconv.Atoi(strings.TrimSpace(string(b))); owner <= 0 || alive(owner) {
+			continue
+		}
+		for _, pid := range procsWith(dir) {
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+				_ = p.Release()
+			}
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// alive tells whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	defer p.Release()
+	if err := p.Signal(syscall.Signal(0)); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	if stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); err == nil {
+		if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func procFS() bool {
+	_, err := os.Stat("/proc/self/cmdline")
+	return err == nil
+}
+
+// cmdlineHas tells whether an argument of process pid is dir.
+func cmdlineHas(pid int, dir string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	for _, arg := range bytes.Split(b, []byte{0}) {
+		if string(arg) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// procsWith returns the live processes with dir as an argument.
+func procsWith(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cmdlineHas(pid, dir) && alive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

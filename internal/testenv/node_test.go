@@ -1,0 +1,127 @@
+package testenv
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestNode(t *testing.T) {
+	n := StartNode(t)
+	if !strings.HasPrefix(n.URL(), "amqp://guest:guest@127.0.0.1:") || n.Addr() == "127.0.0.1:5672" {
+		t.Fatalf("URL %s", n.URL())
+	}
+
+	conn := dial(t, n)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, ch, q.Name, "hello", amqp.Transient)
+	expectMessage(t, ch, q.Name, "hello")
+
+	// Dropped connections.
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	n.CloseAllConnections()
+	select {
+	case err := <-closed:
+		if err == nil {
+			t.Fatal("connection closed without an error")
+		}
+		t.Logf("connection closed: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection not closed by CloseAllConnections")
+	}
+
+	// Restart: a durable queue and its persistent message survive.
+	conn = dial(t, n)
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const durable = "warren.testenv.node.durable"
+	if _, err := ch.QueueDeclare(durable, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirmed := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	publish(t, ch, durable, "persistent", amqp.Persistent)
+	if c := <-confirmed; !c.Ack {
+		t.Fatal("publish not confirmed")
+	}
+	closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+	n.Restart()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection survived Restart")
+	}
+	conn = dial(t, n)
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := ch.QueueDeclarePassive(durable, true, false, false, false, nil); err != nil || q.Messages != 1 {
+		t.Fatalf("durable queue after restart: %+v, %v", q, err)
+	}
+	expectMessage(t, ch, durable, "persistent")
+
+	// Stop, twice: the port no longer answers.
+	n.Stop()
+	n.Stop()
+	if c, err := net.DialTimeout("tcp", n.Addr(), time.Second); err == nil {
+		_ = c.Close()
+		t.Fatalf("%s still answers after Stop", n.Addr())
+	}
+	if out, err := n.Ctl("status"); err == nil {
+		t.Fatalf("rabbitmqctl status works after Stop:\n%s", out)
+	}
+}
+
+func dial(t *testing.T, n *Node) *amqp.Connection {
+	t.Helper()
+	conn, err := amqp.Dial(n.URL())
+	if err != nil {
+		t.Fatalf("dial %s: %v", n.URL(), err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+func publish(t *testing.T, ch *amqp.Channel, queue, body string, mode uint8) {
+	t.Helper()
+	err := ch.Publish("", queue, true, false, amqp.Publishing{Body: []byte(body), DeliveryMode: mode})
+	if err != nil {
+		t.Fatalf("publish to %s: %v", queue, err)
+	}
+}
+
+func expectMessage(t *testing.T, ch *amqp.Channel, queue, body string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatalf("get from %s: %v", queue, err)
+		}
+		if ok {
+			if string(d.Body) != body {
+				t.Fatalf("got %q from %s, want %q", d.Body, queue, body)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no message in %s", queue)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

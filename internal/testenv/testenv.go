@@ -1,0 +1,182 @@
+// Package testenv gives tests a real broker and names of their own, and removes what a test
+// declared when it ends. A broker that does not answer fails the test: it is never a skip.
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// URL is the broker the tests use: $WARREN_AMQP_URL, or the local one.
+func URL() string {
+	if u := os.Getenv("WARREN_AMQP_URL"); u != "" {
+		return u
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// Env is one test's view of the broker.
+type Env struct {
+	t    testing.TB
+	URL  string
+	ID   string
+	conn *amqp.Connection
+
+	mu        sync.Mutex
+	queues    []string
+	exchanges []string
+}
+
+// New connects to the broker (failing t if it cannot) and removes, when t ends, every queue
+// and exchange registered through the Env.
+func New(t testing.TB) *Env {
+	t.Helper()
+	conn, err := amqpx.Dial(URL(), "warren test "+t.Name(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("no RabbitMQ at %s (start it with `make broker`): %v", URL(), err)
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	e := &Env{t: t, URL: URL(), ID: hex.EncodeToString(b), conn: conn}
+	t.Cleanup(e.cleanup)
+	return e
+}
+
+// Name returns a name of this test's own, registered for nothing.
+func (e *Env) Name(what string) string {
+	n := strings.NewReplacer("/", ".", " ", "_").Replace(e.t.Name())
+	if len(n) > 60 {
+		n = n[len(n)-60:]
+	}
+	return "wt." + n + "." + e.ID + "." + what
+}
+
+// Queue returns a work queue name of this test's own and removes the queue, its poison queue
+// and kill exchange when the test ends.
+func (e *Env) Queue(what string) string {
+	return e.TrackQueue(e.Name(what))
+}
+
+// TrackQueue removes work queue q, its poison queue, kill exchange and kill markers when the
+// test ends.
+func (e *Env) TrackQueue(q string) string {
+	e.Remove(WorkQueueNames(q))
+	return q
+}
+
+// Exchange returns an exchange name of this test's own, removed when the test ends.
+func (e *Env) Exchange(what string) string {
+	x := e.Name(what)
+	e.Remove(nil, []string{x})
+	return x
+}
+
+// Remove registers more queues and exchanges to delete when the test ends.
+func (e *Env) Remove(queues, exchanges []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.queues = append(e.queues, queues...)
+	e.exchanges = append(e.exchanges, exchanges...)
+}
+
+// Delay returns delay levels of this test's own (d with a Prefix of its own), removed when
+// the test ends.
+func (e *Env) Delay(d topology.Delay) topology.Delay {
+	d.Prefix = e.Name("delay")
+	d = d.WithDefaults()
+	e.Remove(d.Names())
+	return d
+}
+
+// Channel opens a channel, closed when the test ends.
+func (e *Env) Channel() *amqp.Channel {
+	e.t.Helper()
+	ch, err := e.conn.Channel()
+	if err != nil {
+		e.t.Fatalf("open channel: %v", err)
+	}
+	e.t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+// Messages returns how many messages queue holds (ready ones).
+func (e *Env) Messages(queue string) int {
+	e.t.Helper()
+	ch := e.Channel()
+	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	if err != nil {
+		e.t.Fatalf("inspect queue %s: %v", queue, err)
+	}
+	return q.Messages
+}
+
+// Logger is a Watermill logger for tests: silent unless $WARREN_TEST_LOG is set (to
+// "debug" for debug output), as goroutines may log after their test has ended.
+func (e *Env) Logger() watermill.LoggerAdapter {
+	switch os.Getenv("WARREN_TEST_LOG") {
+	case "":
+		return watermill.NopLogger{}
+	case "debug":
+		return watermill.NewStdLogger(true, false)
+	}
+	return watermill.NewStdLogger(false, false)
+}
+
+func (e *Env) cleanup() {
+	defer e.conn.Close()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if err := deleteAll(e.conn, e.queues, e.exchanges); err != nil {
+		e.t.Errorf("cleanup: %v", err)
+	}
+}
+
+// DeleteAt removes queues and exchanges from the broker at url, ignoring those that do not
+// exist: for examples and the benchmark, which have no test to clean up after them.
+func DeleteAt(url string, queues, exchanges []string) error {
+	conn, err := amqpx.Dial(url, "warren cleanup", 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return deleteAll(conn, queues, exchanges)
+}
+
+// WorkQueueNames lists what declaring the work queue q makes, besides its bindings: q, its
+// poison queue, its kill exchange and the kill markers.
+func WorkQueueNames(q string) (queues, exchanges []string) {
+	x := topology.KillExchange(q)
+	return []string{q, topology.PoisonQueue(q)}, []string{x, x + ".stop", x + ".delete"}
+}
+
+func deleteAll(conn *amqp.Connection, queues, exchanges []string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = ch.Close() }()
+	for i, name := range append(append([]string{}, queues...), exchanges...) {
+		if ch.IsClosed() { // a refusal closes the channel
+			if ch, err = conn.Channel(); err != nil {
+				return err
+			}
+		}
+		if i < len(queues) {
+			_, _ = ch.QueueDelete(name, false, false, false)
+		} else {
+			_ = ch.ExchangeDelete(name, false, false)
+		}
+	}
+	return nil
+}
