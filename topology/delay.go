@@ -1,0 +1,228 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+)
+
+// Headers of the delay levels. They are warren transport headers (see
+// warren.IsTransportHeader): set by the DLX publisher, dropped on unmarshal.
+const (
+	// HeaderDestExchange names the exchange a delayed message is delivered to.
+	HeaderDestExchange = warren.TransportHeaderPrefix + "exchange"
+	// HeaderDestQueue names the queue a delayed message is delivered to (default exchange).
+	HeaderDestQueue = warren.TransportHeaderPrefix + "queue"
+)
+
+// DigitHeader is the header that carries the digit of delay position p.
+func DigitHeader(p int) string { return warren.TransportHeaderPrefix + "p" + strconv.Itoa(p) }
+
+// maxTTL is the largest x-message-ttl RabbitMQ accepts, in milliseconds.
+const maxTTL = 1<<32 - 1
+
+// Delay describes the delay levels: fixed-TTL queues that together hold a message for any
+// delay up to Max, without a broker plugin and without head-of-line blocking.
+//
+// A delay is written in base Radix, in Units, with Levels digits. Position p has Radix-1
+// queues, one per nonzero digit d, each with the fixed x-message-ttl d·Radix^p·Unit, and a
+// headers exchange that routes by the digit header of position p: a nonzero digit to its
+// queue, a zero digit straight on (exchange-to-exchange binding) to position p-1. A queue
+// dead-letters into position p-1 too, and position 0 into the delivery exchange, which
+// routes by the destination header to the destination exchange or queue, keeping the
+// message's routing key. A message enters at its highest nonzero digit and waits exactly
+// the sum of its digits' TTLs. Every queue has one TTL, so expiry order is arrival order.
+//
+// The delivery exchange has an alternate exchange into the parking queue: a message whose
+// destination was deleted while it waited is parked there, never lost and never stalling a
+// level.
+type Delay struct {
+	// Prefix starts every name of the delay levels. Default "warren.delay".
+	Prefix string
+	// Unit is the resolution: every delay is rounded up to a whole number of units.
+	// A whole number of milliseconds; default 1ms.
+	Unit time.Duration
+	// Radix is the base of a delay's digits: larger means fewer hops (each costs the
+	// broker a few milliseconds) and more queues ((Radix-1)·Levels). Default 16.
+	Radix int
+	// Levels is the number of digit positions. Default: as many as RabbitMQ's largest TTL
+	// (2³²-1 ms) allows; with the other defaults 8, for delays up to 2³²-1 ms (49.7 days)
+	// in 120 queues.
+	Levels int
+	// QueueType of the level and parking queues. Default classic; quorum for clusters
+	// (then with at-least-once dead-lettering).
+	QueueType QueueType
+	// Disabled declares no delay levels; delayed publishing is then an error.
+	Disabled bool
+}
+
+// WithDefaults returns d with every unset field set to its default.
+func (d Delay) WithDefaults() Delay {
+	if d.Prefix == "" {
+		d.Prefix = "warren.delay"
+	}
+	if d.Unit == 0 {
+		d.Unit = time.Millisecond
+	}
+	if d.Radix == 0 {
+		d.Radix = 16
+	}
+	if d.Levels == 0 && d.Radix >= 2 && d.Unit >= time.Millisecond {
+		// The most positions whose largest queue TTL, (Radix-1)·Radix^(Levels-1)·Unit,
+		// stays within RabbitMQ's limit.
+		for top := float64(d.Radix-1) * float64(d.Unit.Milliseconds()); top <= maxTTL; top *= float64(d.Radix) {
+			d.Levels++
+		}
+	}
+	if d.QueueType == "" {
+		d.QueueType = Classic
+	}
+	return d
+}
+
+// Validate reports the first field of d (with defaults applied) that is not usable.
+func (d Delay) Validate() error {
+	d = d.WithDefaults()
+	switch {
+	case d.Disabled:
+		return nil
+	case d.Unit < time.Millisecond || d.Unit%time.Millisecond != 0:
+		return fmt.Errorf("topology: Delay.Unit %s is not a whole number of milliseconds", d.Unit)
+	case d.Radix < 2 || d.Radix > 256:
+		return fmt.Errorf("topology: Delay.Radix %d is outside 2..256", d.Radix)
+	case d.Levels < 1:
+		return fmt.Errorf("topology: Delay.Levels %d is less than 1", d.Levels)
+	case d.QueueType != Classic && d.QueueType != Quorum:
+		return fmt.Errorf("topology: Delay.QueueType %q is neither %q nor %q", d.QueueType, Classic, Quorum)
+	}
+	top := float64(d.Radix-1) * math.Pow(float64(d.Radix), float64(d.Levels-1)) * float64(d.Unit.Milliseconds())
+	if top > maxTTL {
+		return fmt.Errorf("topology: Delay.Levels %d with Radix %d and Unit %s needs a queue TTL of %.0f ms, above RabbitMQ's limit of %d ms",
+			d.Levels, d.Radix, d.Unit, top, int64(maxTTL))
+	}
+	return nil
+}
+
+// Name identifies this layout; every exchange and queue of it starts with Name. It includes
+// the unit and radix, so layouts that differ never collide.
+func (d Delay) Name() string {
+	d = d.WithDefaults()
+	return fmt.Sprintf("%s.%dms.r%d", d.Prefix, d.Unit.Milliseconds(), d.Radix)
+}
+
+// LevelExchange is the headers exchange of position p.
+func (d Delay) LevelExchange(p int) string { return fmt.Sprintf("%s.p%d", d.Name(), p) }
+
+// LevelQueue is the queue of digit digit at position p.
+func (d Delay) LevelQueue(p, digit int) string { return fmt.Sprintf("%s.p%d.d%d", d.Name(), p, digit) }
+
+// DeliveryExchange is the headers exchange that hands a message to its destination.
+func (d Delay) DeliveryExchange() string { return d.Name() + ".deliver" }
+
+// ParkingExchange is the alternate exchange of the delivery exchange.
+func (d Delay) ParkingExchange() string { return d.Name() + ".parking" }
+
+// ParkingQueue holds delayed messages whose destination no longer existed on arrival.
+func (d Delay) ParkingQueue() string { return d.Name() + ".parked" }
+
+// Names lists every queue and exchange of the levels (to inspect or remove them).
+func (d Delay) Names() (queues, exchanges []string) {
+	d = d.WithDefaults()
+	queues = []string{d.ParkingQueue()}
+	exchanges = []string{d.ParkingExchange(), d.DeliveryExchange()}
+	for p := 0; p < d.Levels; p++ {
+		exchanges = append(exchanges, d.LevelExchange(p))
+		for digit := 1; digit < d.Radix; digit++ {
+			queues = append(queues, d.LevelQueue(p, digit))
+		}
+	}
+	return queues, exchanges
+}
+
+// TTL is the fixed x-message-ttl of LevelQueue(p, digit).
+func (d Delay) TTL(p, digit int) time.Duration {
+	d = d.WithDefaults()
+	return time.Duration(digit) * time.Duration(pow(d.Radix, p)) * d.Unit
+}
+
+// Max is the longest delay the levels can hold.
+func (d Delay) Max() time.Duration {
+	d = d.WithDefaults()
+	return time.Duration(pow(d.Radix, d.Levels)-1) * d.Unit
+}
+
+// QueueCount is the number of level queues (the parking queue not included).
+func (d Delay) QueueCount() int {
+	d = d.WithDefaults()
+	return (d.Radix - 1) * d.Levels
+}
+
+// next is where position p leads: position p-1, or the delivery exchange after position 0.
+func (d Delay) next(p int) string {
+	if p == 0 {
+		return d.DeliveryExchange()
+	}
+	return d.LevelExchange(p - 1)
+}
+
+// Plan is how one delayed message travels through the levels.
+type Plan struct {
+	// Delay is the delay the message will wait: the requested one rounded up to the unit.
+	Delay time.Duration
+	// Exchange is the level exchange to publish to; empty when the delay rounds to zero.
+	Exchange string
+	// Headers carry the digits, from the entry position down to position 0.
+	Headers amqp.Table
+	// Hops is the number of level queues the message waits in.
+	Hops int
+}
+
+// ErrDelayTooLong is wrapped by Plan when a delay exceeds Max.
+var ErrDelayTooLong = errors.New("delay exceeds the maximum of the delay levels")
+
+// Plan rounds delay up to the unit (never down: a message is never delivered early) and
+// writes it in digits. A negative delay, or one above Max, is an error naming the value.
+func (d Delay) Plan(delay time.Duration) (Plan, error) {
+	d = d.WithDefaults()
+	if d.Disabled {
+		return Plan{}, errors.New("topology: the delay levels are disabled")
+	}
+	if delay < 0 {
+		return Plan{}, fmt.Errorf("topology: delay %s is negative", delay)
+	}
+	if delay > d.Max() {
+		return Plan{}, fmt.Errorf("topology: delay %s: %w %s (%s)", delay, ErrDelayTooLong, d.Max(), d.Name())
+	}
+	units := int64((delay + d.Unit - 1) / d.Unit)
+	plan := Plan{Delay: time.Duration(units) * d.Unit}
+	if units == 0 {
+		return plan, nil
+	}
+	plan.Headers = amqp.Table{}
+	top := 0
+	for p := 0; units > 0; p++ {
+		digit := int(units % int64(d.Radix))
+		units /= int64(d.Radix)
+		plan.Headers[DigitHeader(p)] = strconv.Itoa(digit)
+		if digit != 0 {
+			plan.Hops++
+		}
+		top = p
+	}
+	plan.Exchange = d.LevelExchange(top)
+	return plan, nil
+}
+
+func pow(radix, n int) int64 {
+	v := int64(1)
+	for range n {
+		v *= int64(radix)
+	}
+	return v
+}

@@ -1,0 +1,219 @@
+package topology
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Kind is an exchange type.
+type Kind string
+
+// The four exchange types.
+const (
+	Direct  Kind = amqp.ExchangeDirect
+	Fanout  Kind = amqp.ExchangeFanout
+	Topic   Kind = amqp.ExchangeTopic
+	Headers Kind = amqp.ExchangeHeaders
+)
+
+// QueueType is the type of a durable queue.
+type QueueType string
+
+// Queue types: classic for a single node, quorum (replicated) for a cluster.
+const (
+	Classic QueueType = amqp.QueueTypeClassic
+	Quorum  QueueType = amqp.QueueTypeQuorum
+)
+
+// Exchange is a durable exchange.
+type Exchange struct {
+	Name string
+	// Kind defaults to Config.ExchangeKind.
+	Kind     Kind
+	Internal bool
+	// AlternateExchange receives what this exchange cannot route.
+	AlternateExchange string
+	// Args are further arguments, passed as they are.
+	Args amqp.Table
+}
+
+// Queue is a durable work queue. Declaring it also declares its poison queue (Name+".poison",
+// where messages rejected without requeue, or past the quorum delivery limit, are
+// dead-lettered) and its kill exchange (Name+".kill", a fanout), and binds it to the
+// delivery exchange of the delay levels so that delayed messages can reach it.
+type Queue struct {
+	Name string
+	// Type defaults to Config.QueueType.
+	Type QueueType
+	// DeliveryLimit of a quorum queue; defaults to Config.DeliveryLimit.
+	DeliveryLimit int
+	// Args are further arguments, passed as they are.
+	Args amqp.Table
+}
+
+// PoisonQueue is the name of the poison queue of work queue queue.
+func PoisonQueue(queue string) string { return queue + ".poison" }
+
+// KillExchange is the name of the kill fanout exchange of work queue queue.
+func KillExchange(queue string) string { return queue + ".kill" }
+
+// Binding routes from exchange Exchange to queue Queue or, when ToExchange is set, to that
+// exchange.
+type Binding struct {
+	Exchange   string
+	Queue      string
+	ToExchange string
+	// Key is the binding key (direct, topic).
+	Key string
+	// Headers to match (headers exchanges). Names must not start with "x-": the broker
+	// ignores such binding arguments.
+	Headers map[string]string
+	// MatchAny matches when any header matches; the default is all.
+	MatchAny bool
+}
+
+func (b Binding) args() amqp.Table {
+	if len(b.Headers) == 0 {
+		return nil
+	}
+	t := amqp.Table{"x-match": "all"}
+	if b.MatchAny {
+		t["x-match"] = "any"
+	}
+	for k, v := range b.Headers {
+		t[k] = v
+	}
+	return t
+}
+
+// String describes the binding for reports and errors.
+func (b Binding) String() string {
+	to := "queue " + b.Queue
+	if b.ToExchange != "" {
+		to = "exchange " + b.ToExchange
+	}
+	return fmt.Sprintf("binding %s -> %s (key %q)", b.Exchange, to, b.Key)
+}
+
+// Topology is a declarative description of exchanges, work queues and bindings.
+type Topology struct {
+	Exchanges []Exchange
+	Queues    []Queue
+	Bindings  []Binding
+}
+
+// Config configures a Builder. The zero value is usable: every field has a default.
+type Config struct {
+	// Delay is the layout of the delay levels.
+	Delay Delay
+	// QueueType of work queues that do not set one. Default classic.
+	QueueType QueueType
+	// DeliveryLimit of quorum work queues that do not set one. Default 20 (declared
+	// explicitly: RabbitMQ 4.0 applies 20 by default, earlier versions none).
+	DeliveryLimit int
+	// ExchangeKind of exchanges that do not set one. Default topic.
+	ExchangeKind Kind
+	// Timeout bounds each call to the broker. Default 30s.
+	Timeout time.Duration
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Delay = c.Delay.WithDefaults()
+	if c.QueueType == "" {
+		c.QueueType = Classic
+	}
+	if c.DeliveryLimit == 0 {
+		c.DeliveryLimit = 20
+	}
+	if c.ExchangeKind == "" {
+		c.ExchangeKind = Topic
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports the first field of c (with defaults applied) that is not usable.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	if err := c.Delay.Validate(); err != nil {
+		return err
+	}
+	if err := validQueueType("Config.QueueType", c.QueueType); err != nil {
+		return err
+	}
+	if c.DeliveryLimit < 1 {
+		return fmt.Errorf("topology: Config.DeliveryLimit %d is less than 1", c.DeliveryLimit)
+	}
+	if err := validKind("Config.ExchangeKind", c.ExchangeKind); err != nil {
+		return err
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("topology: Config.Timeout %s is negative", c.Timeout)
+	}
+	return nil
+}
+
+// Validate reports the first element of t that cannot be declared.
+func (t Topology) Validate() error {
+	for i, e := range t.Exchanges {
+		if e.Name == "" {
+			return fmt.Errorf("topology: Exchanges[%d].Name is empty", i)
+		}
+		if e.Kind != "" {
+			if err := validKind(fmt.Sprintf("Exchanges[%d].Kind", i), e.Kind); err != nil {
+				return err
+			}
+		}
+	}
+	for i, q := range t.Queues {
+		if q.Name == "" {
+			return fmt.Errorf("topology: Queues[%d].Name is empty", i)
+		}
+		if strings.HasPrefix(q.Name, "amq.") {
+			return fmt.Errorf("topology: Queues[%d].Name %q: names starting with amq. are reserved", i, q.Name)
+		}
+		if q.Type != "" {
+			if err := validQueueType(fmt.Sprintf("Queues[%d].Type", i), q.Type); err != nil {
+				return err
+			}
+		}
+		if q.DeliveryLimit < 0 {
+			return fmt.Errorf("topology: Queues[%d].DeliveryLimit %d is negative", i, q.DeliveryLimit)
+		}
+	}
+	for i, b := range t.Bindings {
+		switch {
+		case b.Exchange == "":
+			return fmt.Errorf("topology: Bindings[%d].Exchange is empty (the default exchange cannot be bound)", i)
+		case (b.Queue == "") == (b.ToExchange == ""):
+			return fmt.Errorf("topology: Bindings[%d] needs exactly one of Queue and ToExchange", i)
+		}
+		for k := range b.Headers {
+			if strings.HasPrefix(strings.ToLower(k), "x-") {
+				return fmt.Errorf("topology: Bindings[%d].Headers[%q]: a headers exchange ignores binding arguments starting with x-", i, k)
+			}
+		}
+	}
+	return nil
+}
+
+func validKind(field string, k Kind) error {
+	switch k {
+	case Direct, Fanout, Topic, Headers:
+		return nil
+	}
+	return fmt.Errorf("topology: %s %q is not one of direct, fanout, topic, headers", field, k)
+}
+
+func validQueueType(field string, t QueueType) error {
+	if t == Classic || t == Quorum {
+		return nil
+	}
+	return fmt.Errorf("topology: %s %q is neither %q nor %q", field, t, Classic, Quorum)
+}

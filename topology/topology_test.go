@@ -1,0 +1,327 @@
+package topology_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+func TestPlanRoundsUpAndWritesDigits(t *testing.T) {
+	d := topology.Delay{Radix: 16, Unit: time.Millisecond, Levels: 4}
+	plan, err := d.Plan(0x1203*time.Millisecond + time.Microsecond) // rounds up to 0x1204
+	require.NoError(t, err)
+	assert.Equal(t, 0x1204*time.Millisecond, plan.Delay)
+	assert.Equal(t, d.LevelExchange(3), plan.Exchange)
+	assert.Equal(t, amqp.Table{
+		topology.DigitHeader(0): "4", topology.DigitHeader(1): "0", topology.DigitHeader(2): "2", topology.DigitHeader(3): "1",
+	}, plan.Headers)
+	assert.Equal(t, 3, plan.Hops)
+
+	// The TTLs of the queues on the way add up to the planned delay.
+	total := d.TTL(0, 4) + d.TTL(2, 2) + d.TTL(3, 1)
+	assert.Equal(t, plan.Delay, total)
+
+	zero, err := d.Plan(0)
+	require.NoError(t, err)
+	assert.Empty(t, zero.Exchange, "no delay: published at once")
+
+	sub, err := d.Plan(time.Nanosecond)
+	require.NoError(t, err)
+	assert.Equal(t, time.Millisecond, sub.Delay, "never rounded down to zero")
+
+	assert.Equal(t, (1<<16-1)*time.Millisecond, d.Max())
+	_, err = d.Plan(d.Max())
+	assert.NoError(t, err)
+	_, err = d.Plan(d.Max() + time.Nanosecond)
+	assert.ErrorIs(t, err, topology.ErrDelayTooLong)
+	_, err = d.Plan(-time.Second)
+	assert.ErrorContains(t, err, "-1s is negative")
+}
+
+func TestDefaultDelayLayout(t *testing.T) {
+	d := topology.Delay{}.WithDefaults()
+	assert.Equal(t, 120, d.QueueCount())
+	assert.Equal(t, time.Duration(1<<32-1)*time.Millisecond, d.Max())
+	assert.Equal(t, "warren.delay.1ms.r16", d.Name())
+	assert.NoError(t, d.Validate())
+
+	// By default, as many levels as the largest TTL RabbitMQ accepts allows.
+	for radix, levels := range map[int]int{2: 32, 4: 16, 8: 10, 32: 6, 64: 5} {
+		d := topology.Delay{Radix: radix}.WithDefaults()
+		assert.Equal(t, levels, d.Levels, "radix %d", radix)
+		assert.NoError(t, d.Validate(), "radix %d", radix)
+		assert.Error(t, topology.Delay{Radix: radix, Levels: levels + 1}.Validate(), "radix %d", radix)
+	}
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	for field, cfg := range map[string]topology.Config{
+		"Delay.Unit":      {Delay: topology.Delay{Unit: 1500 * time.Microsecond}},
+		"Delay.Radix":     {Delay: topology.Delay{Radix: 300}},
+		"Delay.Levels":    {Delay: topology.Delay{Levels: 9}}, // 15·16^8 ms is above the TTL limit
+		"QueueType":       {QueueType: "stream"},
+		"ExchangeKind":    {ExchangeKind: "x-delayed-message"},
+		"DeliveryLimit":   {DeliveryLimit: -1},
+		"Delay.QueueType": {Delay: topology.Delay{QueueType: "lazy"}},
+	} {
+		_, err := topology.NewBuilder(cfg, nil)
+		assert.ErrorContains(t, err, field)
+	}
+	for field, top := range map[string]topology.Topology{
+		"Bindings[0].Headers": {Bindings: []topology.Binding{{Exchange: "e", Queue: "q", Headers: map[string]string{"x-kind": "a"}}}},
+		"Bindings[0] needs":   {Bindings: []topology.Binding{{Exchange: "e"}}},
+		"Exchanges[0].Kind":   {Exchanges: []topology.Exchange{{Name: "e", Kind: "delayed"}}},
+		"Queues[0].Name":      {Queues: []topology.Queue{{Name: "amq.q"}}},
+	} {
+		assert.ErrorContains(t, top.Validate(), field)
+	}
+}
+
+func newBuilder(t *testing.T, env *testenv.Env, cfg topology.Config) *topology.Builder {
+	t.Helper()
+	cfg.Delay = env.Delay(cfg.Delay)
+	b, err := topology.NewBuilder(cfg, env.Logger())
+	require.NoError(t, err)
+	return b
+}
+
+func publish(t *testing.T, ch *amqp.Channel, exchange, key string, headers amqp.Table, body string) {
+	t.Helper()
+	require.NoError(t, ch.Publish(exchange, key, false, false, amqp.Publishing{Headers: headers, Body: []byte(body)}))
+}
+
+func drain(t *testing.T, ch *amqp.Channel, queue string) []string {
+	t.Helper()
+	time.Sleep(150 * time.Millisecond) // let routed messages land
+	var bodies []string
+	for {
+		d, ok, err := ch.Get(queue, true)
+		require.NoError(t, err)
+		if !ok {
+			return bodies
+		}
+		bodies = append(bodies, string(d.Body))
+	}
+}
+
+func TestDeclareAllExchangeKindsAndBindings(t *testing.T) {
+	env := testenv.New(t)
+	direct, fanout, topic, headers := env.Exchange("direct"), env.Exchange("fanout"), env.Exchange("topic"), env.Exchange("headers")
+	qd, qf1, qf2, qt, qh := env.Queue("d"), env.Queue("f1"), env.Queue("f2"), env.Queue("t"), env.Queue("h")
+	top := topology.Topology{
+		Exchanges: []topology.Exchange{
+			{Name: direct, Kind: topology.Direct}, {Name: fanout, Kind: topology.Fanout},
+			{Name: topic, Kind: topology.Topic}, {Name: headers, Kind: topology.Headers},
+		},
+		Queues: []topology.Queue{{Name: qd}, {Name: qf1}, {Name: qf2}, {Name: qt}, {Name: qh}},
+		Bindings: []topology.Binding{
+			{Exchange: direct, Queue: qd, Key: "pay"},
+			{Exchange: fanout, Queue: qf1}, {Exchange: fanout, Queue: qf2},
+			{Exchange: topic, Queue: qt, Key: "order.*.eu"},
+			{Exchange: headers, Queue: qh, Headers: map[string]string{"kind": "refund", "region": "eu"}},
+			{Exchange: topic, ToExchange: fanout, Key: "broadcast.#"},
+		},
+	}
+	b := newBuilder(t, env, topology.Config{})
+	ch := env.Channel()
+	require.NoError(t, b.Declare(context.Background(), ch, top))
+	require.NoError(t, b.Declare(context.Background(), ch, top), "declaring is idempotent")
+
+	publish(t, ch, direct, "pay", nil, "d1")
+	publish(t, ch, direct, "other", nil, "d2")
+	publish(t, ch, fanout, "", nil, "f")
+	publish(t, ch, topic, "order.created.eu", nil, "t1")
+	publish(t, ch, topic, "order.created.us", nil, "t2")
+	publish(t, ch, topic, "broadcast.all", nil, "b")
+	publish(t, ch, headers, "", amqp.Table{"kind": "refund", "region": "eu"}, "h1")
+	publish(t, ch, headers, "", amqp.Table{"kind": "refund", "region": "us"}, "h2")
+
+	assert.Equal(t, []string{"d1"}, drain(t, ch, qd))
+	assert.Equal(t, []string{"f", "b"}, drain(t, ch, qf1))
+	assert.Equal(t, []string{"f", "b"}, drain(t, ch, qf2))
+	assert.Equal(t, []string{"t1"}, drain(t, ch, qt))
+	assert.Equal(t, []string{"h1"}, drain(t, ch, qh))
+}
+
+func TestExistingQueueWithOtherArgumentsNamesQueueAndArgument(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("clash")
+	ch := env.Channel()
+	_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-message-ttl": int64(1000)})
+	require.NoError(t, err)
+
+	b := newBuilder(t, env, topology.Config{})
+	err = b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}})
+	var m *topology.MismatchError
+	require.ErrorAs(t, err, &m)
+	assert.Equal(t, q, m.Name)
+	assert.Equal(t, "queue", m.What)
+	assert.Regexp(t, `argument x-`, m.Argument)
+	assert.Contains(t, err.Error(), q)
+	var ae *amqp.Error
+	assert.True(t, errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed, "the broker's reply is kept")
+}
+
+func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
+	env := testenv.New(t)
+	q, x := env.Queue("verified"), env.Exchange("verified")
+	top := topology.Topology{
+		Exchanges: []topology.Exchange{{Name: x, Kind: topology.Fanout}},
+		Queues:    []topology.Queue{{Name: q}},
+		Bindings:  []topology.Binding{{Exchange: x, Queue: q}},
+	}
+	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 2}})
+	conn, err := amqp.Dial(env.URL)
+	require.NoError(t, err)
+	defer conn.Close()
+
+	r, err := b.Verify(context.Background(), conn, top)
+	require.NoError(t, err)
+	assert.False(t, r.OK())
+	assert.Contains(t, r.Missing, `queue "`+q+`"`)
+	assert.Contains(t, r.Missing, `exchange "`+x+`"`)
+	assert.Contains(t, r.Missing, `queue "`+b.Delay().LevelQueue(1, 15)+`"`)
+	assert.Len(t, r.Unchecked, 1+2*16+2+1) // parking, 2 levels of 16 bindings, delivery to x and q, x->q
+	_, err = env.Channel().QueueDeclarePassive(q, true, false, false, false, nil)
+	require.ErrorContains(t, err, "NOT_FOUND", "verify declared the queue")
+
+	require.NoError(t, b.Declare(context.Background(), env.Channel(), top))
+	r, err = b.Verify(context.Background(), conn, top)
+	require.NoError(t, err)
+	assert.True(t, r.OK(), r.String())
+
+	changed := top
+	changed.Exchanges = []topology.Exchange{{Name: x, Kind: topology.Topic}}
+	changed.Queues = []topology.Queue{{Name: q, Type: topology.Quorum}}
+	r, err = b.Verify(context.Background(), conn, changed)
+	require.NoError(t, err)
+	require.Len(t, r.Differs, 3, r.String()) // the exchange, the queue and its poison queue
+	assert.Equal(t, x, r.Differs[0].Name)
+	assert.Equal(t, "argument type", r.Differs[0].Argument)
+	assert.Equal(t, topology.PoisonQueue(q), r.Differs[1].Name)
+	assert.Equal(t, "argument x-queue-type", r.Differs[1].Argument)
+	assert.Equal(t, q, r.Differs[2].Name)
+	assert.Contains(t, r.Differs[2].Argument, "argument x-")
+}
+
+// A quorum work queue has an explicit delivery limit and dead-letters at least once into its
+// poison queue when the limit is passed.
+func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("quorum")
+	b := newBuilder(t, env, topology.Config{QueueType: topology.Quorum, DeliveryLimit: 2})
+	ch := env.Channel()
+	require.NoError(t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
+	publish(t, ch, "", q, nil, "hopeless")
+
+	deliveries := 0
+	for empty := 0; empty < 20 && deliveries < 10; { // until nothing came for 20 polls
+		d, ok, err := ch.Get(q, false)
+		require.NoError(t, err)
+		if !ok {
+			empty++
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		empty = 0
+		deliveries++
+		require.NoError(t, d.Nack(false, true))
+	}
+	assert.Equal(t, 3, deliveries, "returned to the queue up to the limit (2), then dead-lettered")
+	require.Eventually(t, func() bool {
+		d, ok, err := ch.Get(topology.PoisonQueue(q), true)
+		return err == nil && ok && string(d.Body) == "hopeless"
+	}, 5*time.Second, 50*time.Millisecond)
+
+	// Declared as quorum: declaring it classic now is refused, naming the argument.
+	classic := newBuilder(t, env, topology.Config{})
+	err := classic.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q})
+	assert.True(t, topology.IsMismatch(err), "%v", err)
+}
+
+func TestClassicWorkQueueRejectedMessageGoesToPoison(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("classic")
+	b := newBuilder(t, env, topology.Config{})
+	ch := env.Channel()
+	require.NoError(t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
+	publish(t, ch, "", q, nil, "bad")
+	d, ok, err := ch.Get(q, false)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, d.Reject(false))
+	assert.Equal(t, []string{"bad"}, drain(t, ch, topology.PoisonQueue(q)))
+}
+
+// The delay levels are declared with one fixed TTL per queue, and a quorum layout works too.
+func TestDelayLevelsDeliver(t *testing.T) {
+	for _, typ := range []topology.QueueType{topology.Classic, topology.Quorum} {
+		t.Run(string(typ), func(t *testing.T) {
+			env := testenv.New(t)
+			q := env.Queue("dest")
+			b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Radix: 4, Levels: 6, QueueType: typ}})
+			ch := env.Channel()
+			require.NoError(t, b.Declare(context.Background(), ch, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
+
+			plan, err := b.Delay().Plan(333 * time.Millisecond) // 333 = 11031 in base 4: four hops
+			require.NoError(t, err)
+			require.Equal(t, 4, plan.Hops)
+			plan.Headers[topology.HeaderDestQueue] = q
+			start := time.Now()
+			publish(t, ch, plan.Exchange, q, plan.Headers, "late")
+			var d amqp.Delivery
+			require.Eventually(t, func() bool {
+				var ok bool
+				d, ok, err = ch.Get(q, true)
+				return err == nil && ok
+			}, 5*time.Second, 5*time.Millisecond)
+			assert.GreaterOrEqual(t, time.Since(start), 333*time.Millisecond)
+			assert.Equal(t, q, d.RoutingKey)
+		})
+	}
+}
+
+// A watermill-amqp Subscriber with the Builder as its TopologyBuilder creates what it reads
+// from, including the poison queue and kill exchange, and reads warren's messages.
+func TestWatermillSubscriberUsesBuilder(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("wm")
+	b := newBuilder(t, env, topology.Config{})
+	cfg := wamqp.NewDurableQueueConfig(env.URL)
+	cfg.TopologyBuilder = b
+	cfg.Marshaler = warren.Marshaler{}
+	sub, err := wamqp.NewSubscriber(cfg, watermill.NopLogger{})
+	require.NoError(t, err)
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), q)
+	require.NoError(t, err)
+
+	ch := env.Channel()
+	_, err = ch.QueueDeclarePassive(topology.PoisonQueue(q), true, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.ExchangeDeclarePassive(topology.KillExchange(q), "fanout", true, false, false, false, nil))
+
+	pub, err := warren.Marshaler{}.Marshal(message.NewMessage("m-1", []byte("hi")))
+	require.NoError(t, err)
+	pub.Headers["x-delivery-count"] = int64(1)
+	require.NoError(t, ch.Publish("", q, false, false, pub))
+	select {
+	case m := <-msgs:
+		assert.Equal(t, "m-1", m.UUID)
+		m.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message")
+	}
+}
