@@ -1,0 +1,197 @@
+package dlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrNacked is wrapped by the error of a publishing the broker nacked.
+var ErrNacked = errors.New("the broker nacked the message")
+
+// ReturnedError is the error of a mandatory publishing the broker could not route.
+type ReturnedError struct {
+	Exchange, RoutingKey string
+	ReplyCode            uint16
+	ReplyText            string
+}
+
+// Error says which exchange and routing key the broker could not route, and why.
+func (e *ReturnedError) Error() string {
+	return fmt.Sprintf("the broker returned the message: %d %s (exchange %q, routing key %q)",
+		e.ReplyCode, e.ReplyText, e.Exchange, e.RoutingKey)
+}
+
+// confirmer publishes on one channel in confirm mode, with any number of publishings in
+// flight, and resolves each to acked, nacked or returned.
+//
+// Ordering is what makes returns exact: RabbitMQ sends basic.return before the basic.ack of
+// the same message, amqp091 hands both over from its one reader goroutine, and run receives
+// both on unbuffered channels in one goroutine. So a publishing's return is always recorded
+// before its confirmation is handled.
+type confirmer struct {
+	ch *amqp.Channel
+
+	sendMu sync.Mutex // serialises publishing, so that seq follows the broker's delivery tags
+	seq    uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*inflight
+	// unreturned holds, per (exchange, routing key, message id), the mandatory publishings
+	// that are neither confirmed nor returned yet, oldest first. A return carries no delivery
+	// tag; it belongs to the oldest of them.
+	unreturned map[returnKey][]*inflight
+	err        error // set when the channel is closed
+}
+
+type returnKey struct{ exchange, key, messageID string }
+
+type inflight struct {
+	key      returnKey
+	returned *amqp.Return
+	result   chan error
+}
+
+func newConfirmer(ch *amqp.Channel) (*confirmer, error) {
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	c := &confirmer{
+		ch:         ch,
+		pending:    map[uint64]*inflight{},
+		unreturned: map[returnKey][]*inflight{},
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+	returns := ch.NotifyReturn(make(chan amqp.Return))
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go c.run(confirms, returns, closes)
+	return c, nil
+}
+
+func (c *confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			c.mu.Lock()
+			k := returnKey{r.Exchange, r.RoutingKey, r.MessageId}
+			if q := c.unreturned[k]; len(q) > 0 {
+				q[0].returned = &r
+				c.dropUnreturned(q[0])
+			}
+			c.mu.Unlock()
+		case conf, ok := <-confirms:
+			if !ok {
+				err := errors.New("channel closed")
+				if e, ok := <-closes; ok && e != nil {
+					err = fmt.Errorf("channel closed: %w", e)
+				}
+				c.closeAll(err)
+				return
+			}
+			c.mu.Lock()
+			f := c.pending[conf.DeliveryTag]
+			delete(c.pending, conf.DeliveryTag)
+			if f != nil {
+				c.dropUnreturned(f)
+			}
+			c.mu.Unlock()
+			if f == nil {
+				continue
+			}
+			switch {
+			case !conf.Ack:
+				f.result <- ErrNacked
+			case f.returned != nil:
+				r := f.returned
+				f.result <- &ReturnedError{r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText}
+			default:
+				f.result <- nil
+			}
+		}
+	}
+}
+
+// dropUnreturned removes f from the unreturned list of its key. c.mu must be held.
+func (c *confirmer) dropUnreturned(f *inflight) {
+	q := c.unreturned[f.key]
+	for i, g := range q {
+		if g == f {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(c.unreturned, f.key)
+	} else {
+		c.unreturned[f.key] = q
+	}
+}
+
+func (c *confirmer) closeAll(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
+	for tag, f := range c.pending {
+		f.result <- err
+		delete(c.pending, tag)
+	}
+	c.unreturned = map[returnKey][]*inflight{}
+}
+
+// closed reports the error the channel closed with, or nil while it is open.
+func (c *confirmer) closed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// publish sends p and returns the publishing in flight; its result is nil once the broker
+// has confirmed it, or the reason it did not.
+func (c *confirmer) publish(ctx context.Context, exchange, key string, mandatory bool, p amqp.Publishing) (*inflight, error) {
+	f := &inflight{key: returnKey{exchange, key, p.MessageId}, result: make(chan error, 1)}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.seq++
+	tag := c.seq
+	c.pending[tag] = f
+	if mandatory {
+		c.unreturned[f.key] = append(c.unreturned[f.key], f)
+	}
+	c.mu.Unlock()
+
+	// The confirmation can only arrive after the frame is sent, and f is registered before.
+	if err := c.ch.PublishWithContext(ctx, exchange, key, mandatory, false, p); err != nil {
+		c.mu.Lock()
+		if _, ok := c.pending[tag]; ok { // not already failed by closeAll
+			delete(c.pending, tag)
+			c.dropUnreturned(f)
+			c.seq-- // amqp091 did not count it either
+		}
+		c.mu.Unlock()
+		return nil, err
+	}
+	return f, nil
+}
+
+// wait returns the publishing's result, or the context's error if it ends first.
+func (f *inflight) wait(ctx context.Context) error {
+	select {
+	case err := <-f.result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the broker's confirmation: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,441 @@
+package dlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Route is where a topic is published: an exchange and a routing key. The default exchange
+// ("") with a queue's name as the routing key addresses that queue.
+type Route struct {
+	Exchange   string
+	RoutingKey string
+	// Declared says the destination exists already and must not be declared by the
+	// publisher (a poison queue, declared with its work queue).
+	Declared bool
+}
+
+// ToQueue routes topic to the work queue of the same name. It is the default.
+func ToQueue(topic string) Route { return Route{RoutingKey: topic} }
+
+// ToExchange routes every topic to exchange, with the topic as the routing key (for a topic
+// exchange such as "events", publish to "order.created").
+func ToExchange(exchange string) func(topic string) Route {
+	return func(topic string) Route { return Route{Exchange: exchange, RoutingKey: topic} }
+}
+
+// ExchangePerTopic routes topic to the exchange of the same name with an empty routing key
+// (watermill-amqp's pub/sub layout).
+func ExchangePerTopic(topic string) Route { return Route{Exchange: topic} }
+
+// Config configures a Publisher.
+type Config struct {
+	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/. Required.
+	URL string
+	// Topology configures the builder, including the layout of the delay levels.
+	Topology topology.Config
+	// Declare is declared when the publisher starts, after the delay levels. Destinations
+	// listed here are declared as listed; others on their first publish, a queue as a work
+	// queue and an exchange of kind Topology.ExchangeKind.
+	Declare topology.Topology
+	// Route maps a topic to its destination. Default ToQueue.
+	Route func(topic string) Route
+	// AllowUnroutable publishes without the mandatory flag: a message no queue takes is then
+	// dropped by the broker instead of failing Publish.
+	AllowUnroutable bool
+	// Marshaler defaults to warren.Marshaler{}.
+	Marshaler wamqp.Marshaler
+	// ConnectTimeout bounds connecting and declaring, retries included. Default 30s.
+	ConnectTimeout time.Duration
+	// PublishTimeout bounds one call of Publish, retries included. Default 30s.
+	PublishTimeout time.Duration
+	// PastTolerance is how far in the past a DeliverAt time may lie (it is then delivered
+	// at once) before it is an error. Default 1s.
+	PastTolerance time.Duration
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Topology = c.Topology.WithDefaults()
+	if c.Route == nil {
+		c.Route = ToQueue
+	}
+	if c.Marshaler == nil {
+		c.Marshaler = warren.Marshaler{}
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = 30 * time.Second
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 30 * time.Second
+	}
+	if c.PastTolerance == 0 {
+		c.PastTolerance = time.Second
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable.
+func (c Config) Validate() error {
+	if c.URL == "" {
+		return errors.New("dlx: Config.URL is empty")
+	}
+	if _, err := amqp.ParseURI(c.URL); err != nil {
+		return fmt.Errorf("dlx: Config.URL: %w", err)
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return err
+	}
+	if err := c.Declare.Validate(); err != nil {
+		return fmt.Errorf("dlx: Config.Declare: %w", err)
+	}
+	for name, d := range map[string]time.Duration{
+		"ConnectTimeout": c.ConnectTimeout, "PublishTimeout": c.PublishTimeout, "PastTolerance": c.PastTolerance,
+	} {
+		if d < 0 {
+			return fmt.Errorf("dlx: Config.%s %s is negative", name, d)
+		}
+	}
+	return nil
+}
+
+// Publisher is a Watermill message.Publisher for RabbitMQ that can delay messages.
+//
+// A message without delay metadata is published at once. A delayed one (Delay, DeliverAt,
+// or Watermill's components/delay metadata) travels through the delay levels of
+// topology.Delay and reaches its destination with its routing key. Publish returns nil only
+// once the broker has confirmed every message; a nack, a return (no queue took the message)
+// or the time limit is an error. Many messages are in flight on the channel at once,
+// whether from one Publish call or from many goroutines.
+type Publisher struct {
+	cfg     Config
+	logger  watermill.LoggerAdapter
+	builder *topology.Builder
+	delay   topology.Delay
+
+	mu        sync.Mutex                   // guards the fields below
+	queues    map[string]topology.Queue    // listed in Config.Declare or Declare, by name
+	exchanges map[string]topology.Exchange // likewise
+	conn      *amqp.Connection
+	conf      *confirmer
+	declared  map[Route]bool // destinations declared on this connection
+	closed    bool
+
+	declMu sync.Mutex // serialises declarations (on their own channel)
+}
+
+var _ message.Publisher = (*Publisher)(nil)
+
+// NewPublisher connects to the broker and declares the delay levels and Config.Declare,
+// retrying until Config.ConnectTimeout.
+func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	config = config.WithDefaults()
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	builder, err := topology.NewBuilder(config.Topology, logger)
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{
+		cfg:       config,
+		logger:    logger,
+		builder:   builder,
+		delay:     builder.Delay(),
+		queues:    map[string]topology.Queue{},
+		exchanges: map[string]topology.Exchange{},
+		declared:  map[Route]bool{},
+	}
+	if err := p.declareWith(context.Background(), config.Declare, builder.Declare); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// list remembers t's exchanges and queues, so that a publish to one of them declares it as
+// listed.
+func (p *Publisher) list(t topology.Topology) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range t.Exchanges {
+		p.exchanges[e.Name] = e
+	}
+	for _, q := range t.Queues {
+		p.queues[q.Name] = q
+	}
+}
+
+// Declare declares t now (retrying until Config.ConnectTimeout) and remembers its
+// exchanges and queues, so that publishing to one of them never declares it otherwise.
+// The delay levels were declared when the publisher started.
+func (p *Publisher) Declare(ctx context.Context, t topology.Topology) error {
+	return p.declareWith(ctx, t, p.builder.DeclareTopology)
+}
+
+func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
+	declare func(context.Context, *amqp.Channel, topology.Topology) error) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	p.list(t)
+	return amqpx.Retry(ctx, p.cfg.ConnectTimeout, "dlx: declare", func(ctx context.Context) error {
+		if _, err := p.connect(); err != nil {
+			return err
+		}
+		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error { return declare(ctx, ch, t) })
+	})
+}
+
+// connect returns the open confirm channel, dialling and opening it when needed.
+func (p *Publisher) connect() (*confirmer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, amqpx.Permanent(errors.New("dlx: publisher is closed"))
+	}
+	if p.conf != nil && p.conf.closed() == nil && !p.conn.IsClosed() {
+		return p.conf, nil
+	}
+	if p.conn == nil || p.conn.IsClosed() {
+		conn, err := amqpx.Dial(p.cfg.URL, "warren dlx publisher", p.cfg.ConnectTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("dial: %w", err)
+		}
+		p.conn = conn
+		p.declared = map[Route]bool{}
+	}
+	ch, err := p.conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	conf, err := newConfirmer(ch)
+	if err != nil {
+		_ = ch.Close()
+		return nil, err
+	}
+	p.conf = conf
+	return conf, nil
+}
+
+// withDeclareChannel runs fn on a channel of its own, so that a failed declaration never
+// closes the channel that messages are in flight on.
+func (p *Publisher) withDeclareChannel(ctx context.Context, fn func(ch *amqp.Channel) error) error {
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	if conn == nil {
+		return errors.New("not connected")
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	return amqpx.PermanentIfRefused(fn(ch))
+}
+
+// declare declares route's destination once per connection: nothing published before the
+// first consumer subscribes is lost, and a delayed message can reach it.
+func (p *Publisher) declare(ctx context.Context, route Route) error {
+	if route.Declared {
+		return nil
+	}
+	if route.Exchange != "" {
+		route.RoutingKey = "" // the exchange is the destination, whatever the key
+	}
+	done := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.declared[route]
+	}
+	if done() {
+		return nil
+	}
+	p.declMu.Lock()
+	defer p.declMu.Unlock()
+	if done() { // declared by a publish that held declMu before
+		return nil
+	}
+	p.mu.Lock()
+	q, e := p.queues[route.RoutingKey], p.exchanges[route.Exchange]
+	p.mu.Unlock()
+	err := p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+		if route.Exchange == "" {
+			q.Name = route.RoutingKey
+			return p.builder.DeclareQueue(ctx, ch, q)
+		}
+		e.Name = route.Exchange
+		return p.builder.DeclareExchange(ctx, ch, e)
+	})
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.declared[route] = true
+	p.mu.Unlock()
+	return nil
+}
+
+type outgoing struct {
+	pub amqp.Publishing
+	due time.Time // zero: at once
+}
+
+// Publish publishes msgs to topic's destination and returns once the broker has confirmed
+// all of them. Transient failures (a lost connection) are retried until
+// Config.PublishTimeout; a message may then reach the broker twice, never zero times
+// without an error.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	route := p.cfg.Route(topic)
+	now := time.Now()
+	out := make([]outgoing, len(msgs))
+	for i, msg := range msgs {
+		at, err := due(msg, now, p.cfg.PastTolerance)
+		if err == nil && !at.IsZero() {
+			_, err = p.delay.Plan(max(at.Sub(now), 0)) // reject what can never be planned
+		}
+		if err != nil {
+			return fmt.Errorf("dlx: publish message %s to %q: %w", msg.UUID, topic, err)
+		}
+		pub, err := p.cfg.Marshaler.Marshal(msg)
+		if err != nil {
+			return fmt.Errorf("dlx: marshal message %s: %w", msg.UUID, err)
+		}
+		for k := range pub.Headers {
+			if !sentMetadata(k) {
+				delete(pub.Headers, k)
+			}
+		}
+		out[i] = outgoing{pub: pub, due: at}
+	}
+
+	confirmed := make([]bool, len(out))
+	return amqpx.Retry(context.Background(), p.cfg.PublishTimeout, fmt.Sprintf("dlx: publish to %q", topic), func(ctx context.Context) error {
+		conf, err := p.connect()
+		if err != nil {
+			return err
+		}
+		if err := p.declare(ctx, route); err != nil {
+			return err
+		}
+		return p.publishAll(ctx, conf, route, out, confirmed)
+	})
+}
+
+// publishAll sends every message not yet confirmed, then waits for all of them. A nack or a
+// return is final; a closed channel is retried by the caller.
+func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route, out []outgoing, confirmed []bool) error {
+	type sent struct {
+		i int
+		f *inflight
+	}
+	flights := make([]sent, 0, len(out))
+	var sendErr error
+	for i, o := range out {
+		if confirmed[i] {
+			continue
+		}
+		exchange, key, pub := route.Exchange, route.RoutingKey, o.pub
+		if !o.due.IsZero() {
+			plan, err := p.delay.Plan(max(time.Until(o.due), 0))
+			if err != nil {
+				sendErr = amqpx.Permanent(err)
+				break
+			}
+			if plan.Exchange != "" {
+				pub.Headers = make(amqp.Table, len(o.pub.Headers)+len(plan.Headers)+1)
+				for k, v := range o.pub.Headers {
+					pub.Headers[k] = v
+				}
+				for k, v := range plan.Headers {
+					pub.Headers[k] = v
+				}
+				if route.Exchange == "" {
+					pub.Headers[topology.HeaderDestQueue] = route.RoutingKey
+				} else {
+					pub.Headers[topology.HeaderDestExchange] = route.Exchange
+				}
+				exchange = plan.Exchange
+			}
+		}
+		f, err := conf.publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
+		if err != nil {
+			sendErr = err
+			break
+		}
+		flights = append(flights, sent{i, f})
+	}
+	var final error
+	for _, s := range flights {
+		err := s.f.wait(ctx)
+		var ret *ReturnedError
+		switch {
+		case err == nil:
+			confirmed[s.i] = true
+		case errors.Is(err, ErrNacked) || errors.As(err, &ret):
+			if final == nil {
+				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
+			}
+		case sendErr == nil:
+			sendErr = err
+		}
+	}
+	if final != nil {
+		return final
+	}
+	return sendErr
+}
+
+// Parked returns how many delayed messages wait in the parking queue because their
+// destination did not exist when they arrived. The queue's name is
+// topology.Delay.ParkingQueue(); its messages keep their headers, including the
+// destination (topology.HeaderDestExchange or HeaderDestQueue).
+func (p *Publisher) Parked(ctx context.Context) (int, error) {
+	var n int
+	err := amqpx.Retry(ctx, p.cfg.ConnectTimeout, "dlx: count parked messages", func(ctx context.Context) error {
+		if _, err := p.connect(); err != nil {
+			return err
+		}
+		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+			return amqpx.Do(ctx, ch, func() error {
+				q, err := ch.QueueDeclarePassive(p.delay.ParkingQueue(), true, false, false, false, nil)
+				n = q.Messages
+				return err
+			})
+		})
+	})
+	return n, err
+}
+
+// Delay returns the layout of the delay levels.
+func (p *Publisher) Delay() topology.Delay { return p.delay }
+
+// Close closes the connection. Publishes in flight fail.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	if p.conn != nil && !p.conn.IsClosed() {
+		return p.conn.Close()
+	}
+	return nil
+}

@@ -1,0 +1,468 @@
+package dlx_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+// newPublisher starts a publisher with delay levels of the test's own.
+func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Publisher {
+	t.Helper()
+	cfg := dlx.Config{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := dlx.NewPublisher(cfg, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+type arrival struct {
+	msg *message.Message
+	at  time.Time
+	d   amqp.Delivery
+}
+
+// consume reads queue until n messages arrived or the timeout passed.
+func consume(t *testing.T, env *testenv.Env, queue string, n int, timeout time.Duration) []arrival {
+	t.Helper()
+	ch := env.Channel()
+	defer ch.Close() // cancels the consumer: later calls get the later messages
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	var got []arrival
+	deadline := time.After(timeout)
+	for len(got) < n {
+		select {
+		case d := <-deliveries:
+			at := time.Now()
+			msg, err := warren.Marshaler{}.Unmarshal(d)
+			require.NoError(t, err)
+			got = append(got, arrival{msg, at, d})
+		case <-deadline:
+			t.Fatalf("queue %s: %d of %d messages arrived within %s", queue, len(got), n, timeout)
+		}
+	}
+	return got
+}
+
+func TestPublishImmediate(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("orders")
+	p := newPublisher(t, env, nil)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("hello"))
+	msg.Metadata.Set("tenant", "acme")
+	require.NoError(t, p.Publish(q, msg))
+
+	got := consume(t, env, q, 1, 5*time.Second)
+	assert.Equal(t, msg.UUID, got[0].msg.UUID)
+	assert.Equal(t, msg.UUID, got[0].d.MessageId)
+	assert.Equal(t, "hello", string(got[0].msg.Payload))
+	assert.Equal(t, "acme", got[0].msg.Metadata.Get("tenant"))
+	assert.Equal(t, uint8(amqp.Persistent), got[0].d.DeliveryMode)
+}
+
+// Delays published in any order arrive in the order they are due, none early: a long delay
+// published first does not hold back a short one published after it.
+func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("mixed")
+	p := newPublisher(t, env, nil)
+
+	delays := []time.Duration{3 * time.Second, 1500 * time.Millisecond, 10 * time.Millisecond,
+		2500 * time.Millisecond, 300 * time.Millisecond, 2 * time.Second, 700 * time.Millisecond, 1100 * time.Millisecond}
+	due := map[string]time.Time{}
+	for _, d := range delays {
+		msg := message.NewMessage(d.String(), nil)
+		dlx.Delay(msg, d)
+		due[msg.UUID] = time.Now().Add(d)
+		require.NoError(t, p.Publish(q, msg))
+	}
+
+	got := consume(t, env, q, len(delays), 10*time.Second)
+	var order []string
+	for _, a := range got {
+		order = append(order, a.msg.UUID)
+		assert.False(t, a.at.Before(due[a.msg.UUID]), "%s arrived %s early", a.msg.UUID, due[a.msg.UUID].Sub(a.at))
+		// Blocked behind a longer delay, a message would be seconds late.
+		assert.Less(t, a.at.Sub(due[a.msg.UUID]), time.Second, "%s is late", a.msg.UUID)
+	}
+	sorted := append([]time.Duration(nil), delays...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	var want []string
+	for _, d := range sorted {
+		want = append(want, d.String())
+	}
+	assert.Equal(t, want, order)
+}
+
+// Many random delays, published concurrently: none arrives before it is due.
+func TestNeverEarly(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("early")
+	p := newPublisher(t, env, nil)
+
+	const n = 400
+	var (
+		mu  sync.Mutex
+		due = map[string]time.Time{}
+		wg  sync.WaitGroup
+	)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range n / 8 {
+				d := time.Duration(rand.Int64N(int64(1500*time.Millisecond))) + time.Microsecond
+				msg := message.NewMessage(fmt.Sprintf("%d-%d", w, i), nil)
+				dlx.Delay(msg, d)
+				mu.Lock()
+				due[msg.UUID] = time.Now().Add(d)
+				mu.Unlock()
+				assert.NoError(t, p.Publish(q, msg))
+			}
+		})
+	}
+	wg.Wait()
+	got := consume(t, env, q, n, 15*time.Second)
+	early := 0
+	for _, a := range got {
+		if a.at.Before(due[a.msg.UUID]) {
+			early++
+		}
+	}
+	assert.Zero(t, early, "messages delivered early")
+}
+
+// A delayed message to a topic exchange is routed by its routing key on arrival, exactly as
+// an immediate one.
+func TestDelayedTopicRouting(t *testing.T) {
+	env := testenv.New(t)
+	events := env.Exchange("events")
+	orders, all, invoices := env.Queue("orders"), env.Queue("all"), env.Queue("invoices")
+	p := newPublisher(t, env, func(c *dlx.Config) {
+		c.Route = dlx.ToExchange(events)
+		c.Declare = topology.Topology{
+			Exchanges: []topology.Exchange{{Name: events, Kind: topology.Topic}},
+			Queues:    []topology.Queue{{Name: orders}, {Name: all}, {Name: invoices}},
+			Bindings: []topology.Binding{
+				{Exchange: events, Queue: orders, Key: "order.*"},
+				{Exchange: events, Queue: all, Key: "#"},
+				{Exchange: events, Queue: invoices, Key: "invoice.*"},
+			},
+		}
+	})
+
+	for i, key := range []string{"order.created", "order.eu.created", "invoice.paid"} {
+		msg := message.NewMessage(key, nil)
+		dlx.Delay(msg, time.Duration(200+100*i)*time.Millisecond)
+		require.NoError(t, p.Publish(key, msg))
+	}
+
+	uuids := func(as []arrival) []string {
+		var s []string
+		for _, a := range as {
+			s = append(s, a.msg.UUID)
+			assert.Equal(t, a.msg.UUID, a.d.RoutingKey, "routing key kept")
+		}
+		return s
+	}
+	assert.Equal(t, []string{"order.created"}, uuids(consume(t, env, orders, 1, 5*time.Second)))
+	assert.Equal(t, []string{"invoice.paid"}, uuids(consume(t, env, invoices, 1, 5*time.Second)))
+	assert.Equal(t, []string{"order.created", "order.eu.created", "invoice.paid"}, uuids(consume(t, env, all, 3, 5*time.Second)))
+	time.Sleep(200 * time.Millisecond)
+	assert.Zero(t, env.Messages(orders), "order.eu.created must not match order.*")
+}
+
+// A destination deleted while messages wait: they end in the parking queue, with their
+// destination, and the level goes on delivering to others.
+func TestParkingWhenDestinationDeleted(t *testing.T) {
+	env := testenv.New(t)
+	gone, alive := env.Queue("gone"), env.Queue("alive")
+	p := newPublisher(t, env, nil)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("orphan"))
+	dlx.Delay(msg, 700*time.Millisecond)
+	require.NoError(t, p.Publish(gone, msg))
+	_, err := env.Channel().QueueDelete(gone, false, false, false)
+	require.NoError(t, err)
+
+	after := message.NewMessage(watermill.NewUUID(), []byte("after"))
+	dlx.Delay(after, 700*time.Millisecond)
+	require.NoError(t, p.Publish(alive, after))
+
+	got := consume(t, env, alive, 1, 5*time.Second)
+	assert.Equal(t, after.UUID, got[0].msg.UUID)
+
+	parked := consume(t, env, p.Delay().ParkingQueue(), 1, 5*time.Second)
+	assert.Equal(t, msg.UUID, parked[0].msg.UUID)
+	assert.Equal(t, gone, parked[0].d.Headers[topology.HeaderDestQueue])
+	assert.Equal(t, "orphan", string(parked[0].msg.Payload))
+}
+
+func TestParkedCount(t *testing.T) {
+	env := testenv.New(t)
+	x := env.Exchange("vanishing")
+	p := newPublisher(t, env, func(c *dlx.Config) { c.Route = dlx.ExchangePerTopic })
+
+	for range 3 {
+		msg := message.NewMessage(watermill.NewUUID(), nil)
+		dlx.Delay(msg, 300*time.Millisecond)
+		require.NoError(t, p.Publish(x, msg))
+	}
+	require.NoError(t, env.Channel().ExchangeDelete(x, false, false))
+	require.Eventually(t, func() bool {
+		n, err := p.Parked(context.Background())
+		return err == nil && n == 3
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// The destination is declared before the first publish to it: nothing published before the
+// first consumer is lost, delayed or not.
+func TestAutoCreateOnWrite(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("later")
+	p := newPublisher(t, env, nil)
+
+	now := message.NewMessage("now", nil)
+	later := message.NewMessage("later", nil)
+	dlx.Delay(later, 200*time.Millisecond)
+	require.NoError(t, p.Publish(q, now, later))
+
+	got := consume(t, env, q, 2, 5*time.Second)
+	assert.Equal(t, "now", got[0].msg.UUID)
+	assert.Equal(t, "later", got[1].msg.UUID)
+
+	// The work queue warren declared has its poison queue.
+	assert.Zero(t, env.Messages(topology.PoisonQueue(q)))
+}
+
+func TestUnroutableIsAnError(t *testing.T) {
+	env := testenv.New(t)
+	x := env.Exchange("nobody-listens")
+	p := newPublisher(t, env, func(c *dlx.Config) { c.Route = dlx.ExchangePerTopic })
+
+	err := p.Publish(x, message.NewMessage(watermill.NewUUID(), nil))
+	var ret *dlx.ReturnedError
+	require.ErrorAs(t, err, &ret)
+	assert.Equal(t, "NO_ROUTE", ret.ReplyText)
+
+	lenient := newPublisher(t, env, func(c *dlx.Config) { c.Route = dlx.ExchangePerTopic; c.AllowUnroutable = true })
+	assert.NoError(t, lenient.Publish(x, message.NewMessage(watermill.NewUUID(), nil)))
+}
+
+// In a batch, only the returned message fails Publish; the others are confirmed.
+func TestReturnInBatchNamesTheMessage(t *testing.T) {
+	env := testenv.New(t)
+	x := env.Exchange("direct")
+	q := env.Queue("bound")
+	p := newPublisher(t, env, func(c *dlx.Config) {
+		c.Route = dlx.ToExchange(x)
+		c.Declare = topology.Topology{
+			Exchanges: []topology.Exchange{{Name: x, Kind: topology.Direct}},
+			Queues:    []topology.Queue{{Name: q}},
+			Bindings:  []topology.Binding{{Exchange: x, Queue: q, Key: "yes"}},
+		}
+	})
+	require.NoError(t, p.Publish("yes", message.NewMessage("a", nil), message.NewMessage("b", nil)))
+	err := p.Publish("no", message.NewMessage("c", nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "message c")
+	assert.Equal(t, 2, len(consume(t, env, q, 2, 5*time.Second)))
+}
+
+// A queue that rejects publishes when full makes the broker nack: Publish fails.
+func TestNackIsAnError(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("full")
+	p := newPublisher(t, env, func(c *dlx.Config) {
+		c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q, Args: amqp.Table{
+			"x-max-length": int64(1), "x-overflow": "reject-publish",
+		}}}}
+	})
+	require.NoError(t, p.Publish(q, message.NewMessage("first", nil)))
+	err := p.Publish(q, message.NewMessage("second", nil))
+	require.ErrorIs(t, err, dlx.ErrNacked)
+	assert.Contains(t, err.Error(), "second")
+}
+
+func TestUnreachableBrokerGivesUpWithAClearError(t *testing.T) {
+	// A port nothing listens on, and a listener that accepts but never speaks AMQP.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	refused := closed.Addr().String()
+	closed.Close()
+
+	for _, addr := range []string{refused, l.Addr().String()} {
+		_, err := dlx.NewPublisher(dlx.Config{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: 1500 * time.Millisecond}, nil)
+		require.Error(t, err, addr)
+		assert.Contains(t, err.Error(), "gave up after 1.5s")
+	}
+}
+
+// A broker that stops answering after the connection is up: Publish returns an error at its
+// time limit rather than hanging.
+func TestPublishTimeLimitWhenBrokerStopsAnswering(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("frozen")
+	proxy := testenv.NewProxy(t, strings.TrimPrefix(strings.TrimSuffix(env.URL, "/"), "amqp://guest:guest@"))
+	p := newPublisher(t, env, func(c *dlx.Config) {
+		c.URL = "amqp://guest:guest@" + proxy.Addr() + "/"
+		c.PublishTimeout = 1500 * time.Millisecond
+	})
+	require.NoError(t, p.Publish(q, message.NewMessage("before", nil)))
+
+	proxy.Freeze()
+	err := p.Publish(q, message.NewMessage("frozen", nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gave up after 1.5s")
+}
+
+func TestWatermillDelayMetadata(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("watermill")
+	p := newPublisher(t, env, nil)
+
+	start := time.Now()
+	forMsg := message.NewMessage("for", nil)
+	delay.Message(forMsg, delay.For(600*time.Millisecond))
+	untilMsg := message.NewMessage("until", nil)
+	delay.Message(untilMsg, delay.Until(start.Add(300*time.Millisecond)))
+	require.NoError(t, p.Publish(q, forMsg, untilMsg))
+
+	got := consume(t, env, q, 2, 5*time.Second)
+	assert.Equal(t, "until", got[0].msg.UUID)
+	assert.Equal(t, "for", got[1].msg.UUID)
+	assert.GreaterOrEqual(t, got[0].at.Sub(start), 300*time.Millisecond)
+	assert.GreaterOrEqual(t, got[1].at.Sub(start), 600*time.Millisecond)
+	// Watermill's metadata stays on the message (DelayOnError reads it back).
+	assert.Equal(t, "600ms", got[1].msg.Metadata.Get(delay.DelayedForKey))
+
+	// A delivered message published again, once its whole-second until has passed, is not
+	// delayed again.
+	time.Sleep(time.Second)
+	again := got[1].msg.Copy()
+	again.UUID = "again"
+	require.NoError(t, p.Publish(q, again))
+	forwarded := consume(t, env, q, 1, 500*time.Millisecond)
+	assert.Equal(t, "again", forwarded[0].msg.UUID)
+}
+
+func TestInvalidDelaysAreErrorsNamingTheValue(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("invalid")
+	p := newPublisher(t, env, nil)
+
+	tooLong := message.NewMessage("long", nil)
+	dlx.Delay(tooLong, p.Delay().Max()+time.Millisecond)
+	err := p.Publish(q, tooLong)
+	require.ErrorIs(t, err, topology.ErrDelayTooLong)
+	assert.Contains(t, err.Error(), (p.Delay().Max() + time.Millisecond).String())
+
+	negative := message.NewMessage("neg", nil)
+	dlx.Delay(negative, -5*time.Second)
+	assert.ErrorContains(t, p.Publish(q, negative), "delay -5s is negative")
+
+	past := message.NewMessage("past", nil)
+	at := time.Now().Add(-time.Hour)
+	dlx.DeliverAt(past, at)
+	assert.ErrorContains(t, p.Publish(q, past), at.UTC().Format(time.RFC3339Nano))
+
+	wmPast := message.NewMessage("wm-past", nil)
+	delay.Message(wmPast, delay.Until(time.Now().Add(-time.Hour)))
+	assert.ErrorContains(t, p.Publish(q, wmPast), "in the past")
+
+	// The failed calls published nothing: they did not even declare the queue.
+	_, err = env.Channel().QueueDeclarePassive(q, true, false, false, false, nil)
+	assert.ErrorContains(t, err, "NOT_FOUND")
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	_, err := dlx.NewPublisher(dlx.Config{}, nil)
+	assert.ErrorContains(t, err, "Config.URL")
+	_, err = dlx.NewPublisher(dlx.Config{URL: "amqp://x/", Topology: topology.Config{Delay: topology.Delay{Radix: 1}}}, nil)
+	assert.ErrorContains(t, err, "Delay.Radix")
+	_, err = dlx.NewPublisher(dlx.Config{URL: "amqp://x/", PublishTimeout: -time.Second}, nil)
+	assert.ErrorContains(t, err, "Config.PublishTimeout")
+	_, err = dlx.NewPublisher(dlx.Config{URL: "amqp://x/", Declare: topology.Topology{Queues: []topology.Queue{{}}}}, nil)
+	assert.ErrorContains(t, err, "Queues[0].Name")
+}
+
+// A message that is delayed again carries no more than the first time: the level headers are
+// rewritten and the broker's x-death is not published again.
+func TestRedelayDoesNotGrow(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("redelay")
+	p := newPublisher(t, env, nil)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+	msg.Metadata.Set("k", "v")
+	dlx.Delay(msg, 1234*time.Millisecond)
+	require.NoError(t, p.Publish(q, msg))
+	first := consume(t, env, q, 1, 5*time.Second)[0]
+	assert.Contains(t, first.d.Headers, "x-death", "dead-lettered through the levels")
+
+	again := first.msg.Copy()
+	dlx.Delay(again, 1234*time.Millisecond)
+	require.NoError(t, p.Publish(q, again))
+	second := consume(t, env, q, 1, 5*time.Second)[0]
+
+	// The same headers come back. Only the level digits may differ: the remaining delay is
+	// measured when the message is sent, so the time spent declaring the levels on the
+	// first publish shows in its digits.
+	assert.Equal(t, withoutTimes(first.d.Headers), withoutTimes(second.d.Headers))
+	deaths, _ := second.d.Headers["x-death"].([]any)
+	for _, d := range deaths {
+		assert.EqualValues(t, 1, d.(amqp.Table)["count"], "x-death was published again")
+	}
+	assert.Equal(t, "v", second.msg.Metadata.Get("k"))
+}
+
+// withoutTimes returns h without x-death (its entries carry times) and with each level digit
+// replaced by whether it is a valid digit.
+func withoutTimes(h amqp.Table) amqp.Table {
+	out := amqp.Table{}
+	for k, v := range h {
+		switch {
+		case k == "x-death":
+		case strings.HasPrefix(k, "warren-dlx-p"):
+			d, err := strconv.Atoi(fmt.Sprint(v))
+			out[k] = err == nil && d >= 0 && d < 16
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+package dlx_test
+
+import (
+	"testing"
+
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+var pubsubFeatures = tests.Features{
+	ConsumerGroups:                      true,
+	ExactlyOnceDelivery:                 false,
+	GuaranteedOrder:                     true,
+	GuaranteedOrderWithSingleSubscriber: true,
+	Persistent:                          true,
+}
+
+// Watermill's universal Pub/Sub suite with warren's publisher and a watermill-amqp
+// subscriber that uses warren's marshaler and topology builder: queue per topic.
+func TestPubSubSuiteQueues(t *testing.T) {
+	env := testenv.New(t)
+	tcfg := topology.Config{Delay: env.Delay(topology.Delay{})}
+	features := pubsubFeatures
+	features.ConsumerGroups = false
+	features.GenerateTopicFunc = func(tctx tests.TestContext) string { return env.Name(string(tctx.TestID)) }
+
+	// Some tests derive further topics from the generated one: every queue is tracked
+	// where it is named, so that all are removed.
+	route := func(topic string) dlx.Route { return dlx.ToQueue(env.TrackQueue(topic)) }
+	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
+		pub, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: tcfg, Route: route}, env.Logger())
+		require.NoError(t, err)
+		cfg := wamqp.NewDurableQueueConfig(env.URL)
+		cfg.Queue.GenerateName = env.TrackQueue
+		cfg.Marshaler = warren.Marshaler{}
+		cfg.TopologyBuilder = mustBuilder(t, tcfg)
+		sub, err := wamqp.NewSubscriber(cfg, env.Logger())
+		require.NoError(t, err)
+		return pub, sub
+	}, nil)
+}
+
+// The same suite with an exchange per topic (fanout) and a queue per consumer group.
+func TestPubSubSuiteConsumerGroups(t *testing.T) {
+	env := testenv.New(t)
+	tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), ExchangeKind: topology.Fanout}
+	features := pubsubFeatures
+	features.GenerateTopicFunc = func(tctx tests.TestContext) string { return env.Name(string(tctx.TestID)) }
+
+	exchange := func(topic string) string { env.Remove(nil, []string{topic}); return topic }
+	route := func(topic string) dlx.Route { return dlx.ExchangePerTopic(exchange(topic)) }
+	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+		pub, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: tcfg, Route: route}, env.Logger())
+		require.NoError(t, err)
+		cfg := wamqp.NewDurablePubSubConfig(env.URL, func(topic string) string {
+			return env.TrackQueue(topic + "_" + group)
+		})
+		cfg.Exchange.GenerateName = exchange
+		cfg.Marshaler = warren.Marshaler{}
+		cfg.TopologyBuilder = mustBuilder(t, tcfg)
+		sub, err := wamqp.NewSubscriber(cfg, env.Logger())
+		require.NoError(t, err)
+		return pub, sub
+	}
+	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
+		return newPubSub(t, "test")
+	}, newPubSub)
+}
+
+func mustBuilder(t *testing.T, cfg topology.Config) *topology.Builder {
+	b, err := topology.NewBuilder(cfg, nil)
+	require.NoError(t, err)
+	return b
+}
