@@ -1,0 +1,204 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+)
+
+// BackoffConfig configures Backoff. A schedule is either the explicit list Delays or, when
+// Delays is empty, exponential from Initial, times Multiplier, capped at Max, with Jitter.
+type BackoffConfig struct {
+	// Publisher republishes a failed message to the queue it was consumed from, with a
+	// delay: warren's *dlx.Publisher routing topics to queues (dlx.ToQueue), possibly
+	// decorated (tracing). Required.
+	Publisher message.Publisher
+	// Delays is an explicit schedule: Delays[0] is the wait before attempt 2, Delays[1]
+	// before attempt 3, and so on; the last one repeats if MaxAttempts is larger.
+	Delays []time.Duration
+	// Initial is the first wait of the exponential schedule. Default 1s.
+	Initial time.Duration
+	// Multiplier of the exponential schedule. Default 2.
+	Multiplier float64
+	// Max caps the exponential schedule. Default 5m.
+	Max time.Duration
+	// Jitter randomises each exponential wait by ±Jitter·wait (0 to 1). Default 0.
+	Jitter float64
+	// MaxAttempts counts every attempt, the first included: past it, the message is given up
+	// (to the poison queue, when Poison is outside Backoff). Default len(Delays)+1 for an
+	// explicit schedule, 5 for an exponential one.
+	MaxAttempts int
+	// Queue names the queue msg was consumed from, which the retry is published to. Default:
+	// the queue of warren.DeliveryFrom, else Watermill's subscribe topic (which is the queue
+	// with watermill-amqp's queue-per-topic configs).
+	Queue func(msg *message.Message) string
+}
+
+func (c BackoffConfig) withDefaults() BackoffConfig {
+	if c.Initial == 0 {
+		c.Initial = time.Second
+	}
+	if c.Multiplier == 0 {
+		c.Multiplier = 2
+	}
+	if c.Max == 0 {
+		c.Max = 5 * time.Minute
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 5
+		if len(c.Delays) > 0 {
+			c.MaxAttempts = len(c.Delays) + 1
+		}
+	}
+	if c.Queue == nil {
+		c.Queue = ConsumedQueue
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable.
+func (c BackoffConfig) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.Publisher == nil:
+		return errors.New("middleware: BackoffConfig.Publisher is nil")
+	case c.MaxAttempts < 1:
+		return fmt.Errorf("middleware: BackoffConfig.MaxAttempts %d is less than 1", c.MaxAttempts)
+	case c.Initial < 0:
+		return fmt.Errorf("middleware: BackoffConfig.Initial %s is negative", c.Initial)
+	case c.Max < c.Initial:
+		return fmt.Errorf("middleware: BackoffConfig.Max %s is less than Initial %s", c.Max, c.Initial)
+	case c.Multiplier < 1:
+		return fmt.Errorf("middleware: BackoffConfig.Multiplier %g is less than 1", c.Multiplier)
+	case c.Jitter < 0 || c.Jitter > 1:
+		return fmt.Errorf("middleware: BackoffConfig.Jitter %g is outside 0..1", c.Jitter)
+	}
+	for i, d := range c.Delays {
+		if d < 0 {
+			return fmt.Errorf("middleware: BackoffConfig.Delays[%d] %s is negative", i, d)
+		}
+	}
+	return nil
+}
+
+// Backoff retries a failed message later, with a wait per attempt. When the handler fails,
+// Backoff republishes a copy of the message, through the DLX publisher, to the queue that
+// failed (not to its exchange: other consumer groups of a fan-out topic never see the retry),
+// with the attempt number plus one and the delay the schedule gives for that attempt, and
+// then acks the original. A permanent error (see Permanent), or a failure of the last
+// attempt, is returned unchanged for the Poison middleware outside it.
+//
+// A retry keeps the body, headers and UUID, and records when the first attempt failed and
+// where the message was first published to (FirstFailureKey, OriginalExchangeKey,
+// OriginalRoutingKeyKey), for the poison queue.
+type Backoff struct {
+	cfg    BackoffConfig
+	logger watermill.LoggerAdapter
+}
+
+// NewBackoff returns a Backoff, or an error naming the first invalid field of config.
+func NewBackoff(config BackoffConfig, logger watermill.LoggerAdapter) (*Backoff, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Backoff{cfg: config.withDefaults(), logger: logger}, nil
+}
+
+// MaxAttempts returns the number of attempts a message gets.
+func (b *Backoff) MaxAttempts() int { return b.cfg.MaxAttempts }
+
+// Delay returns the wait after attempt (1 for the first) failed, before the next one.
+func (b *Backoff) Delay(attempt int) time.Duration {
+	if attempt < 1 {
+		attempt = 1
+	}
+	if n := len(b.cfg.Delays); n > 0 {
+		return b.cfg.Delays[min(attempt, n)-1]
+	}
+	e := &backoff.ExponentialBackOff{
+		InitialInterval:     b.cfg.Initial,
+		RandomizationFactor: b.cfg.Jitter,
+		Multiplier:          b.cfg.Multiplier,
+		MaxInterval:         b.cfg.Max,
+		Clock:               backoff.SystemClock,
+	}
+	e.Reset()
+	var d time.Duration
+	for range attempt {
+		d = e.NextBackOff()
+	}
+	return d
+}
+
+// Middleware is the message.HandlerMiddleware.
+func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err == nil {
+			return out, nil
+		}
+		attempt := Attempt(msg)
+		span := trace.SpanFromContext(msg.Context())
+		setError(span, err)
+		if IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
+			return nil, err
+		}
+		queue := b.cfg.Queue(msg)
+		if queue == "" {
+			return nil, fmt.Errorf("no queue to retry in: %w", err)
+		}
+
+		retry := msg.Copy()
+		retry.SetContext(msg.Context())
+		retry.Metadata.Set(AttemptKey, strconv.Itoa(attempt+1))
+		recordFirstFailure(retry, time.Now())
+		wait := b.Delay(attempt)
+		dlx.Delay(retry, wait)
+		span.SetAttributes(attribute.Int64("warren.retry.delay_ms", wait.Milliseconds()))
+
+		if perr := b.cfg.Publisher.Publish(queue, retry); perr != nil {
+			// Not acked: the broker delivers the message again, nothing is lost.
+			return nil, fmt.Errorf("retry attempt %d of message %s: %w (handler error: %v)", attempt+1, msg.UUID, perr, err)
+		}
+		b.logger.Info("Handler failed, retry scheduled", watermill.LogFields{
+			"message_uuid": msg.UUID, "queue": queue, "attempt": attempt, "next_attempt_in": wait, "err": err.Error(),
+		})
+		return nil, nil
+	}
+}
+
+// recordFirstFailure sets, unless a previous attempt did, when the first attempt failed and
+// where the message was first published to.
+func recordFirstFailure(msg *message.Message, now time.Time) {
+	if msg.Metadata.Get(FirstFailureKey) == "" {
+		msg.Metadata.Set(FirstFailureKey, now.UTC().Format(time.RFC3339Nano))
+	}
+	if _, ok := msg.Metadata[OriginalExchangeKey]; !ok {
+		if d, ok := warren.DeliveryFrom(msg.Context()); ok {
+			msg.Metadata.Set(OriginalExchangeKey, d.Exchange)
+			msg.Metadata.Set(OriginalRoutingKeyKey, d.RoutingKey)
+		}
+	}
+}
+
+// ConsumedQueue returns the queue msg was consumed from: the one warren's subscriber
+// recorded (warren.DeliveryFrom), else Watermill's subscribe topic.
+func ConsumedQueue(msg *message.Message) string {
+	if d, ok := warren.DeliveryFrom(msg.Context()); ok && d.Queue != "" {
+		return d.Queue
+	}
+	return message.SubscribeTopicFromCtx(msg.Context())
+}

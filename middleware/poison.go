@@ -1,0 +1,153 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Headers a poison message gains, besides its own body and headers.
+const (
+	PoisonErrorKey      = "warren_poison_error"       // the error's text
+	PoisonErrorTypeKey  = "warren_poison_error_type"  // the Go type of the innermost error
+	PoisonReasonKey     = "warren_poison_reason"      // why it was given up: see PoisonReason*
+	PoisonHandlerKey    = "warren_poison_handler"     // the Watermill handler's name
+	PoisonQueueKey      = "warren_poison_queue"       // the queue it was consumed from
+	PoisonExchangeKey   = "warren_poison_exchange"    // where it was first published: exchange
+	PoisonRoutingKeyKey = "warren_poison_routing_key" // and routing key
+	PoisonAttemptsKey   = "warren_poison_attempts"    // how many attempts were made
+	PoisonFirstFailKey  = "warren_poison_first_failure"
+	PoisonLastFailKey   = "warren_poison_last_failure"
+	PoisonTraceIDKey    = "warren_poison_trace_id" // the trace the message belongs to
+	PoisonStackKey      = "warren_poison_stack"    // for a panic: the goroutine's stack
+)
+
+// Values of PoisonReasonKey.
+const (
+	PoisonReasonPermanent = "permanent error"
+	PoisonReasonExhausted = "attempts exhausted"
+	PoisonReasonUndecoded = "cannot be unmarshaled"
+)
+
+// Long texts are cut to keep the headers well below the broker's frame size.
+const (
+	maxErrorLen = 4 << 10
+	maxStackLen = 16 << 10
+)
+
+// PoisonConfig configures Poison.
+type PoisonConfig struct {
+	// Publisher publishes to the poison queue: warren's *dlx.Publisher routing topics to
+	// queues, possibly decorated. Required.
+	Publisher message.Publisher
+	// Topic names the poison queue of a work queue. Default topology.PoisonQueue.
+	Topic func(queue string) string
+	// Queue names the queue msg was consumed from. Default ConsumedQueue.
+	Queue func(msg *message.Message) string
+}
+
+// Validate reports the first field of c that is not usable.
+func (c PoisonConfig) Validate() error {
+	if c.Publisher == nil {
+		return errors.New("middleware: PoisonConfig.Publisher is nil")
+	}
+	return nil
+}
+
+// Poison sends a message whose handler failed for good (the error Backoff gives up on, or
+// any error when there is no Backoff inside it) to the poison queue of the queue it was
+// consumed from, with its body and headers and the Poison* headers that say why, and then
+// acks it. If the poison queue cannot be published to, the message is not acked: the broker
+// delivers it again, and nothing is lost.
+type Poison struct {
+	cfg    PoisonConfig
+	logger watermill.LoggerAdapter
+}
+
+// NewPoison returns a Poison, or an error naming the first invalid field of config.
+func NewPoison(config PoisonConfig, logger watermill.LoggerAdapter) (*Poison, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if config.Topic == nil {
+		config.Topic = topology.PoisonQueue
+	}
+	if config.Queue == nil {
+		config.Queue = ConsumedQueue
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Poison{cfg: config, logger: logger}, nil
+}
+
+// Middleware is the message.HandlerMiddleware.
+func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err == nil {
+			return out, nil
+		}
+		queue := p.cfg.Queue(msg)
+		if queue == "" {
+			return nil, fmt.Errorf("no queue to poison from: %w", err)
+		}
+		reason := PoisonReasonExhausted
+		if IsPermanent(err) {
+			reason = PoisonReasonPermanent
+		}
+		poison := msg.Copy()
+		poison.SetContext(msg.Context())
+		SetPoisonHeaders(poison, err, reason, queue, time.Now())
+		if perr := p.cfg.Publisher.Publish(p.cfg.Topic(queue), poison); perr != nil {
+			return nil, fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
+		}
+		p.logger.Error("Message poisoned", err, watermill.LogFields{
+			"message_uuid": msg.UUID, "queue": queue, "reason": reason, "attempts": Attempt(msg),
+		})
+		return nil, nil
+	}
+}
+
+// SetPoisonHeaders adds the Poison* headers to msg, which failed with err on the queue
+// queue at now; msg's context gives the handler, the delivery and the trace. It also makes
+// sure the message is published at once.
+func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now time.Time) {
+	ctx := msg.Context()
+	recordFirstFailure(msg, now)
+	md := msg.Metadata
+	md.Set(PoisonErrorKey, truncate(err.Error(), maxErrorLen))
+	md.Set(PoisonErrorTypeKey, errorType(err))
+	md.Set(PoisonReasonKey, reason)
+	md.Set(PoisonHandlerKey, message.HandlerNameFromCtx(ctx))
+	md.Set(PoisonQueueKey, queue)
+	if _, known := md[OriginalExchangeKey]; known {
+		md.Set(PoisonExchangeKey, md.Get(OriginalExchangeKey))
+		md.Set(PoisonRoutingKeyKey, md.Get(OriginalRoutingKeyKey))
+	}
+	md.Set(PoisonAttemptsKey, strconv.Itoa(Attempt(msg)))
+	md.Set(PoisonFirstFailKey, md.Get(FirstFailureKey))
+	md.Set(PoisonLastFailKey, now.UTC().Format(time.RFC3339Nano))
+	if id := TraceID(msg); id != "" {
+		md.Set(PoisonTraceIDKey, id)
+	}
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		md.Set(PoisonStackKey, truncate(pe.Stack, maxStackLen))
+	}
+	dlx.Delay(msg, 0) // not again after Watermill's delay metadata it may carry
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,221 @@
+package middleware
+
+import (
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+)
+
+// Attributes of warren's own, next to the messaging semantic conventions.
+const (
+	attemptAttr = attribute.Key("warren.attempt")
+	delayAttr   = attribute.Key("warren.delay")
+)
+
+const tracerName = "github.com/warrenmq/warren/middleware"
+
+// TracingConfig configures Tracing. The zero value is usable.
+type TracingConfig struct {
+	// TracerProvider creates the spans. Default: otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// Propagator carries the trace context in message metadata. Default:
+	// propagation.TraceContext{} (W3C traceparent and tracestate).
+	Propagator propagation.TextMapPropagator
+}
+
+func (c *TracingConfig) setDefaults() {
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
+}
+
+// Validate checks the configuration. Nothing can be invalid today: it returns nil.
+func (c TracingConfig) Validate() error { return nil }
+
+// Tracing traces messages with OpenTelemetry, following the messaging semantic conventions:
+// a producer span for every message published through Publisher, a consumer span around
+// every message processed by Middleware. The trace context travels in the message metadata,
+// so one trace follows a message through publish, delay levels, retries and poisoning,
+// across processes.
+type Tracing struct {
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+}
+
+// NewTracing creates a Tracing from config.
+func NewTracing(config TracingConfig) (*Tracing, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	return &Tracing{
+		tracer:     config.TracerProvider.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL)),
+		propagator: config.Propagator,
+	}, nil
+}
+
+// Middleware is a plain message.HandlerMiddleware: a consumer span around processing.
+//
+// The span continues the trace found in the message metadata and is put in the message's
+// context before the handler runs, so that messages published with that context (retries,
+// poison messages, anything the handler sends) are traced as its children. A handler error
+// or panic marks the span as failed; the panic goes on.
+func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		destination := "unknown"
+		attrs := []attribute.KeyValue{
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("process"),
+		}
+		d, _ := warren.DeliveryFrom(msg.Context())
+		if d.Queue != "" {
+			destination = d.Queue
+		} else if topic := message.SubscribeTopicFromCtx(msg.Context()); topic != "" {
+			destination = topic
+		}
+		if d.RoutingKey != "" {
+			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
+		}
+		attrs = append(attrs,
+			semconv.MessagingDestinationName(destination),
+			semconv.MessagingMessageID(msg.UUID),
+			semconv.MessagingMessageBodySize(len(msg.Payload)),
+			attemptAttr.Int(Attempt(msg)),
+		)
+
+		ctx := t.propagator.Extract(msg.Context(), metadataCarrier(msg.Metadata))
+		ctx, span := t.tracer.Start(ctx, "process "+destination,
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+		msg.SetContext(ctx)
+
+		defer func() {
+			if r := recover(); r != nil {
+				setError(span, &PanicError{Value: r})
+				span.End()
+				panic(r)
+			}
+			span.End()
+		}()
+		msgs, err := h(msg)
+		if err != nil {
+			setError(span, err)
+		}
+		// Messages the handler returns without a trace of their own continue this one.
+		for _, out := range msgs {
+			if !trace.SpanContextFromContext(out.Context()).IsValid() {
+				out.SetContext(trace.ContextWithSpan(out.Context(), span))
+			}
+		}
+		return msgs, err
+	}
+}
+
+// Publisher decorates pub: a producer span per message, trace context injected into metadata.
+//
+// The span of a message is a child of the span in the message's context, if any. Its
+// context replaces whatever trace context the metadata held: a retry carries the headers of
+// the message it was copied from.
+func (t *Tracing) Publisher(pub message.Publisher) message.Publisher {
+	return &tracingPublisher{t: t, pub: pub}
+}
+
+// PublisherDecorator is Publisher as a Watermill message.PublisherDecorator (for
+// Router.AddPublisherDecorators).
+func (t *Tracing) PublisherDecorator() message.PublisherDecorator {
+	return func(pub message.Publisher) (message.Publisher, error) {
+		return t.Publisher(pub), nil
+	}
+}
+
+type tracingPublisher struct {
+	t   *Tracing
+	pub message.Publisher
+}
+
+func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	spans := make([]trace.Span, len(msgs))
+	for i, msg := range msgs {
+		attrs := []attribute.KeyValue{
+			semconv.MessagingSystemRabbitMQ,
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingOperationName("send"),
+			semconv.MessagingDestinationName(topic),
+			semconv.MessagingMessageID(msg.UUID),
+			semconv.MessagingMessageBodySize(len(msg.Payload)),
+		}
+		if _, ok := msg.Metadata[AttemptKey]; ok {
+			// From the metadata, not Attempt: a retry keeps the context, and so the attempt
+			// number, of the message it was copied from.
+			attrs = append(attrs, attemptAttr.Int(readAttempt(msg)))
+		}
+		if d, ok := msg.Metadata[dlx.MetadataDelay]; ok {
+			attrs = append(attrs, delayAttr.String(d))
+		}
+		ctx, span := p.t.tracer.Start(msg.Context(), "send "+topic,
+			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+		spans[i] = span
+
+		if msg.Metadata == nil {
+			msg.Metadata = message.Metadata{}
+		}
+		for _, field := range p.t.propagator.Fields() {
+			delete(msg.Metadata, field)
+		}
+		p.t.propagator.Inject(ctx, metadataCarrier(msg.Metadata))
+	}
+
+	err := p.pub.Publish(topic, msgs...)
+	for _, span := range spans {
+		if err != nil {
+			setError(span, err)
+		}
+		span.End()
+	}
+	return err
+}
+
+func (p *tracingPublisher) Close() error { return p.pub.Close() }
+
+// TraceID returns the hex trace id of the span in msg's context, or "" when there is none.
+func TraceID(msg *message.Message) string {
+	sc := trace.SpanContextFromContext(msg.Context())
+	if !sc.HasTraceID() {
+		return ""
+	}
+	return sc.TraceID().String()
+}
+
+// setError marks span as failed by err. error.type names the innermost error of err's
+// chain, as the poison headers do.
+func setError(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
+}
+
+// metadataCarrier is a propagation.TextMapCarrier over message metadata.
+type metadataCarrier message.Metadata
+
+var _ propagation.TextMapCarrier = metadataCarrier(nil)
+
+func (c metadataCarrier) Get(key string) string { return c[key] }
+func (c metadataCarrier) Set(key, value string) { c[key] = value }
+
+func (c metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
+}
