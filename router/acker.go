@@ -1,0 +1,135 @@
+package router
+
+import (
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// acker settles the deliveries of one channel from a single goroutine. Acks that are waiting
+// together for consecutive delivery tags, from the lowest one not yet settled, go out as one
+// multiple ack: under load the broker gets a fraction of the ack frames; when idle, every ack
+// goes out at once, as before. Nothing waits on a slower handler: acks out of order go out
+// one by one.
+type acker struct {
+	ch     *amqp.Channel
+	logger watermill.LoggerAdapter
+	reqs   chan settlement
+	stop   chan struct{}
+	done   chan struct{}
+
+	target  int             // settlements worth one write
+	next    uint64          // the lowest delivery tag not settled
+	settled map[uint64]bool // tags above next, settled one by one
+	failed  bool
+}
+
+type settlement struct {
+	tag uint64
+	ack bool // else nack, with requeue
+}
+
+// lingerFor is how long the acker waits for more settlements before it writes.
+const lingerFor = time.Millisecond
+
+func newAcker(ch *amqp.Channel, prefetch int, logger watermill.LoggerAdapter) *acker {
+	a := &acker{
+		ch: ch, logger: logger, target: max(1, prefetch/4),
+		reqs: make(chan settlement, 256), stop: make(chan struct{}), done: make(chan struct{}),
+		next: 1, settled: map[uint64]bool{},
+	}
+	go a.run()
+	return a
+}
+
+// settle acks (or nacks and requeues) the delivery tag. After close it does nothing: the
+// channel is closing, and the broker requeues what was not acked.
+func (a *acker) settle(tag uint64, ack bool) {
+	select {
+	case a.reqs <- settlement{tag, ack}:
+	case <-a.stop:
+	}
+}
+
+// close settles what was asked for so far and stops.
+func (a *acker) close() {
+	close(a.stop)
+	<-a.done
+}
+
+func (a *acker) run() {
+	defer close(a.done)
+	batch := make([]settlement, 0, cap(a.reqs))
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	for {
+		select {
+		case s := <-a.reqs:
+			batch = append(batch[:0], s)
+			linger.Reset(lingerFor)
+		gather:
+			for len(batch) < a.target {
+				select {
+				case s := <-a.reqs:
+					batch = append(batch, s)
+				case <-linger.C:
+					break gather
+				case <-a.stop:
+					break gather
+				}
+			}
+			linger.Stop()
+			a.apply(batch)
+		case <-a.stop:
+			for {
+				select {
+				case s := <-a.reqs:
+					a.apply([]settlement{s})
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (a *acker) apply(batch []settlement) {
+	acks := map[uint64]bool{}
+	for _, s := range batch {
+		if s.ack {
+			acks[s.tag] = true
+			continue
+		}
+		a.check(a.ch.Nack(s.tag, false, true))
+		a.settled[s.tag] = true
+	}
+	// The run of consecutive tags from next: one multiple ack for all of it (tags in the
+	// run settled before are no longer outstanding, and a multiple ack skips them).
+	var last uint64
+	for {
+		if acks[a.next] {
+			delete(acks, a.next)
+			last = a.next
+		} else if a.settled[a.next] {
+			delete(a.settled, a.next)
+		} else {
+			break
+		}
+		a.next++
+	}
+	if last != 0 {
+		a.check(a.ch.Ack(last, true))
+	}
+	for tag := range acks {
+		a.check(a.ch.Ack(tag, false))
+		a.settled[tag] = true
+	}
+}
+
+func (a *acker) check(err error) {
+	if err != nil && !a.failed {
+		a.failed = true // once per channel: it is closed
+		a.logger.Error("Cannot settle messages: the broker will deliver them again", err, nil)
+	}
+}

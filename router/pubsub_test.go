@@ -1,0 +1,48 @@
+package router_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Watermill's universal Pub/Sub suite with warren's publisher and subscriber: one message in
+// flight (ordered, as the suite's ordering tests expect), and many.
+func TestPubSubSuite(t *testing.T) {
+	for name, c := range map[string]struct {
+		concurrency int
+		ordered     bool
+	}{"one in flight": {1, true}, "64 in flight": {64, false}} {
+		t.Run(name, func(t *testing.T) {
+			env := testenv.New(t)
+			tcfg := topology.Config{Delay: env.Delay(topology.Delay{})}
+			features := tests.Features{
+				GuaranteedOrder:                     c.ordered,
+				GuaranteedOrderWithSingleSubscriber: c.ordered,
+				Persistent:                          true,
+				GenerateTopicFunc:                   func(tctx tests.TestContext) string { return env.Name(string(tctx.TestID)) },
+			}
+			route := func(topic string) dlx.Route { return dlx.ToQueue(env.TrackQueue(topic)) }
+			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
+				pub, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: tcfg, Route: route}, env.Logger())
+				require.NoError(t, err)
+				sub, err := router.NewSubscriber(router.SubscriberConfig{
+					URL: env.URL, Topology: tcfg, Concurrency: c.concurrency,
+					// The suite closes subscribers holding unacked messages and expects
+					// their context to end within 15s: the wait for them is shorter.
+					ShutdownTimeout: 2 * time.Second,
+				}, env.Logger())
+				require.NoError(t, err)
+				return pub, sub
+			}, nil)
+		})
+	}
+}

@@ -1,0 +1,538 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+	"go.uber.org/goleak"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/handlers"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// newRouter returns a router on env's broker with delay levels of the test's own; it is
+// closed when the test ends.
+func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router.Router {
+	t.Helper()
+	cfg := router.Config{
+		URL:             env.URL,
+		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
+		ShutdownTimeout: 10 * time.Second,
+		IgnoreSignals:   true,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	r, err := router.New(cfg, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// start runs r until the test ends and returns once its handlers run.
+func start(t *testing.T, r *router.Router) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	select {
+	case <-r.Running():
+	case err := <-done:
+		t.Fatalf("router stopped at once: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("router did not start")
+	}
+	return done
+}
+
+// poisoned waits for one message in queue's poison queue.
+func poisoned(t *testing.T, env *testenv.Env, queue string, timeout time.Duration) amqp.Delivery {
+	t.Helper()
+	ch := env.Channel()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		d, ok, err := ch.Get(topology.PoisonQueue(queue), true)
+		require.NoError(t, err)
+		if ok {
+			return d
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("nothing in %s within %s", topology.PoisonQueue(queue), timeout)
+	return amqp.Delivery{}
+}
+
+type orderError struct{ id string }
+
+func (e *orderError) Error() string { return "order " + e.id + " is not payable" }
+
+type attempt struct {
+	n       int
+	at      time.Time
+	handler string
+}
+
+// A failing handler is tried at the times its schedule gives (never early), as many times
+// as the limit allows; then the message is in the poison queue with every header, and one
+// trace covers publish, every retry and the poison message.
+func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
+	env := testenv.New(t)
+	events, queue := env.Exchange("events"), env.Queue("payments")
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	delays := []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1200 * time.Millisecond}
+	r := newRouter(t, env, func(c *router.Config) {
+		c.Route = dlx.ToExchange(events)
+		c.TracerProvider = tp
+		c.Retry = middleware.BackoffConfig{Delays: delays}
+	})
+
+	var (
+		mu       sync.Mutex
+		attempts []attempt
+	)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{
+		Name: "pay", Queue: queue, Exchange: events, Keys: []string{"order.*"},
+	}, func(msg *message.Message) error {
+		mu.Lock()
+		attempts = append(attempts, attempt{middleware.Attempt(msg), time.Now(), message.HandlerNameFromCtx(msg.Context())})
+		mu.Unlock()
+		return fmt.Errorf("charging card: %w", &orderError{id: "o-1"})
+	}))
+	start(t, r)
+
+	ctx, root := tp.Tracer("test").Start(context.Background(), "checkout")
+	msg := message.NewMessage(watermill.NewUUID(), []byte(`{"id":"o-1"}`))
+	msg.Metadata.Set("tenant", "acme")
+	msg.SetContext(ctx)
+	require.NoError(t, r.Publisher().Publish("order.created", msg))
+	root.End()
+
+	d := poisoned(t, env, queue, 15*time.Second)
+	time.Sleep(500 * time.Millisecond) // a fifth attempt would come now
+	mu.Lock()
+	got := append([]attempt(nil), attempts...)
+	mu.Unlock()
+
+	require.Len(t, got, 4, "the limit is 4 attempts")
+	for i, a := range got {
+		assert.Equal(t, i+1, a.n)
+		assert.Equal(t, "pay", a.handler)
+		if i > 0 {
+			wait := a.at.Sub(got[i-1].at)
+			assert.GreaterOrEqual(t, wait, delays[i-1], "attempt %d came early", a.n)
+			t.Logf("attempt %d: %s after attempt %d (schedule %s)", a.n, wait.Round(time.Millisecond), i, delays[i-1])
+		}
+	}
+
+	h := d.Headers
+	assert.Equal(t, msg.UUID, d.MessageId)
+	assert.Equal(t, `{"id":"o-1"}`, string(d.Body))
+	assert.Equal(t, "acme", h["tenant"], "the message's own headers are kept")
+	assert.Equal(t, "charging card: order o-1 is not payable", h[middleware.PoisonErrorKey])
+	assert.Equal(t, "*router_test.orderError", h[middleware.PoisonErrorTypeKey])
+	assert.Equal(t, middleware.PoisonReasonExhausted, h[middleware.PoisonReasonKey])
+	assert.Equal(t, "pay", h[middleware.PoisonHandlerKey])
+	assert.Equal(t, queue, h[middleware.PoisonQueueKey])
+	assert.Equal(t, events, h[middleware.PoisonExchangeKey])
+	assert.Equal(t, "order.created", h[middleware.PoisonRoutingKeyKey])
+	assert.Equal(t, "4", h[middleware.PoisonAttemptsKey])
+	first, err := time.Parse(time.RFC3339Nano, h[middleware.PoisonFirstFailKey].(string))
+	require.NoError(t, err)
+	last, err := time.Parse(time.RFC3339Nano, h[middleware.PoisonLastFailKey].(string))
+	require.NoError(t, err)
+	assert.WithinDuration(t, got[0].at, first, 100*time.Millisecond)
+	assert.WithinDuration(t, got[3].at, last, 100*time.Millisecond)
+	assert.Equal(t, root.SpanContext().TraceID().String(), h[middleware.PoisonTraceIDKey])
+
+	// One trace: the root, 1 publish, 4 processings, 3 retry publishes, 1 poison publish.
+	require.NoError(t, tp.ForceFlush(context.Background()))
+	var process, send []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		assert.Equal(t, root.SpanContext().TraceID(), s.SpanContext().TraceID(), "span %s", s.Name())
+		switch s.SpanKind() {
+		case trace.SpanKindConsumer:
+			process = append(process, s)
+		case trace.SpanKindProducer:
+			send = append(send, s)
+		}
+	}
+	require.Len(t, process, 4)
+	require.Len(t, send, 5)
+	sort.Slice(process, func(i, j int) bool { return process[i].StartTime().Before(process[j].StartTime()) })
+	for i, s := range process {
+		attrs := attrMap(s.Attributes())
+		assert.Equal(t, "rabbitmq", attrs["messaging.system"])
+		assert.Equal(t, queue, attrs["messaging.destination.name"])
+		key := "order.created" // retries are delivered straight to the queue
+		if i > 0 {
+			key = queue
+		}
+		assert.Equal(t, key, attrs["messaging.rabbitmq.destination.routing_key"])
+		assert.Equal(t, msg.UUID, attrs["messaging.message.id"])
+		assert.Equal(t, int64(i+1), attrs["warren.attempt"])
+		assert.Equal(t, "process "+queue, s.Name())
+	}
+	sendDest := map[string]int{}
+	for _, s := range send {
+		sendDest[attrMap(s.Attributes())["messaging.destination.name"].(string)]++
+	}
+	assert.Equal(t, map[string]int{"order.created": 1, queue: 3, topology.PoisonQueue(queue): 1}, sendDest)
+}
+
+func attrMap(kvs []attribute.KeyValue) map[string]any {
+	m := map[string]any{}
+	for _, kv := range kvs {
+		m[string(kv.Key)] = kv.Value.AsInterface()
+	}
+	return m
+}
+
+// In a fan-out topic, a retry goes to the failing group's queue only.
+func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
+	env := testenv.New(t)
+	events := env.Exchange("events")
+	failing, other := env.Queue("billing"), env.Queue("audit")
+	r := newRouter(t, env, func(c *router.Config) {
+		c.Route = dlx.ToExchange(events)
+		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{200 * time.Millisecond}}
+	})
+	var billing, audit atomic.Int32
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: failing, Exchange: events, Keys: []string{"order.*"}},
+		func(msg *message.Message) error {
+			if billing.Add(1) == 1 {
+				return errors.New("try again")
+			}
+			return nil
+		}))
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: other, Exchange: events, Keys: []string{"order.*"}},
+		func(msg *message.Message) error { audit.Add(1); return nil }))
+	start(t, r)
+
+	require.NoError(t, r.Publisher().Publish("order.created", message.NewMessage(watermill.NewUUID(), nil)))
+	require.Eventually(t, func() bool { return billing.Load() == 2 }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(500 * time.Millisecond)
+	assert.EqualValues(t, 2, billing.Load(), "the failing group: first attempt and its retry")
+	assert.EqualValues(t, 1, audit.Load(), "the other group never sees the retry")
+	assert.Zero(t, env.Messages(topology.PoisonQueue(failing)))
+}
+
+func TestPanicIsRetriedThenPoisoned(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("panics")
+	r := newRouter(t, env, func(c *router.Config) {
+		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}}
+	})
+	var calls atomic.Int32
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
+		calls.Add(1)
+		var m map[string]int
+		m["boom"]++ // nil map: panics
+		return nil
+	}))
+	start(t, r)
+	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), nil)))
+
+	d := poisoned(t, env, queue, 10*time.Second)
+	assert.EqualValues(t, 2, calls.Load())
+	assert.Equal(t, "*middleware.PanicError", d.Headers[middleware.PoisonErrorTypeKey])
+	assert.Contains(t, d.Headers[middleware.PoisonErrorKey], "assignment to entry in nil map")
+	assert.Contains(t, d.Headers[middleware.PoisonStackKey], "router_test.TestPanicIsRetriedThenPoisoned")
+	assert.Equal(t, "2", d.Headers[middleware.PoisonAttemptsKey])
+}
+
+type payment struct {
+	Amount int `json:"amount"`
+}
+
+// A payload that cannot be decoded is permanent: poisoned at once, without retries.
+func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("json")
+	r := newRouter(t, env, func(c *router.Config) {
+		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}}
+	})
+	var decoded atomic.Int32
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue},
+		handlers.JSON(func(ctx context.Context, p payment) error { decoded.Add(1); return nil })))
+	start(t, r)
+	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{"amount":`))))
+
+	d := poisoned(t, env, queue, 10*time.Second)
+	assert.Equal(t, middleware.PoisonReasonPermanent, d.Headers[middleware.PoisonReasonKey])
+	assert.Equal(t, "1", d.Headers[middleware.PoisonAttemptsKey])
+	assert.Equal(t, "*json.SyntaxError", d.Headers[middleware.PoisonErrorTypeKey])
+	assert.Zero(t, decoded.Load())
+	assert.Zero(t, env.Messages(queue), "no retry is waiting")
+}
+
+// N handlers of one router are in flight at once: each waits until all N are.
+func TestHandlersRunConcurrently(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("concurrent")
+	const n = 8
+	r := newRouter(t, env, nil)
+	var (
+		inflight, peak atomic.Int32
+		all            = make(chan struct{})
+		once           sync.Once
+	)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Concurrency: n}, func(msg *message.Message) error {
+		now := inflight.Add(1)
+		defer inflight.Add(-1)
+		for {
+			p := peak.Load()
+			if now <= p || peak.CompareAndSwap(p, now) {
+				break
+			}
+		}
+		if now == n {
+			once.Do(func() { close(all) })
+		}
+		select {
+		case <-all:
+			return nil
+		case <-time.After(10 * time.Second):
+			return middleware.Permanent(errors.New("not all handlers were in flight at once"))
+		}
+	}))
+	start(t, r)
+	var msgs []*message.Message
+	for range n {
+		msgs = append(msgs, message.NewMessage(watermill.NewUUID(), nil))
+	}
+	require.NoError(t, r.Publisher().Publish(queue, msgs...))
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("only %d of %d handlers were in flight at once", peak.Load(), n)
+	}
+	assert.EqualValues(t, n, peak.Load())
+}
+
+// Closing under load: what was processed was processed once and acked, the rest is back in
+// the queue; a second router processes exactly the rest.
+func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("load")
+	const total = 1000
+	var (
+		mu    sync.Mutex
+		count = map[string]int{}
+	)
+	handler := func(msg *message.Message) error {
+		time.Sleep(time.Duration(1+len(msg.UUID)%5) * time.Millisecond)
+		mu.Lock()
+		count[msg.UUID]++
+		mu.Unlock()
+		return nil
+	}
+	processed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(count)
+	}
+
+	pub := newPublisherFor(t, env)
+	var msgs []*message.Message
+	for i := range total {
+		msgs = append(msgs, message.NewMessage(strconv.Itoa(i), nil))
+	}
+	require.NoError(t, pub.Publish(queue, msgs...))
+
+	first := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
+	require.NoError(t, first.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
+	done := start(t, first)
+	require.Eventually(t, func() bool { return processed() >= 200 }, 20*time.Second, 5*time.Millisecond)
+	require.NoError(t, first.Close())
+	require.NoError(t, <-done)
+
+	afterFirst := processed()
+	remaining := env.Messages(queue)
+	t.Logf("first router processed %d, %d back in the queue", afterFirst, remaining)
+	assert.Less(t, afterFirst, total, "closed before the end")
+	assert.Equal(t, total, afterFirst+remaining, "processed + in the queue = published")
+
+	second := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
+	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
+	start(t, second)
+	require.Eventually(t, func() bool { return processed() == total }, 30*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range count {
+		if n != 1 {
+			t.Errorf("message %s processed %d times", id, n)
+		}
+	}
+	assert.Len(t, count, total)
+}
+
+func newPublisherFor(t *testing.T, env *testenv.Env) *dlx.Publisher {
+	p, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// A delivery the marshaler cannot unmarshal goes to the poison queue with the reason; the
+// others are handed out.
+func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("undecodable")
+	sub, err := router.NewSubscriber(router.SubscriberConfig{
+		URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
+		Marshaler: pickyMarshaler{}, HandlerName: "picky",
+	}, env.Logger())
+	require.NoError(t, err)
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), queue)
+	require.NoError(t, err)
+
+	ch := env.Channel()
+	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "bad", Body: []byte("x"), Headers: amqp.Table{"encoding": "rot13"}}))
+	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "good", Body: []byte("y")}))
+	select {
+	case m := <-msgs:
+		assert.Equal(t, "good", m.UUID)
+		m.Ack()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the good message was not handed out")
+	}
+	d := poisoned(t, env, queue, 5*time.Second)
+	assert.Equal(t, "bad", d.MessageId)
+	assert.Equal(t, middleware.PoisonReasonUndecoded, d.Headers[middleware.PoisonReasonKey])
+	assert.Equal(t, "unmarshal: unknown encoding rot13", d.Headers[middleware.PoisonErrorKey])
+	assert.Equal(t, "picky", d.Headers[middleware.PoisonHandlerKey])
+	assert.Equal(t, "x", string(d.Body))
+}
+
+type pickyMarshaler struct{ warren.Marshaler }
+
+func (m pickyMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
+	if e, ok := d.Headers["encoding"]; ok {
+		return nil, fmt.Errorf("unknown encoding %v", e)
+	}
+	return m.Marshaler.Unmarshal(d)
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	_, err := router.New(router.Config{}, nil)
+	assert.ErrorContains(t, err, "Config.URL")
+	_, err = router.New(router.Config{URL: "amqp://x/", Concurrency: -1}, nil)
+	assert.ErrorContains(t, err, "Config.Concurrency")
+	_, err = router.NewSubscriber(router.SubscriberConfig{URL: "amqp://x/", Concurrency: 70000}, nil)
+	assert.ErrorContains(t, err, "Concurrency")
+	_, err = middleware.NewBackoff(middleware.BackoffConfig{}, nil)
+	assert.ErrorContains(t, err, "BackoffConfig.Publisher")
+	_, err = middleware.NewBackoff(middleware.BackoffConfig{Publisher: nopPublisher{}, Delays: []time.Duration{-time.Second}}, nil)
+	assert.ErrorContains(t, err, "BackoffConfig.Delays[0]")
+}
+
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(string, ...*message.Message) error { return nil }
+func (nopPublisher) Close() error                              { return nil }
+
+// SIGTERM stops Run gracefully: the message in flight is finished and acked.
+func TestSignalStopsRunGracefully(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("signal")
+	r := newRouter(t, env, func(c *router.Config) { c.IgnoreSignals = false })
+	started, finished := make(chan struct{}), make(chan struct{})
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
+		close(started)
+		time.Sleep(300 * time.Millisecond)
+		close(finished)
+		return nil
+	}))
+	done := start(t, r)
+	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), nil)))
+	<-started
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return after SIGTERM")
+	}
+	select {
+	case <-finished:
+	default:
+		t.Fatal("Run returned before the handler in flight finished")
+	}
+	assert.Zero(t, env.Messages(queue), "acked, not returned to the queue")
+}
+
+// A queue deleted under a consumer stops that subscription: no empty message is handed out
+// and the queue is not declared again (watermill-amqp does both).
+func TestDeletedQueueStopsTheSubscription(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("deleted")
+	sub, err := router.NewSubscriber(router.SubscriberConfig{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	require.NoError(t, err)
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), queue)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond) // consuming
+
+	_, err = env.Channel().QueueDelete(queue, false, false, false)
+	require.NoError(t, err)
+	select {
+	case m, ok := <-msgs:
+		require.False(t, ok, "a message was handed out: %v", m)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the subscription did not stop")
+	}
+	time.Sleep(200 * time.Millisecond)
+	_, err = env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
+	assert.ErrorContains(t, err, "NOT_FOUND", "the queue was declared again")
+}
+
+// A router that ran, published, retried and closed leaves no goroutine behind; nor do a
+// subscriber and a publisher on their own.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("leak")
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+
+	r := newRouter(t, env, func(c *router.Config) {
+		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond}}
+	})
+	var calls atomic.Int32
+	done := make(chan struct{})
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("once")
+		}
+		close(done)
+		return nil
+	}))
+	stopped := start(t, r)
+	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), nil)))
+	<-done
+	require.NoError(t, r.Close())
+	require.NoError(t, <-stopped)
+}
