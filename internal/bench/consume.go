@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// benchConsume: how fast each contender drains a queue holding *consume messages.
+func benchConsume() {
+	fmt.Printf("== consume: %d persistent 256 B messages per run, acked one by one, median of %d runs\n", *consume, *rounds)
+	delay := topology.Delay{Prefix: name("delay")}.WithDefaults()
+	defer cleanupDelay(delay)
+
+	med := compare(*consume, []contender{
+		{"raw amqp091-go", consumeRaw},
+		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay) }},
+		{"watermill-amqp", consumeWatermill},
+	})
+	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter; watermill-amqp: default router and config, prefetch 1)\n")
+	result("ratio consume_vs_raw", "%.2f", med[1]/med[0])
+	result("ratio consume_vs_watermill", "%.2f", med[1]/med[2])
+}
+
+// fill publishes *consume messages to queue (declared by declare) with pipelined confirms.
+func fill(queue string, declare func(ch *amqp.Channel) error) error {
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := declare(ch); err != nil {
+		return err
+	}
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	body := make([]byte, 256)
+	var last *amqp.DeferredConfirmation
+	for i := 0; i < *consume; i++ {
+		last, err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, amqp.Publishing{
+			Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if ok := last.Wait(); !ok {
+		return fmt.Errorf("fill: not confirmed")
+	}
+	return nil
+}
+
+func plainQueue(queue string) func(ch *amqp.Channel) error {
+	return func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(queue, true, false, false, false, nil)
+		return err
+	}
+}
+
+func consumeRaw(queue string) (time.Duration, error) {
+	if err := fill(queue, plainQueue(queue)); err != nil {
+		return 0, err
+	}
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := ch.Qos(256, 0, false); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i < *consume; i++ {
+		d := <-deliveries
+		if err := d.Ack(false); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// discard is a span exporter that drops what it gets: the spans are made, batched and
+// handed over as in production, then thrown away.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+func consumeWarren(queue string, delay topology.Delay) (time.Duration, error) {
+	tcfg := topology.Config{Delay: delay}
+	b, err := topology.NewBuilder(tcfg, nil)
+	if err != nil {
+		return 0, err
+	}
+	if err := fill(queue, func(ch *amqp.Channel) error {
+		return b.DeclareQueue(context.Background(), ch, topology.Queue{Name: queue})
+	}); err != nil {
+		return 0, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+	defer tp.Shutdown(context.Background())
+	r, err := router.New(router.Config{URL: *url, Topology: tcfg, TracerProvider: tp, IgnoreSignals: true}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	var n atomic.Int64
+	done := make(chan struct{})
+	err = r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
+		if n.Add(1) == int64(*consume) {
+			close(done)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	go func() { _ = r.Run(context.Background()) }()
+	<-done
+	return time.Since(start), nil
+}
+
+func consumeWatermill(queue string) (time.Duration, error) {
+	if err := fill(queue, plainQueue(queue)); err != nil {
+		return 0, err
+	}
+	sub, err := wamqp.NewSubscriber(wamqp.NewDurableQueueConfig(*url), watermill.NopLogger{})
+	if err != nil {
+		return 0, err
+	}
+	r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return 0, err
+	}
+	var n atomic.Int64
+	done := make(chan struct{})
+	r.AddConsumerHandler("bench", queue, sub, func(msg *message.Message) error {
+		if n.Add(1) == int64(*consume) {
+			close(done)
+		}
+		return nil
+	})
+	start := time.Now()
+	go func() { _ = r.Run(context.Background()) }()
+	<-done
+	elapsed := time.Since(start)
+	return elapsed, r.Close()
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+// benchDelay publishes *delayed messages with delays spread uniformly from 10ms to
+// *maxWait, in random order from many goroutines, and measures how late each arrives
+// against the time Publish was called plus its delay.
+func benchDelay() {
+	layout := topology.Delay{Prefix: name("delay"), Radix: *radix}.WithDefaults()
+	q := name("delayed")
+	defer cleanupDelay(layout)
+	defer cleanup(testenv.WorkQueueNames(q))
+
+	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: topology.Config{Delay: layout}}, nil)
+	must(err)
+	defer p.Close()
+	must(p.Publish(q)) // declare the destination
+
+	fmt.Printf("== delay: %d messages, delays uniform in [10ms, %s], published by %d goroutines; levels radix %d, %d levels, unit %s, %d queues\n",
+		*delayed, *maxWait, *dpubs, layout.Radix, layout.Levels, layout.Unit, layout.QueueCount())
+
+	delays := make([]time.Duration, *delayed)
+	for i := range delays {
+		delays[i] = 10*time.Millisecond + time.Duration(rand.Int64N(int64(*maxWait-10*time.Millisecond)))
+	}
+	due := make([]time.Time, len(delays))
+	hops, hopsOf := 0, make([]int, len(delays))
+	for i, d := range delays {
+		plan, err := layout.Plan(d)
+		must(err)
+		hops += plan.Hops
+		hopsOf[i] = plan.Hops
+	}
+	byHops := map[int][]float64{}
+
+	lateness := make([]float64, 0, len(delays))
+	early := 0
+	var mu sync.Mutex
+	consumed := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), *maxWait+2*time.Minute)
+		defer cancel()
+		close(ready)
+		consumed <- consumeAll(ctx, q, len(delays), func(d amqp.Delivery, at time.Time) {
+			i, _ := strconv.Atoi(d.MessageId)
+			mu.Lock()
+			late := at.Sub(due[i])
+			mu.Unlock()
+			if late < 0 {
+				early++
+			}
+			ms := float64(late) / float64(time.Millisecond)
+			lateness = append(lateness, ms)
+			byHops[hopsOf[i]] = append(byHops[hopsOf[i]], ms)
+		})
+	}()
+	<-ready
+
+	start := time.Now()
+	_, err = parallel(*dpubs, len(delays), nextPublish(p, q, delays, due, &mu))
+	must(err)
+	fmt.Printf("   published in %s; waiting for the longest delay\n", time.Since(start).Round(time.Millisecond))
+	must(<-consumed)
+
+	sort.Float64s(lateness)
+	fmt.Printf("   lateness: p50 %.1f ms, p99 %.1f ms, max %.1f ms; early: %d; mean hops %.2f\n",
+		percentile(lateness, 0.50), percentile(lateness, 0.99), lateness[len(lateness)-1], early,
+		float64(hops)/float64(len(delays)))
+	for h := 0; h <= layout.Levels; h++ {
+		if l := byHops[h]; len(l) > 0 {
+			sort.Float64s(l)
+			fmt.Printf("     %d hops: %5d messages, p50 %.1f ms, p99 %.1f ms\n", h, len(l), percentile(l, 0.5), percentile(l, 0.99))
+		}
+	}
+	result("delay_p50_ms", "%.1f", percentile(lateness, 0.50))
+	result("delay_p99_ms", "%.1f", percentile(lateness, 0.99))
+	result("delay_max_ms", "%.1f", lateness[len(lateness)-1])
+	result("delay_early", "%d", early)
+	result("delay_queues", "%d", layout.QueueCount())
+}
+
+// nextPublish returns a function that publishes the next delayed message each time it is
+// called, recording its due time just before Publish.
+func nextPublish(p *dlx.Publisher, q string, delays []time.Duration, due []time.Time, mu *sync.Mutex) func() error {
+	var next int
+	var nmu sync.Mutex
+	return func() error {
+		nmu.Lock()
+		i := next
+		next++
+		nmu.Unlock()
+		msg := message.NewMessage(strconv.Itoa(i), nil)
+		dlx.Delay(msg, delays[i])
+		mu.Lock()
+		due[i] = time.Now().Add(delays[i])
+		mu.Unlock()
+		return p.Publish(q, msg)
+	}
+}

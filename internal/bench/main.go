@@ -1,0 +1,159 @@
+// Command bench measures warren against raw amqp091-go and plain watermill-amqp on the same
+// broker, in one process, and prints the figures side by side, then one machine-readable
+// line per figure. Run it with `make bench`.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+var (
+	url     = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL")
+	publish = flag.Int("publish", 20000, "messages per publish run")
+	rounds  = flag.Int("rounds", 3, "publish runs per contender (the median is reported)")
+	window  = flag.Int("window", 256, "messages in flight (raw) / publishing goroutines (warren, watermill-amqp)")
+	consume = flag.Int("consume", 20000, "messages per consume run")
+	delayed = flag.Int("delayed", 10000, "delayed messages")
+	maxWait = flag.Duration("max-delay", 60*time.Second, "longest delay (delays are spread uniformly from 10ms)")
+	radix   = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
+	dpubs   = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
+	only    = flag.String("only", "", "comma-separated sections to run: publish,consume,delay,kill (default all)")
+
+	killProcs     = flag.Int("kill-procs", 3, "consumer processes of the kill bench (4 consumers each)")
+	killRuns      = flag.Int("kill-runs", 20, "kills measured")
+	killChildMode = flag.Bool("kill-child", false, "run as a consumer process of the kill bench")
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// results collects the machine-readable lines, printed last.
+var results []string
+
+func result(name string, format string, v any) {
+	results = append(results, fmt.Sprintf("%s "+format, name, v))
+}
+
+func main() {
+	flag.Parse()
+	if *killChildMode {
+		killChild()
+		return
+	}
+	conn, err := amqpx.Dial(*url, "warren bench", 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: no broker at %s (run `make broker`): %v\n", *url, err)
+		os.Exit(1)
+	}
+	conn.Close()
+
+	run := func(section string) bool { return *only == "" || strings.Contains(","+*only+",", ","+section+",") }
+	if run("publish") {
+		benchPublish()
+	}
+	if run("consume") {
+		benchConsume()
+	}
+	if run("kill") {
+		benchKill()
+	}
+	if run("delay") {
+		benchDelay()
+	}
+	fmt.Println()
+	for _, r := range results {
+		fmt.Println(r)
+	}
+}
+
+// name returns a name of this run's own.
+func name(what string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "warren-bench." + what + "." + hex.EncodeToString(b)
+}
+
+// dialChannel connects to the broker and opens a channel; closing conn closes both.
+func dialChannel() (*amqp.Connection, *amqp.Channel, error) {
+	conn, err := amqp.Dial(*url)
+	if err != nil {
+		return nil, nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return conn, ch, nil
+}
+
+// cleanup removes queues and exchanges the bench made.
+func cleanup(queues, exchanges []string) {
+	if err := testenv.DeleteAt(*url, queues, exchanges); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: cleanup:", err)
+	}
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// consumeAll reads n messages from queue with a raw consumer and calls fn for each, at its
+// arrival time.
+func consumeAll(ctx context.Context, queue string, n int, fn func(d amqp.Delivery, at time.Time)) error {
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		select {
+		case d, ok := <-deliveries:
+			if !ok {
+				return fmt.Errorf("consumer of %s closed after %d of %d", queue, i, n)
+			}
+			fn(d, time.Now())
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d messages arrived in %s: %w", i, n, queue, ctx.Err())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+// benchPublish: confirmed, persistent, 256-byte messages into a durable classic queue.
+func benchPublish() {
+	body := make([]byte, 256)
+	fmt.Printf("== publish: %d confirmed persistent 256 B messages per run, %d in flight, median of %d runs\n",
+		*publish, *window, *rounds)
+
+	delay := topology.Delay{Prefix: name("delay"), Levels: 1}.WithDefaults()
+	defer cleanupDelay(delay)
+	med := compare(*publish, []contender{
+		{"raw amqp091-go", func(q string) (time.Duration, error) { return publishRaw(q, body) }},
+		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
+		{"watermill-amqp", func(q string) (time.Duration, error) { return publishWatermill(q, body) }},
+	})
+	result("ratio publish_vs_raw", "%.2f", med[1]/med[0])
+	result("ratio publish_vs_watermill", "%.2f", med[1]/med[2])
+}
+
+// contender is one side of a throughput comparison: run handles n messages on queue.
+type contender struct {
+	name string
+	run  func(queue string) (time.Duration, error)
+}
+
+// compare runs every contender *rounds times, interleaved so that drift hits all alike, each
+// time on a fresh queue of n messages, prints the rates and returns their medians.
+func compare(n int, contenders []contender) []float64 {
+	rates := make([][]float64, len(contenders))
+	for r := 0; r < *rounds; r++ {
+		for i, c := range contenders {
+			q := name("run")
+			d, err := c.run(q)
+			cleanup(testenv.WorkQueueNames(q))
+			must(err)
+			rates[i] = append(rates[i], float64(n)/d.Seconds())
+		}
+	}
+	med := make([]float64, len(contenders))
+	for i, c := range contenders {
+		med[i] = median(rates[i])
+		fmt.Printf("   %-16s %9.0f msg/s   (runs: %s)\n", c.name, med[i], fmtRates(rates[i]))
+	}
+	return med
+}
+
+func fmtRates(rs []float64) string {
+	s := ""
+	for i, r := range rs {
+		if i > 0 {
+			s += " "
+		}
+		s += fmt.Sprintf("%.0f", r)
+	}
+	return s
+}
+
+func declareQueue(q string) error {
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+	return err
+}
+
+// publishRaw: one channel in confirm mode, a sliding window of deferred confirmations.
+func publishRaw(q string, body []byte) (time.Duration, error) {
+	if err := declareQueue(q); err != nil {
+		return 0, err
+	}
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, err
+	}
+	ctx := context.Background()
+	inflight := make([]*amqp.DeferredConfirmation, 0, *window)
+	start := time.Now()
+	for i := 0; i < *publish; i++ {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
+			Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
+		})
+		if err != nil {
+			return 0, err
+		}
+		inflight = append(inflight, dc)
+		if len(inflight) == *window {
+			if ok, err := inflight[0].WaitContext(ctx); err != nil || !ok {
+				return 0, fmt.Errorf("raw: not confirmed: %v", err)
+			}
+			inflight = inflight[1:]
+		}
+	}
+	for _, dc := range inflight {
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return 0, fmt.Errorf("raw: not confirmed: %v", err)
+		}
+	}
+	return time.Since(start), nil
+}
+
+// parallel runs fn n times from g goroutines and returns the elapsed time.
+func parallel(g, n int, fn func() error) (time.Duration, error) {
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	start := time.Now()
+	for range g {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := fn(); err != nil {
+					errOnce.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start), first
+}
+
+func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
+	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: topology.Config{Delay: delay}}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	if err := p.Publish(q); err != nil { // declares the queue, outside the timing
+		return 0, err
+	}
+	return parallel(*window, *publish, func() error {
+		return p.Publish(q, message.NewMessage(watermill.NewUUID(), body))
+	})
+}
+
+func publishWatermill(q string, body []byte) (time.Duration, error) {
+	if err := declareQueue(q); err != nil {
+		return 0, err
+	}
+	cfg := wamqp.NewDurableQueueConfig(*url)
+	cfg.Publish.ConfirmDelivery = true
+	cfg.Publish.ChannelPoolSize = *window
+	cfg.Marshaler = warren.Marshaler{}
+	p, err := wamqp.NewPublisher(cfg, watermill.NopLogger{})
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	return parallel(*window, *publish, func() error {
+		return p.Publish(q, message.NewMessage(watermill.NewUUID(), body))
+	})
+}
+
+func cleanupDelay(d topology.Delay) { cleanup(d.Names()) }
