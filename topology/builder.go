@@ -151,13 +151,9 @@ func (b *Builder) deliveryObjects() []object {
 	if d.Disabled {
 		return nil
 	}
-	parkingArgs := amqp.Table{}
-	if d.QueueType == Quorum {
-		parkingArgs[amqp.QueueTypeArg] = amqp.QueueTypeQuorum
-	}
 	return []object{
 		{what: "exchange", name: d.ParkingExchange(), kind: Fanout},
-		{what: "queue", name: d.ParkingQueue(), args: parkingArgs},
+		{what: "queue", name: d.ParkingQueue(), args: d.queueArgs()},
 		{what: "binding", name: "parking", binding: Binding{Exchange: d.ParkingExchange(), Queue: d.ParkingQueue()}},
 		{what: "exchange", name: d.DeliveryExchange(), kind: Headers, args: amqp.Table{"alternate-exchange": d.ParkingExchange()}},
 	}
@@ -170,9 +166,10 @@ func (b *Builder) delayObjects() []object {
 		return nil
 	}
 	levelArgs := func(ttl int64, next string) amqp.Table {
-		args := amqp.Table{amqp.QueueMessageTTLArg: ttl, "x-dead-letter-exchange": next}
+		args := d.queueArgs()
+		args[amqp.QueueMessageTTLArg] = ttl
+		args["x-dead-letter-exchange"] = next
 		if d.QueueType == Quorum {
-			args[amqp.QueueTypeArg] = amqp.QueueTypeQuorum
 			args["x-dead-letter-strategy"] = "at-least-once"
 			args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
 		}

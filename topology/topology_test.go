@@ -293,6 +293,23 @@ func TestDelayLevelsDeliver(t *testing.T) {
 	}
 }
 
+// Classic level queues are version 2 (see Delay): the same queue with version 1 is refused.
+func TestClassicDelayLevelsAreVersion2(t *testing.T) {
+	env := testenv.New(t)
+	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 1}})
+	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{}))
+	d := b.Delay()
+	declare := func(version int32) error {
+		_, err := env.Channel().QueueDeclare(d.LevelQueue(0, 1), true, false, false, false, amqp.Table{
+			amqp.QueueMessageTTLArg: int64(1), "x-dead-letter-exchange": d.DeliveryExchange(),
+			amqp.QueueTypeArg: amqp.QueueTypeClassic, amqp.QueueVersionArg: version,
+		})
+		return err
+	}
+	assert.NoError(t, declare(2))
+	assert.ErrorContains(t, declare(1), "inequivalent arg 'x-queue-version'")
+}
+
 // A watermill-amqp Subscriber with the Builder as its TopologyBuilder creates what it reads
 // from, including the poison queue and kill exchange, and reads warren's messages.
 func TestWatermillSubscriberUsesBuilder(t *testing.T) {
