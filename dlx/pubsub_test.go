@@ -1,6 +1,7 @@
 package dlx_test
 
 import (
+	"context"
 	"testing"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -34,6 +35,7 @@ func TestPubSubSuiteQueues(t *testing.T) {
 	// Some tests derive further topics from the generated one: every queue is tracked
 	// where it is named, so that all are removed.
 	route := func(topic string) dlx.Route { return dlx.ToQueue(env.TrackQueue(topic)) }
+	declareDelay(t, env, tcfg)
 	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		pub, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: tcfg, Route: route}, env.Logger())
 		require.NoError(t, err)
@@ -69,9 +71,18 @@ func TestPubSubSuiteConsumerGroups(t *testing.T) {
 		require.NoError(t, err)
 		return pub, sub
 	}
+	declareDelay(t, env, tcfg)
 	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		return newPubSub(t, "test")
 	}, newPubSub)
+}
+
+// declareDelay declares the delay levels and the parking queue once, before the suite's
+// parallel tests: a watermill-amqp Subscriber declares through BuildTopology on a channel it
+// owns, so the Builder cannot retry there when the broker briefly reports a durable queue
+// that another connection is creating as absent (see amqpx.IsPermanentBrokerError).
+func declareDelay(t *testing.T, env *testenv.Env, cfg topology.Config) {
+	require.NoError(t, mustBuilder(t, cfg).Apply(context.Background(), env.URL, topology.Topology{}))
 }
 
 func mustBuilder(t *testing.T, cfg topology.Config) *topology.Builder {

@@ -15,7 +15,10 @@ var _ wamqp.TopologyBuilder = (*Builder)(nil)
 // poison queue, kill exchange and delivery binding, and, when params.ExchangeName is set,
 // that exchange (of type config.Exchange.Type, or Config.ExchangeKind) bound to the queue
 // with params.RoutingKey. config.Queue.Arguments are added to the queue's arguments; the
-// queue is always durable.
+// queue is always durable. It declares on the channel watermill-amqp gives it, so it cannot
+// retry a transient broker error (which closes that channel), such as RabbitMQ's brief
+// "home node ... is down or inaccessible" while another connection creates the same durable
+// queue: with many subscribers starting at once, declare the delay levels with Apply first.
 func (b *Builder) BuildTopology(ch *amqp.Channel, params wamqp.BuildTopologyParams, config wamqp.Config, logger watermill.LoggerAdapter) error {
 	t := Topology{Queues: []Queue{{Name: params.QueueName, Args: config.Queue.Arguments}}}
 	if params.ExchangeName != "" {

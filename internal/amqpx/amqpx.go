@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -108,9 +109,17 @@ func PermanentIfRefused(err error) error {
 
 // IsPermanentBrokerError reports whether err is a broker reply that retrying cannot change
 // (access refused, precondition failed, not found, ...), as opposed to a lost connection.
+// A durable queue reported absent ("home node ... is down or inaccessible") is not
+// permanent: in a cluster its node may come back, and on a single node RabbitMQ (3.x)
+// gives that reply for a moment while another connection declares or deletes the same
+// queue (it reads its two queue tables outside a transaction). Seen in CI when parallel
+// publishers declared the same delay levels at once.
 func IsPermanentBrokerError(err error) bool {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) {
+		return false
+	}
+	if ae.Code == amqp.NotFound && strings.Contains(ae.Reason, "is down or inaccessible") {
 		return false
 	}
 	switch ae.Code {
