@@ -1,8 +1,9 @@
 # warren: two commands on a fresh machine: `make demo` and `make test`.
 GO ?= go
 TEST_TIMEOUT ?= 40m
+FAULTS_TIMEOUT ?= 30m
 
-.PHONY: all broker demo test bench vet fmt
+.PHONY: all broker demo test faults bench vet fmt
 
 all: vet test
 
@@ -17,6 +18,13 @@ demo: broker
 ## test: vet, then every test (race detector on) against the real broker
 test: broker vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
+## retries, delays and poison while the broker is killed, connections are closed, a consumer process is
+## killed and unparseable messages arrive; one line per case, fails on any loss or stall
+faults: broker
+	$(GO) vet -tags faults ./internal/faults/
+	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
 
 ## bench: throughput and delay accuracy, side by side with raw amqp091-go and watermill-amqp
 bench: broker

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -59,13 +60,13 @@ func (m Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 // Unmarshal turns a delivery into a message. It never fails: headers that are not strings
 // are converted (see Marshaler). The UUID is the delivery's message-id, or
 // watermill-amqp's UUID header when there is no message-id. warren's transport headers
-// (those of the delay levels) are dropped.
+// (those of the delay levels) and delay instructions (see IsDelayMetadata) are dropped.
 func (m Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 	uuid := d.MessageId
 	msg := message.NewMessage("", d.Body)
 	msg.Metadata = make(message.Metadata, len(d.Headers))
 	for k, v := range d.Headers {
-		if IsTransportHeader(k) {
+		if IsTransportHeader(k) || IsDelayMetadata(k) || k == MetadataPublishID {
 			continue
 		}
 		if k == watermillUUIDHeader {
@@ -96,9 +97,37 @@ func IsTransportHeader(name string) bool {
 	return strings.HasPrefix(name, TransportHeaderPrefix)
 }
 
+// IsDelayMetadata reports whether the metadata key asks a publisher to delay the message:
+// dlx's warren_delay and warren_deliver_at, and Watermill's components/delay keys. They are
+// instructions to a publisher, not part of a message: a delivered message has been delayed
+// already. Unmarshal drops them, so that a message forwarded as it was received goes at once,
+// and a foreign value (a garbage duration, a time in the year 2999) never makes the forward
+// fail.
+func IsDelayMetadata(key string) bool {
+	switch key {
+	case "warren_delay", "warren_deliver_at", delay.DelayedForKey, delay.DelayedUntilKey:
+		return true
+	}
+	return false
+}
+
 // TransportHeaderPrefix starts the names of warren's routing headers. The names deliberately
 // do not start with "x-": a headers exchange ignores binding arguments that do.
 const TransportHeaderPrefix = "warren-dlx-"
+
+// PublishIDHeader carries the id the DLX publisher gives each message of a Publish call. It is
+// the same on every copy of that publish (a re-send after a lost confirm, a redelivery after a
+// lost ack) and new on every other publish (a replay, a new message): warren's subscriber
+// recognises copies by it. A publish may ask for its id with MetadataPublishID: warren derives
+// the ids of retries and of a handler's outputs from the message they come from, so that
+// copies of a message make copies of its retry and outputs, which are recognised in turn. A
+// transport header: dropped on unmarshal, never published again.
+const PublishIDHeader = TransportHeaderPrefix + "id"
+
+// MetadataPublishID asks the DLX publisher for the message's PublishIDHeader (instead of a new
+// random one). It is an instruction to the publisher: consumed by Publish, never sent, and
+// dropped on unmarshal.
+const MetadataPublishID = "warren_publish_id"
 
 // HeaderString converts an AMQP header value to the string kept in metadata.
 func HeaderString(v any) string {

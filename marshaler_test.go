@@ -6,12 +6,14 @@ import (
 	"time"
 
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -142,4 +144,18 @@ func get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 	}
 	t.Fatalf("nothing arrived in %s", queue)
 	return amqp.Delivery{}
+}
+
+// Delay instructions are not part of a delivered message: foreign or stale ones are dropped,
+// so a handler that forwards what it received sends it at once and never fails on them.
+func TestUnmarshalDropsDelayInstructions(t *testing.T) {
+	msg, err := warren.Marshaler{}.Unmarshal(amqp.Delivery{MessageId: "m", Headers: amqp.Table{
+		dlx.MetadataDelay:     "garbage",
+		dlx.MetadataDeliverAt: "2001-01-01T00:00:00Z",
+		delay.DelayedUntilKey: "2999-01-01T00:00:00Z",
+		delay.DelayedForKey:   "1s",
+		"order":               "42",
+	}})
+	require.NoError(t, err)
+	assert.Equal(t, message.Metadata{"order": "42"}, msg.Metadata)
 }

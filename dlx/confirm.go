@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // ErrNacked is wrapped by the error of a publishing the broker nacked.
@@ -29,9 +31,10 @@ func (e *ReturnedError) Error() string {
 // flight, and resolves each to acked, nacked or returned.
 //
 // Ordering is what makes returns exact: RabbitMQ sends basic.return before the basic.ack of
-// the same message, amqp091 hands both over from its one reader goroutine, and run receives
-// both on unbuffered channels in one goroutine. So a publishing's return is always recorded
-// before its confirmation is handled.
+// the same message, and amqp091 hands both over, in that order, from its one reader
+// goroutine. The channels are buffered (the reader does not wait for run at every message),
+// so run takes every return already handed over before it handles a confirmation: a
+// publishing's return is always recorded before its confirmation is handled.
 type confirmer struct {
 	ch *amqp.Channel
 
@@ -64,14 +67,23 @@ func newConfirmer(ch *amqp.Channel) (*confirmer, error) {
 		pending:    map[uint64]*inflight{},
 		unreturned: map[returnKey][]*inflight{},
 	}
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
-	returns := ch.NotifyReturn(make(chan amqp.Return))
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
+	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
 	go c.run(confirms, returns, closes)
 	return c, nil
 }
 
 func (c *confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
+	record := func(r amqp.Return) {
+		c.mu.Lock()
+		k := returnKey{r.Exchange, r.RoutingKey, r.MessageId}
+		if q := c.unreturned[k]; len(q) > 0 {
+			q[0].returned = &r
+			c.dropUnreturned(q[0])
+		}
+		c.mu.Unlock()
+	}
 	for {
 		select {
 		case r, ok := <-returns:
@@ -79,14 +91,22 @@ func (c *confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 				returns = nil
 				continue
 			}
-			c.mu.Lock()
-			k := returnKey{r.Exchange, r.RoutingKey, r.MessageId}
-			if q := c.unreturned[k]; len(q) > 0 {
-				q[0].returned = &r
-				c.dropUnreturned(q[0])
-			}
-			c.mu.Unlock()
+			record(r)
 		case conf, ok := <-confirms:
+			// The returns handed over before this confirmation come first.
+		drain:
+			for returns != nil {
+				select {
+				case r, ok := <-returns:
+					if !ok {
+						returns = nil
+						break drain
+					}
+					record(r)
+				default:
+					break drain
+				}
+			}
 			if !ok {
 				err := errors.New("channel closed")
 				if e, ok := <-closes; ok && e != nil {
@@ -194,4 +214,20 @@ func (f *inflight) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the broker's confirmation: %w", ctx.Err())
 	}
+}
+
+// ErrTooLarge is wrapped by the error of a message whose properties (headers included) do
+// not fit in one frame, with room left for the headers the broker adds on its way (x-death
+// on every delay hop, the quorum delivery count). It is refused before anything is sent:
+// RabbitMQ would close the whole connection, failing every message in flight on it.
+var ErrTooLarge = errors.New("the message's properties and headers are too large for a frame")
+
+// IsPermanent reports whether a Publish error is one that publishing again cannot cure: a
+// message too large or with invalid delay metadata, a message the broker returned (no queue
+// takes it) or a refusal by the broker (access refused, a missing exchange). Other errors (a
+// lost connection, a nack, the time limit) may pass.
+func IsPermanent(err error) bool {
+	var ret *ReturnedError
+	return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidDelay) || errors.As(err, &ret) ||
+		amqpx.IsPermanentBrokerError(err)
 }

@@ -1,12 +1,15 @@
 package dlx
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/warrenmq/warren"
 )
 
 // Metadata keys of warren's delay API. The publisher reads them and does not send them on,
@@ -15,6 +18,11 @@ const (
 	MetadataDelay     = "warren_delay"      // a Go duration, relative to Publish
 	MetadataDeliverAt = "warren_deliver_at" // an RFC 3339 time
 )
+
+// ErrInvalidDelay is wrapped by the error of a message whose delay metadata cannot be
+// planned: not a duration or time, negative, too far in the past, or above the maximum of the
+// delay levels.
+var ErrInvalidDelay = errors.New("invalid delay")
 
 // Delay asks for msg to be delivered d after it is published. d is rounded up to the unit
 // of the delay levels: a message is never delivered early.
@@ -102,5 +110,5 @@ func due(msg *message.Message, now time.Time, tolerance time.Duration) (time.Tim
 
 // sentMetadata reports whether a metadata key is sent on as a header.
 func sentMetadata(key string) bool {
-	return key != MetadataDelay && key != MetadataDeliverAt
+	return key != MetadataDelay && key != MetadataDeliverAt && key != warren.MetadataPublishID
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -87,12 +90,13 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first field of c that is not usable.
+// Validate reports the first field of c that is not usable. No error contains the
+// password of Config.URL.
 func (c Config) Validate() error {
 	if c.URL == "" {
 		return errors.New("dlx: Config.URL is empty")
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
+	if err := amqpx.CheckURL(c.URL); err != nil {
 		return fmt.Errorf("dlx: Config.URL: %w", err)
 	}
 	if err := c.Topology.Validate(); err != nil {
@@ -101,11 +105,12 @@ func (c Config) Validate() error {
 	if err := c.Declare.Validate(); err != nil {
 		return fmt.Errorf("dlx: Config.Declare: %w", err)
 	}
-	for name, d := range map[string]time.Duration{
-		"ConnectTimeout": c.ConnectTimeout, "PublishTimeout": c.PublishTimeout, "PastTolerance": c.PastTolerance,
-	} {
-		if d < 0 {
-			return fmt.Errorf("dlx: Config.%s %s is negative", name, d)
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"ConnectTimeout", c.ConnectTimeout}, {"PublishTimeout", c.PublishTimeout}, {"PastTolerance", c.PastTolerance}} {
+		if f.d < 0 {
+			return fmt.Errorf("dlx: Config.%s %s is negative", f.name, f.d)
 		}
 	}
 	return nil
@@ -133,7 +138,8 @@ type Publisher struct {
 	declared  map[Route]bool // destinations declared on this connection
 	closed    bool
 
-	declMu sync.Mutex // serialises declarations (on their own channel)
+	dialing   chan struct{} // one slot: held while connecting, waited for until the caller's deadline
+	declaring chan struct{} // one slot: serialises declarations (on their own channel)
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -160,6 +166,8 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 		queues:    map[string]topology.Queue{},
 		exchanges: map[string]topology.Exchange{},
 		declared:  map[Route]bool{},
+		dialing:   make(chan struct{}, 1),
+		declaring: make(chan struct{}, 1),
 	}
 	if err := p.declareWith(context.Background(), config.Declare, builder.Declare); err != nil {
 		_ = p.Close()
@@ -195,32 +203,49 @@ func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
 	}
 	p.list(t)
 	return amqpx.Retry(ctx, p.cfg.ConnectTimeout, "dlx: declare", func(ctx context.Context) error {
-		if _, err := p.connect(); err != nil {
+		if _, err := p.connect(ctx); err != nil {
 			return err
 		}
 		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error { return declare(ctx, ch, t) })
 	})
 }
 
-// connect returns the open confirm channel, dialling and opening it when needed.
-func (p *Publisher) connect() (*confirmer, error) {
+// connect returns the open confirm channel, dialling and opening it when needed. One call
+// at a time dials, without holding p.mu; the others wait for it, each until its own ctx
+// ends.
+func (p *Publisher) connect(ctx context.Context) (*confirmer, error) {
+	if conf, err := p.current(); conf != nil || err != nil {
+		return conf, err
+	}
+	select {
+	case p.dialing <- struct{}{}:
+		defer func() { <-p.dialing }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another call's dial: %w", context.Cause(ctx))
+	}
+	if conf, err := p.current(); conf != nil || err != nil { // connected while we waited
+		return conf, err
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, amqpx.Permanent(errors.New("dlx: publisher is closed"))
-	}
-	if p.conf != nil && p.conf.closed() == nil && !p.conn.IsClosed() {
-		return p.conf, nil
-	}
-	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := amqpx.Dial(p.cfg.URL, "warren dlx publisher", p.cfg.ConnectTimeout)
+	conn := p.conn
+	p.mu.Unlock()
+	if conn == nil || conn.IsClosed() {
+		c, err := amqpx.Dial(ctx, p.cfg.URL, "warren dlx publisher")
 		if err != nil {
 			return nil, fmt.Errorf("dial: %w", err)
 		}
-		p.conn = conn
-		p.declared = map[Route]bool{}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = c.Close()
+			return nil, errPublisherClosed
+		}
+		p.conn, p.declared, conn = c, map[Route]bool{}, c
+		p.mu.Unlock()
 	}
-	ch, err := p.conn.Channel()
+	stop := amqpx.Watch(ctx, conn)
+	defer stop()
+	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
@@ -229,8 +254,30 @@ func (p *Publisher) connect() (*confirmer, error) {
 		_ = ch.Close()
 		return nil, err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		_ = ch.Close()
+		return nil, errPublisherClosed
+	}
 	p.conf = conf
 	return conf, nil
+}
+
+var errPublisherClosed = amqpx.Permanent(errors.New("dlx: publisher is closed"))
+
+// current returns the open confirm channel, or nil if there is none; the error is set once
+// the publisher is closed.
+func (p *Publisher) current() (*confirmer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errPublisherClosed
+	}
+	if p.conf != nil && p.conf.closed() == nil && p.conn != nil && !p.conn.IsClosed() {
+		return p.conf, nil
+	}
+	return nil, nil
 }
 
 // withDeclareChannel runs fn on a channel of its own, so that a failed declaration never
@@ -242,6 +289,8 @@ func (p *Publisher) withDeclareChannel(ctx context.Context, fn func(ch *amqp.Cha
 	if conn == nil {
 		return errors.New("not connected")
 	}
+	stop := amqpx.Watch(ctx, conn)
+	defer stop()
 	ch, err := conn.Channel()
 	if err != nil {
 		return fmt.Errorf("open channel: %w", err)
@@ -267,9 +316,13 @@ func (p *Publisher) declare(ctx context.Context, route Route) error {
 	if done() {
 		return nil
 	}
-	p.declMu.Lock()
-	defer p.declMu.Unlock()
-	if done() { // declared by a publish that held declMu before
+	select {
+	case p.declaring <- struct{}{}:
+		defer func() { <-p.declaring }()
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for another call's declaration: %w", context.Cause(ctx))
+	}
+	if done() { // declared by a call that declared before
 		return nil
 	}
 	p.mu.Lock()
@@ -300,18 +353,20 @@ type outgoing struct {
 // Publish publishes msgs to topic's destination and returns once the broker has confirmed
 // all of them. Transient failures (a lost connection) are retried until
 // Config.PublishTimeout; a message may then reach the broker twice, never zero times
-// without an error.
+// without an error. Publish returns early, with that context's error, when the context of
+// one of msgs ends.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	route := p.cfg.Route(topic)
 	now := time.Now()
 	out := make([]outgoing, len(msgs))
 	for i, msg := range msgs {
 		at, err := due(msg, now, p.cfg.PastTolerance)
+		var plan topology.Plan
 		if err == nil && !at.IsZero() {
-			_, err = p.delay.Plan(max(at.Sub(now), 0)) // reject what can never be planned
+			plan, err = p.delay.Plan(max(at.Sub(now), 0)) // reject what can never be planned
 		}
 		if err != nil {
-			return fmt.Errorf("dlx: publish message %s to %q: %w", msg.UUID, topic, err)
+			return fmt.Errorf("dlx: publish message %s to %q: %w: %w", msg.UUID, topic, ErrInvalidDelay, err)
 		}
 		pub, err := p.cfg.Marshaler.Marshal(msg)
 		if err != nil {
@@ -322,25 +377,102 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 				delete(pub.Headers, k)
 			}
 		}
+		if pub.Headers == nil {
+			pub.Headers = amqp.Table{}
+		}
+		id := msg.Metadata.Get(warren.MetadataPublishID)
+		if id == "" {
+			id = publishID()
+		}
+		pub.Headers[warren.PublishIDHeader] = id
+		if err := fits(pub, plan, route); err != nil {
+			return fmt.Errorf("dlx: publish message %s to %q: %w", msg.UUID, topic, err)
+		}
 		out[i] = outgoing{pub: pub, due: at}
 	}
 
+	ctx, cancel := messagesContext(msgs)
+	defer cancel()
 	confirmed := make([]bool, len(out))
-	return amqpx.Retry(context.Background(), p.cfg.PublishTimeout, fmt.Sprintf("dlx: publish to %q", topic), func(ctx context.Context) error {
-		conf, err := p.connect()
+	suspect := make([]bool, len(out)) // in flight when a broker refusal closed the channel
+	err := amqpx.Retry(ctx, p.cfg.PublishTimeout, "", func(ctx context.Context) error {
+		conf, err := p.connect(ctx)
 		if err != nil {
 			return err
 		}
 		if err := p.declare(ctx, route); err != nil {
 			return err
 		}
-		return p.publishAll(ctx, conf, route, out, confirmed)
+		for i := range out {
+			if suspect[i] && !confirmed[i] {
+				if err := p.publishAlone(ctx, route, out[i]); err != nil {
+					return err
+				}
+				confirmed[i] = true
+			}
+		}
+		return p.publishAll(ctx, conf, route, out, confirmed, suspect)
 	})
+	if err != nil {
+		return fmt.Errorf("dlx: publish to %q: %w", topic, err) // formatted only on failure
+	}
+	return nil
+}
+
+// publishID returns a new id for warren.PublishIDHeader: 64 random bits, in hex.
+func publishID() string {
+	return strconv.FormatUint(rand.Uint64(), 16)
+}
+
+// fits checks that pub, with the delay plan's headers and the destination header that
+// publishAll adds, is within amqpx.MaxHeaderFrame.
+func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
+	size, err := amqpx.HeaderFrameSize(pub)
+	if err != nil {
+		return err
+	}
+	if plan.Exchange != "" {
+		extra := amqp.Table{topology.HeaderDestQueue: route.RoutingKey, topology.HeaderDestExchange: route.Exchange}
+		for k, v := range plan.Headers {
+			extra[k] = v
+		}
+		n, _ := amqpx.HeaderFrameSize(amqp.Publishing{Headers: extra})
+		size += n
+	}
+	if size > amqpx.MaxHeaderFrame {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, size, amqpx.MaxHeaderFrame)
+	}
+	return nil
+}
+
+// messagesContext returns a context that ends when the context of any of msgs ends.
+func messagesContext(msgs []*message.Message) (context.Context, context.CancelFunc) {
+	if !slices.ContainsFunc(msgs, func(m *message.Message) bool { return m.Context().Done() != nil }) {
+		return context.Background(), func() {} // none can end (the usual case): nothing to watch
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var stops []func() bool
+	for _, msg := range msgs {
+		mctx := msg.Context()
+		if mctx.Err() != nil {
+			cancel(context.Cause(mctx))
+		} else if mctx.Done() != nil {
+			stops = append(stops, context.AfterFunc(mctx, func() { cancel(context.Cause(mctx)) }))
+		}
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(nil)
+	}
 }
 
 // publishAll sends every message not yet confirmed, then waits for all of them. A nack or a
-// return is final; a closed channel is retried by the caller.
-func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route, out []outgoing, confirmed []bool) error {
+// return is final; a closed channel is retried by the caller. A broker refusal that closes
+// the channel (access refused, a message size over the broker's limit) cannot be told apart
+// from the messages in flight with it: those are marked suspect and sent alone next time.
+func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route, out []outgoing, confirmed, suspect []bool) error {
 	type sent struct {
 		i int
 		f *inflight
@@ -351,31 +483,14 @@ func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route
 		if confirmed[i] {
 			continue
 		}
-		exchange, key, pub := route.Exchange, route.RoutingKey, o.pub
-		if !o.due.IsZero() {
-			plan, err := p.delay.Plan(max(time.Until(o.due), 0))
-			if err != nil {
-				sendErr = amqpx.Permanent(err)
-				break
-			}
-			if plan.Exchange != "" {
-				pub.Headers = make(amqp.Table, len(o.pub.Headers)+len(plan.Headers)+1)
-				for k, v := range o.pub.Headers {
-					pub.Headers[k] = v
-				}
-				for k, v := range plan.Headers {
-					pub.Headers[k] = v
-				}
-				if route.Exchange == "" {
-					pub.Headers[topology.HeaderDestQueue] = route.RoutingKey
-				} else {
-					pub.Headers[topology.HeaderDestExchange] = route.Exchange
-				}
-				exchange = plan.Exchange
-			}
+		exchange, key, pub, err := p.prepare(route, o)
+		if err != nil {
+			sendErr = amqpx.Permanent(err)
+			break
 		}
 		f, err := conf.publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
 		if err != nil {
+			suspect[i] = amqpx.IsPermanentBrokerError(err)
 			sendErr = err
 			break
 		}
@@ -392,14 +507,67 @@ func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route
 			if final == nil {
 				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
 			}
-		case sendErr == nil:
-			sendErr = err
+		default:
+			suspect[s.i] = amqpx.IsPermanentBrokerError(err)
+			if sendErr == nil {
+				sendErr = err
+			}
 		}
 	}
 	if final != nil {
 		return final
 	}
 	return sendErr
+}
+
+// prepare returns where o is published now, and how: to its destination, or with the
+// digits of its remaining delay to the delay levels.
+func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub amqp.Publishing, err error) {
+	exchange, key, pub = route.Exchange, route.RoutingKey, o.pub
+	if o.due.IsZero() {
+		return exchange, key, pub, nil
+	}
+	plan, err := p.delay.Plan(max(time.Until(o.due), 0))
+	if err != nil || plan.Exchange == "" {
+		return exchange, key, pub, err
+	}
+	pub.Headers = make(amqp.Table, len(o.pub.Headers)+len(plan.Headers)+1)
+	for k, v := range o.pub.Headers {
+		pub.Headers[k] = v
+	}
+	for k, v := range plan.Headers {
+		pub.Headers[k] = v
+	}
+	if route.Exchange == "" {
+		pub.Headers[topology.HeaderDestQueue] = route.RoutingKey
+	} else {
+		pub.Headers[topology.HeaderDestExchange] = route.Exchange
+	}
+	return plan.Exchange, key, pub, nil
+}
+
+// publishAlone publishes o on a confirm channel of its own, so that a broker refusal that
+// closes the channel is this message's own: it is then a permanent error.
+func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) error {
+	exchange, key, pub, err := p.prepare(route, o)
+	if err != nil {
+		return amqpx.Permanent(err)
+	}
+	return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+		conf, err := newConfirmer(ch)
+		if err != nil {
+			return err
+		}
+		f, err := conf.publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
+		if err == nil {
+			err = f.wait(ctx)
+		}
+		var ret *ReturnedError
+		if errors.Is(err, ErrNacked) || errors.As(err, &ret) || amqpx.IsPermanentBrokerError(err) {
+			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
+		}
+		return err
+	})
 }
 
 // Parked returns how many delayed messages wait in the parking queue because their
@@ -409,7 +577,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route
 func (p *Publisher) Parked(ctx context.Context) (int, error) {
 	var n int
 	err := amqpx.Retry(ctx, p.cfg.ConnectTimeout, "dlx: count parked messages", func(ctx context.Context) error {
-		if _, err := p.connect(); err != nil {
+		if _, err := p.connect(ctx); err != nil {
 			return err
 		}
 		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
@@ -426,16 +594,15 @@ func (p *Publisher) Parked(ctx context.Context) (int, error) {
 // Delay returns the layout of the delay levels.
 func (p *Publisher) Delay() topology.Delay { return p.delay }
 
-// Close closes the connection. Publishes in flight fail.
+// Close closes the connection, waiting for the broker's answer no longer than
+// amqpx.CloseTimeout (5s). Publishes in flight fail.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
+	conn, closed := p.conn, p.closed
+	p.closed = true
+	p.mu.Unlock()
+	if closed {
 		return nil
 	}
-	p.closed = true
-	if p.conn != nil && !p.conn.IsClosed() {
-		return p.conn.Close()
-	}
-	return nil
+	return amqpx.Close(conn)
 }

@@ -15,6 +15,12 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
+// suiteDeliveryLimit is the delivery limit of the suites' quorum queues: Watermill's
+// TestContinueAfterErrors nacks 300 times (with requeue) over 50 messages and expects them
+// all back, while warren's default limit (20) rightly dead-letters a message returned that
+// often into its poison queue.
+const suiteDeliveryLimit = 1000
+
 var pubsubFeatures = tests.Features{
 	ConsumerGroups:                      true,
 	ExactlyOnceDelivery:                 false,
@@ -27,7 +33,7 @@ var pubsubFeatures = tests.Features{
 // subscriber that uses warren's marshaler and topology builder: queue per topic.
 func TestPubSubSuiteQueues(t *testing.T) {
 	env := testenv.New(t)
-	tcfg := topology.Config{Delay: env.Delay(topology.Delay{})}
+	tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), DeliveryLimit: suiteDeliveryLimit}
 	features := pubsubFeatures
 	features.ConsumerGroups = false
 	features.GenerateTopicFunc = func(tctx tests.TestContext) string { return env.Name(string(tctx.TestID)) }
@@ -52,7 +58,7 @@ func TestPubSubSuiteQueues(t *testing.T) {
 // The same suite with an exchange per topic (fanout) and a queue per consumer group.
 func TestPubSubSuiteConsumerGroups(t *testing.T) {
 	env := testenv.New(t)
-	tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), ExchangeKind: topology.Fanout}
+	tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), ExchangeKind: topology.Fanout, DeliveryLimit: suiteDeliveryLimit}
 	features := pubsubFeatures
 	features.GenerateTopicFunc = func(tctx tests.TestContext) string { return env.Name(string(tctx.TestID)) }
 

@@ -1,9 +1,11 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -98,6 +100,16 @@ func (c BackoffConfig) Validate() error {
 // then acks the original. A permanent error (see Permanent), or a failure of the last
 // attempt, is returned unchanged for the Poison middleware outside it.
 //
+// Two failures are not the handler's and are returned as a *RequeueError, which Poison
+// passes on and the subscriber requeues: a retry that could not be published (the broker did
+// not take it; a retry that can never be published, too large for a frame, is a permanent
+// error instead), and an error while the message's context has ended (the consumer is
+// shutting down: the message goes back to the queue once, it is neither retried nor
+// poisoned).
+//
+// An attempt header that is not a number in 1..MaxAttempts (foreign or forged) counts as
+// attempt 1, and is logged.
+//
 // A retry keeps the body, headers and UUID, and records when the first attempt failed and
 // where the message was first published to (FirstFailureKey, OriginalExchangeKey,
 // OriginalRoutingKeyKey), for the poison queue.
@@ -146,9 +158,13 @@ func (b *Backoff) Delay(attempt int) time.Duration {
 // Middleware is the message.HandlerMiddleware.
 func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
+		b.boundAttempt(msg)
 		out, err := h(msg)
 		if err == nil {
 			return out, nil
+		}
+		if rq := requeueIfStopping(msg, err); rq != nil {
+			return nil, rq
 		}
 		attempt := Attempt(msg)
 		span := trace.SpanFromContext(msg.Context())
@@ -164,20 +180,57 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		retry := msg.Copy()
 		retry.SetContext(msg.Context())
 		retry.Metadata.Set(AttemptKey, strconv.Itoa(attempt+1))
+		if id := DerivedPublishID(msg, "/"+strconv.Itoa(attempt+1)); id != "" {
+			retry.Metadata.Set(warren.MetadataPublishID, id) // copies of msg make copies of its retry
+		}
 		recordFirstFailure(retry, time.Now())
 		wait := b.Delay(attempt)
 		dlx.Delay(retry, wait)
 		span.SetAttributes(attribute.Int64("warren.retry.delay_ms", wait.Milliseconds()))
 
 		if perr := b.cfg.Publisher.Publish(queue, retry); perr != nil {
-			// Not acked: the broker delivers the message again, nothing is lost.
-			return nil, fmt.Errorf("retry attempt %d of message %s: %w (handler error: %v)", attempt+1, msg.UUID, perr, err)
+			perr = fmt.Errorf("retry attempt %d of message %s: %w (handler error: %v)", attempt+1, msg.UUID, perr, err)
+			if dlx.IsPermanent(perr) {
+				return nil, Permanent(perr) // it can never be retried: poison it
+			}
+			return nil, &RequeueError{Err: perr} // not acked: the broker delivers it again
 		}
 		b.logger.Info("Handler failed, retry scheduled", watermill.LogFields{
 			"message_uuid": msg.UUID, "queue": queue, "attempt": attempt, "next_attempt_in": wait, "err": err.Error(),
 		})
 		return nil, nil
 	}
+}
+
+// boundAttempt makes an attempt header that is not a number in 1..MaxAttempts attempt 1, and
+// logs it: a foreign or forged header must neither poison a message at its first failure nor
+// buy it more attempts.
+func (b *Backoff) boundAttempt(msg *message.Message) {
+	raw, ok := msg.Metadata[AttemptKey]
+	if !ok {
+		return
+	}
+	if n, err := strconv.Atoi(raw); err == nil && n >= 1 && n <= b.cfg.MaxAttempts {
+		return
+	}
+	b.logger.Info("Attempt header out of range, counted as attempt 1", watermill.LogFields{
+		"message_uuid": msg.UUID, AttemptKey: truncate(raw, 64), "max_attempts": b.cfg.MaxAttempts,
+	})
+	msg.Metadata.Set(AttemptKey, "1")
+	msg.SetContext(context.WithValue(msg.Context(), attemptKey{}, 1))
+}
+
+// DerivedPublishID returns the publish id (see warren.PublishIDHeader) of a message published
+// because of msg: the id of the publish msg came from, without what was derived for a retry,
+// followed by suffix; "" when msg did not come from warren's DLX publisher. Copies of msg then
+// lead to copies of what it causes, which warren's subscriber recognises.
+func DerivedPublishID(msg *message.Message, suffix string) string {
+	d, ok := warren.DeliveryFrom(msg.Context())
+	if !ok || d.PublishID == "" {
+		return ""
+	}
+	root, _, _ := strings.Cut(d.PublishID, "/")
+	return root + suffix
 }
 
 // recordFirstFailure sets, unless a previous attempt did, when the first attempt failed and

@@ -1,14 +1,17 @@
 package middleware
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/topology"
 )
@@ -34,7 +37,13 @@ const (
 	PoisonReasonPermanent = "permanent error"
 	PoisonReasonExhausted = "attempts exhausted"
 	PoisonReasonUndecoded = "cannot be unmarshaled"
+	// PoisonReasonUnreadable: the client library could not read the message's headers (see
+	// amqp091-go's limits in the README); they are replaced by their description.
+	PoisonReasonUnreadable = "headers unreadable"
 )
+
+// poisonPrefix starts the names of the Poison* headers.
+const poisonPrefix = "warren_poison_"
 
 // Long texts are cut to keep the headers well below the broker's frame size.
 const (
@@ -64,8 +73,14 @@ func (c PoisonConfig) Validate() error {
 // Poison sends a message whose handler failed for good (the error Backoff gives up on, or
 // any error when there is no Backoff inside it) to the poison queue of the queue it was
 // consumed from, with its body and headers and the Poison* headers that say why, and then
-// acks it. If the poison queue cannot be published to, the message is not acked: the broker
-// delivers it again, and nothing is lost.
+// acks it.
+//
+// What is not the handler's failure is passed on as a *RequeueError, and the message goes
+// back to its queue: a RequeueError from inside (Backoff could not publish the retry), an
+// error while the message's context has ended (shutdown), and a poison copy the broker did
+// not take. A poison copy too large for a frame is never publishable: the message is then
+// rejected into its queue's dead-letter path (see warren.DeadLetter; a warren work queue's
+// leads to the same poison queue, with x-death saying "rejected"), and the reason logged.
 type Poison struct {
 	cfg    PoisonConfig
 	logger watermill.LoggerAdapter
@@ -95,6 +110,9 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err == nil {
 			return out, nil
 		}
+		if rq := requeueIfStopping(msg, err); rq != nil {
+			return nil, rq
+		}
 		queue := p.cfg.Queue(msg)
 		if queue == "" {
 			return nil, fmt.Errorf("no queue to poison from: %w", err)
@@ -106,12 +124,16 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		poison := msg.Copy()
 		poison.SetContext(msg.Context())
 		SetPoisonHeaders(poison, err, reason, queue, time.Now())
+		fields := watermill.LogFields{"message_uuid": msg.UUID, "queue": queue, "reason": reason, "attempts": Attempt(msg)}
 		if perr := p.cfg.Publisher.Publish(p.cfg.Topic(queue), poison); perr != nil {
-			return nil, fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
+			perr = fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
+			if errors.Is(perr, dlx.ErrTooLarge) && warren.DeadLetter(msg.Context()) {
+				p.logger.Error("Message too large to poison: rejected into its queue's dead-letter path", perr, fields)
+				return nil, perr
+			}
+			return nil, &RequeueError{Err: perr}
 		}
-		p.logger.Error("Message poisoned", err, watermill.LogFields{
-			"message_uuid": msg.UUID, "queue": queue, "reason": reason, "attempts": Attempt(msg),
-		})
+		p.logger.Error("Message poisoned", err, fields)
 		return nil, nil
 	}
 }
@@ -123,6 +145,11 @@ func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now
 	ctx := msg.Context()
 	recordFirstFailure(msg, now)
 	md := msg.Metadata
+	for k := range md {
+		if strings.HasPrefix(k, poisonPrefix) { // of an earlier poisoning: replaced, never kept
+			delete(md, k)
+		}
+	}
 	md.Set(PoisonErrorKey, truncate(err.Error(), maxErrorLen))
 	md.Set(PoisonErrorTypeKey, errorType(err))
 	md.Set(PoisonReasonKey, reason)
@@ -150,4 +177,43 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// Reasons of messages the broker dead-lettered into a poison queue itself (see PoisonReason).
+const (
+	// PoisonReasonDeliveryLimit: a quorum work queue delivered the message as often as its
+	// delivery limit allows, and no consumer settled it (each one crashed, lost its connection
+	// or was stopped while it held the message).
+	PoisonReasonDeliveryLimit = "delivery limit reached"
+	// PoisonReasonRejected: a consumer rejected the message without requeueing it (warren does
+	// for a message too large to publish as a poison copy; see warren.DeadLetter).
+	PoisonReasonRejected = "rejected by its consumer"
+)
+
+// PoisonReason says why a message of a poison queue is there: the PoisonReasonKey header
+// warren wrote or, for a message the broker dead-lettered without warren's headers, the
+// reason of its latest dead-lettering (x-last-death-reason from RabbitMQ 3.13, else the newest
+// entry of x-death). It returns "" for a message that is neither.
+func PoisonReason(md message.Metadata) string {
+	if r := md.Get(PoisonReasonKey); r != "" {
+		return r
+	}
+	reason := md.Get("x-last-death-reason")
+	if reason == "" {
+		var deaths []struct {
+			Reason string `json:"reason"`
+		}
+		if json.Unmarshal([]byte(md.Get("x-death")), &deaths) == nil && len(deaths) > 0 {
+			reason = deaths[0].Reason // the broker keeps the newest first
+		}
+	}
+	switch reason {
+	case "":
+		return ""
+	case "delivery_limit":
+		return PoisonReasonDeliveryLimit
+	case "rejected":
+		return PoisonReasonRejected
+	}
+	return "dead-lettered by the broker: " + reason
 }

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -21,6 +22,17 @@ const (
 	OriginalExchangeKey   = "warren_original_exchange"
 	OriginalRoutingKeyKey = "warren_original_routing_key"
 )
+
+// IsBookkeeping reports whether a metadata key is one of warren's bookkeeping: AttemptKey,
+// FirstFailureKey, the Original* keys and the Poison* keys. warren's subscriber drops them
+// from messages that come from outside (see router.Subscriber): they are set by warren only.
+func IsBookkeeping(key string) bool {
+	switch key {
+	case AttemptKey, FirstFailureKey, OriginalExchangeKey, OriginalRoutingKeyKey:
+		return true
+	}
+	return strings.HasPrefix(key, poisonPrefix)
+}
 
 type attemptKey struct{}
 

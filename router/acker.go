@@ -27,8 +27,17 @@ type acker struct {
 
 type settlement struct {
 	tag uint64
-	ack bool // else nack, with requeue
+	how settleAs
 }
+
+// settleAs is how a delivery is settled.
+type settleAs int
+
+const (
+	ack     settleAs = iota
+	requeue          // nack, back to the queue
+	reject           // nack without requeue: the queue dead-letters it
+)
 
 // lingerFor is how long the acker waits for more settlements before it writes.
 const lingerFor = time.Millisecond
@@ -43,11 +52,11 @@ func newAcker(ch *amqp.Channel, prefetch int, logger watermill.LoggerAdapter) *a
 	return a
 }
 
-// settle acks (or nacks and requeues) the delivery tag. After close it does nothing: the
-// channel is closing, and the broker requeues what was not acked.
-func (a *acker) settle(tag uint64, ack bool) {
+// settle acks, requeues or rejects the delivery tag. After close it does nothing: the channel
+// is closing, and the broker requeues what was not acked.
+func (a *acker) settle(tag uint64, how settleAs) {
 	select {
-	case a.reqs <- settlement{tag, ack}:
+	case a.reqs <- settlement{tag, how}:
 	case <-a.stop:
 	}
 }
@@ -97,11 +106,11 @@ func (a *acker) run() {
 func (a *acker) apply(batch []settlement) {
 	acks := map[uint64]bool{}
 	for _, s := range batch {
-		if s.ack {
+		if s.how == ack {
 			acks[s.tag] = true
 			continue
 		}
-		a.check(a.ch.Nack(s.tag, false, true))
+		a.check(a.ch.Nack(s.tag, false, s.how == requeue))
 		a.settled[s.tag] = true
 	}
 	// The run of consecutive tags from next: one multiple ack for all of it (tags in the

@@ -3,16 +3,19 @@ package router_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -225,7 +228,7 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 }
 
 // A kill with delete: the consumers drain the queue, then it is deleted, with its poison
-// queue and kill exchange; every message was processed exactly once.
+// queue, kill exchange and kill state queue; every message was processed exactly once.
 func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 	env, queue, f, pub := flowing(t, "deleted")
 
@@ -243,6 +246,8 @@ func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "the kill exchange is gone")
 	_, err = env.Channel().QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
 	assert.ErrorContains(t, err, "NOT_FOUND", "the empty poison queue is gone")
+	_, err = env.Channel().QueueDeclarePassive(topology.KillStateQueue(queue), true, false, false, false, nil)
+	assert.ErrorContains(t, err, "NOT_FOUND", "the kill state queue is gone")
 
 	distinct, total, dups := f.count()
 	assert.Equal(t, published, distinct, "every message published was processed")
@@ -256,6 +261,9 @@ func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
 	queue := env.Queue("guarded")
 	delay := env.Delay(topology.Delay{})
 	const secret = "s3cret"
+	for _, s := range []string{secret, "not the secret"} { // the state queues the killers make
+		env.Remove([]string{router.KillStateQueue(queue, []byte(s))}, nil)
+	}
 	f := newFleet(t, env, queue, delay.Prefix, secret)
 	f.start(1, 2)
 	pub := publish(t, env, queue, time.Millisecond)
@@ -264,7 +272,6 @@ func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
 	since := time.Now()
 	for _, k := range []*router.Killer{newKiller(t, env, ""), newKiller(t, env, "not the secret")} {
 		require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
-		defer k.Resume(context.Background(), queue) // removes the marker it made; refused too
 	}
 	f.awaitHandlers("refused", 2, since, 10*time.Second)
 	before, _, _ := f.count()
@@ -296,4 +303,227 @@ func inspectQueue(t *testing.T, env *testenv.Env, queue string) struct{ Messages
 	q, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
 	require.NoError(t, err)
 	return struct{ Messages, Consumers int }{q.Messages, q.Consumers}
+}
+
+// probe is a router of the test's own with one handler on a queue: it counts the messages
+// processed and records the kill events.
+type probe struct {
+	r         *router.Router
+	processed atomic.Int64
+	mu        sync.Mutex
+	events    []router.KillEvent
+}
+
+func startProbe(t *testing.T, env *testenv.Env, queue, secret string) *probe {
+	t.Helper()
+	p := &probe{}
+	p.r = newRouter(t, env, func(c *router.Config) {
+		c.KillSecret = []byte(secret)
+		c.OnKill = func(e router.KillEvent) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.events = append(p.events, e)
+		}
+	})
+	require.NoError(t, p.r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error {
+		p.processed.Add(1)
+		return nil
+	}))
+	start(t, p.r)
+	return p
+}
+
+// await waits for a kill event in state and returns it.
+func (p *probe) await(t *testing.T, state string) router.KillEvent {
+	t.Helper()
+	var found router.KillEvent
+	require.Eventually(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, e := range p.events {
+			if e.State == state {
+				found = e
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "no %s event", state)
+	return found
+}
+
+func (p *probe) states() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var s []string
+	for _, e := range p.events {
+		s = append(s, e.State)
+	}
+	return s
+}
+
+// flows publishes n messages to queue and waits until p processed them.
+func (p *probe) flows(t *testing.T, env *testenv.Env, queue string, n int) {
+	t.Helper()
+	pub := newPublisherFor(t, env)
+	want := p.processed.Load() + int64(n)
+	for i := range n {
+		require.NoError(t, pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)))
+	}
+	require.Eventually(t, func() bool { return p.processed.Load() >= want }, 10*time.Second, 5*time.Millisecond,
+		"messages not processed: %d of %d", p.processed.Load(), want)
+}
+
+// consuming waits until queue has a consumer: its consumers listen to the kill topic by then.
+func consuming(t *testing.T, env *testenv.Env, queue string) {
+	t.Helper()
+	ch := env.Channel()
+	require.Eventually(t, func() bool {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err == nil && q.Consumers > 0
+	}, 10*time.Second, 5*time.Millisecond, "nobody consumes %s", queue)
+}
+
+// eavesdrop binds a queue of the test's own to queue's kill exchange, as anyone allowed to
+// read it can, and returns the commands that pass.
+func eavesdrop(t *testing.T, env *testenv.Env, queue string) <-chan amqp.Delivery {
+	t.Helper()
+	ch := env.Channel()
+	kill := topology.KillExchange(queue)
+	require.NoError(t, ch.ExchangeDeclare(kill, "fanout", true, false, false, false, nil))
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.QueueBind(q.Name, "", kill, false, nil))
+	d, err := ch.Consume(q.Name, "", true, true, false, false, nil)
+	require.NoError(t, err)
+	return d
+}
+
+func next(t *testing.T, d <-chan amqp.Delivery) []byte {
+	t.Helper()
+	select {
+	case m := <-d:
+		return m.Body
+	case <-time.After(10 * time.Second):
+		t.Fatal("no command went past")
+		return nil
+	}
+}
+
+// inject publishes body to queue's kill exchange, as anyone allowed to write to it can.
+func inject(t *testing.T, env *testenv.Env, queue string, body []byte) {
+	t.Helper()
+	require.NoError(t, env.Channel().PublishWithContext(context.Background(), topology.KillExchange(queue), "", false, false,
+		amqp.Publishing{ContentType: "application/json", Body: body}))
+}
+
+func signed(t *testing.T, queue string, action router.Action, at time.Time, secret string) []byte {
+	c := router.Command{Queue: queue, Action: action, At: at.UTC()}
+	c.Sign([]byte(secret))
+	body, err := json.Marshal(c)
+	require.NoError(t, err)
+	return body
+}
+
+// Issue 8 case 9: a valid signed stop, captured as it went past and replayed after a resume,
+// is refused by a consumer that started after both (the replay memory is the broker's, not
+// the consumer's), and the consumer keeps consuming.
+func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("replayed")
+	const secret = "s3cret"
+	env.Remove([]string{router.KillStateQueue(queue, []byte(secret))}, nil)
+	k := newKiller(t, env, secret)
+	captured := eavesdrop(t, env, queue)
+
+	require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
+	stop := next(t, captured)
+	require.NoError(t, k.Resume(context.Background(), queue))
+
+	p := startProbe(t, env, queue, secret)
+	consuming(t, env, queue)
+	p.flows(t, env, queue, 10)
+	inject(t, env, queue, stop)
+	refused := p.await(t, "refused")
+	assert.ErrorContains(t, refused.Err, "replay")
+	p.flows(t, env, queue, 10)
+	assert.NotContains(t, p.states(), "stopped")
+}
+
+// Issue 8 case 9: a signed stop dated 50s ahead of the consumer's clock is refused (it would
+// lock out every command dated before it); one dated 2s ahead, within KillClockSkew's
+// default of 5s, is obeyed.
+func TestKillDatedAheadIsRefused(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("ahead")
+	const secret = "s3cret"
+	p := startProbe(t, env, queue, secret)
+	consuming(t, env, queue)
+
+	inject(t, env, queue, signed(t, queue, router.Stop, time.Now().Add(50*time.Second), secret))
+	refused := p.await(t, "refused")
+	assert.ErrorContains(t, refused.Err, "KillClockSkew")
+	p.flows(t, env, queue, 10)
+	assert.NotContains(t, p.states(), "stopped")
+
+	inject(t, env, queue, signed(t, queue, router.Stop, time.Now().Add(2*time.Second), secret))
+	p.await(t, "stopped")
+}
+
+// Issue 8 case 9: a kill to a queue nobody listens to says so (ErrNoListener), and is
+// remembered: a consumer started afterwards stays stopped. The same when the kill exchange
+// was deleted (the consumer that was bound to it no longer hears anything).
+func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("unheard")
+	k := newKiller(t, env, "")
+
+	err := k.Kill(context.Background(), queue, router.Stop)
+	require.ErrorIs(t, err, router.ErrNoListener)
+	assert.ErrorContains(t, err, queue)
+	first := startProbe(t, env, queue, "")
+	first.await(t, "stopped")
+	pub := newPublisherFor(t, env)
+	for i := range 10 {
+		require.NoError(t, pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)))
+	}
+	time.Sleep(500 * time.Millisecond)
+	assert.Zero(t, first.processed.Load(), "a consumer started after the kill consumed")
+
+	require.NoError(t, k.Resume(context.Background(), queue), "a consumer listens")
+	first.await(t, "resumed")
+	require.Eventually(t, func() bool { return first.processed.Load() == 10 }, 10*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, env.Channel().ExchangeDelete(topology.KillExchange(queue), false, false))
+	require.ErrorIs(t, k.Kill(context.Background(), queue, router.Stop), router.ErrNoListener)
+	second := startProbe(t, env, queue, "")
+	second.await(t, "stopped")
+	time.Sleep(300 * time.Millisecond)
+	assert.Zero(t, second.processed.Load(), "a consumer started after the kill consumed")
+}
+
+// A kill with delete that nobody heard is remembered: a consumer started afterwards drains
+// the queue, deletes it and its kill state, and ends.
+func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("deletedlate")
+	pub := newPublisherFor(t, env)
+	for i := range 20 {
+		require.NoError(t, pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)))
+	}
+	require.ErrorIs(t, newKiller(t, env, "").Kill(context.Background(), queue, router.Delete), router.ErrNoListener)
+
+	p := startProbe(t, env, queue, "")
+	p.await(t, "deleted")
+	assert.EqualValues(t, 20, p.processed.Load())
+	for _, q := range []string{queue, topology.KillStateQueue(queue)} {
+		_, err := env.Channel().QueueDeclarePassive(q, true, false, false, false, nil)
+		assert.ErrorContains(t, err, "NOT_FOUND", "%s is gone", q)
+	}
+}
+
+func TestKillClockSkewIsValidated(t *testing.T) {
+	_, err := router.New(router.Config{URL: "amqp://x/", KillClockSkew: -time.Second}, nil)
+	assert.ErrorContains(t, err, "Config.KillClockSkew")
+	_, err = router.NewSubscriber(router.SubscriberConfig{URL: "amqp://x/", KillClockSkew: -time.Second}, nil)
+	assert.ErrorContains(t, err, "SubscriberConfig.KillClockSkew")
 }

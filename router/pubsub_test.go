@@ -23,7 +23,10 @@ func TestPubSubSuite(t *testing.T) {
 	}{"one in flight": {1, true}, "64 in flight": {64, false}} {
 		t.Run(name, func(t *testing.T) {
 			env := testenv.New(t)
-			tcfg := topology.Config{Delay: env.Delay(topology.Delay{})}
+			// Watermill's TestContinueAfterErrors nacks (with requeue) 300 times over 50
+			// messages and expects them all back; warren's default delivery limit (20)
+			// rightly dead-letters a message returned that often into its poison queue.
+			tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), DeliveryLimit: 1000}
 			features := tests.Features{
 				GuaranteedOrder:                     c.ordered,
 				GuaranteedOrderWithSingleSubscriber: c.ordered,
@@ -35,7 +38,7 @@ func TestPubSubSuite(t *testing.T) {
 				pub, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: tcfg, Route: route}, env.Logger())
 				require.NoError(t, err)
 				sub, err := router.NewSubscriber(router.SubscriberConfig{
-					URL: env.URL, Topology: tcfg, Concurrency: c.concurrency,
+					URL: env.URL, Topology: tcfg, Concurrency: c.concurrency, Prefetch: c.concurrency,
 					// The suite closes subscribers holding unacked messages and expects
 					// their context to end within 15s: the wait for them is shorter.
 					ShutdownTimeout: 2 * time.Second,

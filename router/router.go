@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -14,7 +16,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
@@ -50,11 +54,18 @@ type Config struct {
 	// KillSecret, when set, makes handlers obey only kill commands signed with it (see
 	// Killer); unsigned, wrongly signed and stale ones are refused and logged.
 	KillSecret []byte
-	// KillMaxAge bounds the age of a signed kill command, against replays. Default 1m.
+	// KillMaxAge bounds the age of a kill command received, against replays. Default 1m.
 	KillMaxAge time.Duration
+	// KillClockSkew is how far ahead of this clock a kill command may be dated; one dated
+	// further ahead is refused (so that a command dated ahead cannot lock out the commands
+	// that follow it). Default 5s.
+	KillClockSkew time.Duration
 	// OnKill, when set, is told what each handler does about the kill topic: stopped,
 	// resumed, draining, deleted, or refused.
 	OnKill func(KillEvent)
+	// RequeueDelay is how long a nacked message waits before it goes back to its queue (see
+	// SubscriberConfig.RequeueDelay). Default 1s.
+	RequeueDelay time.Duration
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -78,21 +89,91 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first field of c that is not usable.
+// Validate reports the first field of c that is not usable. No error contains the password
+// of Config.URL.
 func (c Config) Validate() error {
 	if c.URL == "" {
 		return errors.New("router: Config.URL is empty")
 	}
-	if c.Concurrency < 0 {
-		return fmt.Errorf("router: Config.Concurrency %d is negative", c.Concurrency)
+	if err := amqpx.CheckURL(c.URL); err != nil {
+		return fmt.Errorf("router: Config.URL: %w", err)
 	}
-	if c.ShutdownTimeout < 0 {
-		return fmt.Errorf("router: Config.ShutdownTimeout %s is negative", c.ShutdownTimeout)
+	if err := validConcurrency("Config.Concurrency", c.Concurrency); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	if err := validRetry("Config.Retry", c.Retry); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"ShutdownTimeout", c.ShutdownTimeout}, {"ConnectTimeout", c.ConnectTimeout},
+		{"PublishTimeout", c.PublishTimeout}, {"KillMaxAge", c.KillMaxAge},
+	} {
+		if f.d < 0 {
+			return fmt.Errorf("router: Config.%s %s is negative", f.name, f.d)
+		}
+	}
+	if c.RequeueDelay < 0 {
+		return fmt.Errorf("router: Config.RequeueDelay %s is negative", c.RequeueDelay)
+	}
+	if c.KillClockSkew < 0 {
+		return fmt.Errorf("router: Config.KillClockSkew %s is negative", c.KillClockSkew)
 	}
 	if err := c.Declare.Validate(); err != nil {
 		return fmt.Errorf("router: Config.Declare: %w", err)
 	}
 	return c.Topology.Validate()
+}
+
+// validConcurrency checks a handler's concurrency, which is also its prefetch (0: default).
+func validConcurrency(field string, n int) error {
+	if n < 0 || n > 65535 {
+		return fmt.Errorf("%s %d is outside 0..65535", field, n)
+	}
+	return nil
+}
+
+// validRetry checks c as a BackoffConfig whose Publisher the router sets, naming the field
+// as the user wrote it: "Config.Retry.MaxAttempts -1 is less than 1".
+func validRetry(field string, c middleware.BackoffConfig) error {
+	if c.Publisher == nil {
+		c.Publisher = nonClosing{} // set by the router
+	}
+	err := c.Validate()
+	if err == nil {
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(err.Error(), "middleware: BackoffConfig."); ok {
+		return fmt.Errorf("%s.%s", field, rest)
+	}
+	return fmt.Errorf("%s: %w", field, err)
+}
+
+// validate reports the first field of h that is not usable.
+func (h HandlerConfig) validate() error {
+	switch {
+	case h.Queue == "":
+		return errors.New("router: HandlerConfig.Queue is empty")
+	case h.Exchange != "" && len(h.Keys) == 0:
+		return fmt.Errorf("router: handler %s: HandlerConfig.Keys is empty: Exchange %q is bound to the queue with each key "+
+			"(for a fanout exchange, Keys: []string{\"\"})", h.Name, h.Exchange)
+	case h.Exchange == "" && len(h.Keys) > 0:
+		return fmt.Errorf("router: handler %s: HandlerConfig.Exchange is empty: Keys %q bind the queue to it", h.Name, h.Keys)
+	}
+	if err := (topology.Topology{Queues: []topology.Queue{{Name: h.Queue}}}).Validate(); err != nil {
+		return fmt.Errorf("router: handler %s: HandlerConfig.Queue: %w", h.Name, err)
+	}
+	if err := validConcurrency("HandlerConfig.Concurrency", h.Concurrency); err != nil {
+		return fmt.Errorf("router: handler %s: %w", h.Name, err)
+	}
+	if h.Retry != nil {
+		if err := validRetry("HandlerConfig.Retry", *h.Retry); err != nil {
+			return fmt.Errorf("router: handler %s: %w", h.Name, err)
+		}
+	}
+	return nil
 }
 
 // HandlerConfig says what a handler consumes and how.
@@ -111,7 +192,10 @@ type HandlerConfig struct {
 	Concurrency int
 	// Retry overrides Config.Retry.
 	Retry *middleware.BackoffConfig
-	// PublishTopic is where the messages the handler returns are published.
+	// PublishTopic is where the messages the handler returns are published, inside the
+	// middleware chain: a failure to publish them is a failure of the handler, retried on its
+	// schedule and then poisoned (a message that can never be published, e.g. unroutable, is
+	// poisoned at once).
 	PublishTopic string
 	// Middleware run inside the default chain, around the handler itself.
 	Middleware []message.HandlerMiddleware
@@ -127,11 +211,15 @@ type HandlerConfig struct {
 //     and is acked;
 //  4. Backoff: a failure is republished to the queue with the next attempt's delay, and
 //     acked; a permanent error or the last attempt's failure goes on to Poison;
-//  5. middleware.Recoverer: a panic becomes an error, with its stack;
-//  6. the handler's own Middleware, then the handler.
+//  5. publishing the messages the handler returns (to HandlerConfig.PublishTopic), so that
+//     a failure to publish them is retried and poisoned like any failure of the handler;
+//  6. middleware.Recoverer: a panic becomes an error, with its stack;
+//  7. the handler's own Middleware, then the handler.
 //
 // Publishing (Publisher, and the messages handlers return) goes through warren's DLX
-// publisher, traced.
+// publisher, traced. A retry or poison copy that cannot be published, and a handler error
+// caused by the shutdown, are no failures of the handler: the message goes back to its queue
+// (see middleware.RequeueError), after Config.RequeueDelay.
 type Router struct {
 	cfg      Config
 	logger   watermill.LoggerAdapter
@@ -145,6 +233,10 @@ type Router struct {
 	mu        sync.Mutex
 	topo      topology.Topology // the handlers' queues, exchanges and bindings
 	names     map[string]bool
+	subs      []*Subscriber
+	runDone   chan struct{} // made by Run, closed when Watermill's Run has returned
+	closed    bool
+	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -186,6 +278,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		pub:      tracing.Publisher(out),
 		retryPub: tracing.Publisher(retries),
 		names:    map[string]bool{},
+		closing:  make(chan struct{}),
 	}, nil
 }
 
@@ -204,17 +297,17 @@ func (r *Router) Publisher() message.Publisher { return nonClosing{r.pub} }
 // AddHandler registers fn on h.Queue; the messages fn returns are published to
 // h.PublishTopic.
 func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
-	if h.Queue == "" {
-		return errors.New("router: HandlerConfig.Queue is empty")
-	}
 	if h.Name == "" {
 		h.Name = h.Queue
 	}
-	if h.Concurrency < 0 {
-		return fmt.Errorf("router: handler %s: HandlerConfig.Concurrency %d is negative", h.Name, h.Concurrency)
+	if err := h.validate(); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("router: AddHandler after Close")
+	}
 	if r.names[h.Name] {
 		return fmt.Errorf("router: a handler named %q exists already", h.Name)
 	}
@@ -230,15 +323,24 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 		URL: r.cfg.URL, Topology: r.cfg.Topology, Queues: r.cfg.Declare.Queues,
 		Concurrency: concurrency, ShutdownTimeout: r.cfg.ShutdownTimeout,
 		ConnectTimeout: r.cfg.ConnectTimeout, HandlerName: h.Name,
-		KillSecret: r.cfg.KillSecret, KillMaxAge: r.cfg.KillMaxAge, OnKill: r.cfg.OnKill,
+		KillSecret: r.cfg.KillSecret, KillMaxAge: r.cfg.KillMaxAge, KillClockSkew: r.cfg.KillClockSkew,
+		OnKill: r.cfg.OnKill, RequeueDelay: r.cfg.RequeueDelay,
 	}, r.logger)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
 	}
-	handler := r.wm.AddHandler(h.Name, h.Queue, sub, h.PublishTopic, nonClosing{r.pub}, fn)
-	handler.AddMiddleware(chain...)
+	// The chain publishes what fn returns; Watermill's handler gets nothing to publish.
+	handle := fn
+	for i := len(chain) - 1; i >= 0; i-- {
+		handle = chain[i](handle)
+	}
+	r.wm.AddNoPublisherHandler(h.Name, h.Queue, sub, func(msg *message.Message) error {
+		_, err := handle(msg)
+		return err
+	})
 
 	r.names[h.Name] = true
+	r.subs = append(r.subs, sub)
 	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
 	if h.Exchange != "" {
 		r.topo.Exchanges = append(r.topo.Exchanges, r.exchange(h.Exchange))
@@ -267,7 +369,7 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	poison, err := middleware.NewPoison(middleware.PoisonConfig{Publisher: r.retryPub}, r.logger)
+	poison, err := middleware.NewPoison(middleware.PoisonConfig{Publisher: redeclaring{r}}, r.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -276,10 +378,72 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 		r.tracing.Middleware,
 		poison.Middleware,
 		backoff.Middleware,
+		publishOutputs(r.pub, h.PublishTopic),
 		middleware.Recoverer,
 	}
 	return append(chain, h.Middleware...), nil
 }
+
+// publishOutputs publishes the messages the handler returns to topic, inside the chain, and
+// returns none: a failure to publish them is the handler's failure (retried, then poisoned;
+// poisoned at once when publishing can never succeed).
+func publishOutputs(pub message.Publisher, topic string) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err != nil || len(out) == 0 {
+				return nil, err
+			}
+			if topic == "" {
+				return nil, middleware.Permanent(fmt.Errorf("the handler returned %d messages and its HandlerConfig.PublishTopic is empty", len(out)))
+			}
+			if err := msg.Context().Err(); err != nil { // shutting down: not published, not acked
+				return nil, fmt.Errorf("publish %d messages to %q: %w", len(out), topic, context.Cause(msg.Context()))
+			}
+			for i, o := range out { // published within the message's trace, and its lifetime
+				if !trace.SpanContextFromContext(o.Context()).IsValid() {
+					o.SetContext(msg.Context())
+				}
+				if id := middleware.DerivedPublishID(msg, ">"+strconv.Itoa(i)); id != "" && o.Metadata.Get(warren.MetadataPublishID) == "" {
+					o.Metadata.Set(warren.MetadataPublishID, id) // copies of msg make copies of its outputs
+				}
+			}
+			if err := pub.Publish(topic, out...); err != nil {
+				err = fmt.Errorf("publish %d messages to %q: %w", len(out), topic, err)
+				if dlx.IsPermanent(err) {
+					return nil, middleware.Permanent(err)
+				}
+				return nil, err
+			}
+			return nil, nil
+		}
+	}
+}
+
+// redeclaring publishes poison messages: when the broker returns one because the poison queue
+// is gone (deleted by someone), it declares the work queue's topology again, which makes the
+// poison queue, and publishes once more.
+type redeclaring struct{ r *Router }
+
+func (p redeclaring) Publish(topic string, msgs ...*message.Message) error {
+	err := p.r.retryPub.Publish(topic, msgs...)
+	var ret *dlx.ReturnedError
+	queue, isPoison := strings.CutSuffix(topic, topology.PoisonQueue(""))
+	if !errors.As(err, &ret) || !isPoison {
+		return err
+	}
+	ctx := context.Background()
+	if len(msgs) > 0 {
+		ctx = msgs[0].Context()
+	}
+	if derr := p.r.retries.Declare(ctx, topology.Topology{Queues: []topology.Queue{p.r.queue(queue)}}); derr != nil {
+		return errors.Join(err, derr)
+	}
+	p.r.logger.Info("Poison queue declared again", watermill.LogFields{"queue": topic})
+	return p.r.retryPub.Publish(topic, msgs...)
+}
+
+func (redeclaring) Close() error { return nil }
 
 // queue is the declaration of queue: as listed in Config.Declare, or with the defaults.
 func (r *Router) queue(name string) topology.Queue {
@@ -302,12 +466,44 @@ func (r *Router) exchange(name string) topology.Exchange {
 
 // Run declares the handlers' queues, exchanges and bindings and runs the handlers until ctx
 // ends, Close is called or (unless Config.IgnoreSignals) the process gets SIGINT or SIGTERM;
-// then it shuts down gracefully (see Close).
+// then it shuts down gracefully (see Close). Run returns an error after Close, and when it
+// runs already.
 func (r *Router) Run(ctx context.Context) error {
 	r.mu.Lock()
+	switch {
+	case r.closed:
+		r.mu.Unlock()
+		return errors.New("router: Run after Close")
+	case r.runDone != nil:
+		r.mu.Unlock()
+		return errors.New("router: Run called twice")
+	}
+	runDone := make(chan struct{})
+	r.runDone = runDone
 	topo := r.topo
 	r.mu.Unlock()
-	if err := r.out.Declare(ctx, topo); err != nil { // retries go to queues that exist
+
+	declareCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { // Close ends the declaration
+		select {
+		case <-r.closing:
+			cancel()
+		case <-declareCtx.Done():
+		}
+	}()
+	err := r.out.Declare(declareCtx, topo) // retries go to queues that exist
+	select {
+	case <-r.closing: // closed before the handlers ran
+		close(runDone)
+		return r.Close()
+	default:
+	}
+	if err != nil { // Run may be called again
+		r.mu.Lock()
+		r.runDone = nil
+		r.mu.Unlock()
+		close(runDone)
 		return fmt.Errorf("router: %w", err)
 	}
 	if !r.cfg.IgnoreSignals {
@@ -315,8 +511,6 @@ func (r *Router) Run(ctx context.Context) error {
 		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()
 	}
-	runDone := make(chan struct{})
-	defer close(runDone)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -327,8 +521,15 @@ func (r *Router) Run(ctx context.Context) error {
 	}()
 	// Watermill's router stops its handlers when its context ends, without the graceful
 	// close; Close does that, so Watermill's gets a context that does not end.
-	err := r.wm.Run(context.WithoutCancel(ctx))
-	return errors.Join(err, r.Close())
+	err = r.wm.Run(context.WithoutCancel(ctx))
+	close(runDone)
+	err = errors.Join(err, r.Close())
+	r.mu.Lock()
+	for _, sub := range r.subs { // a queue deleted under its handler: never nil with work left
+		err = errors.Join(err, sub.Err())
+	}
+	r.mu.Unlock()
+	return err
 }
 
 // Running is closed once the handlers run.
@@ -337,11 +538,46 @@ func (r *Router) Running() chan struct{} { return r.wm.Running() }
 // Close stops every handler from taking messages, waits up to Config.ShutdownTimeout for
 // those in flight to be processed and acked, returns the rest to their queues, and closes
 // the connections. A message whose handler finished in time is never processed again.
+// Close on a router whose handlers never ran closes its connections at once; Close may be
+// called more than once.
 func (r *Router) Close() error {
 	r.closeOnce.Do(func() {
-		r.closeErr = errors.Join(r.wm.Close(), r.out.Close(), r.retries.Close())
+		r.mu.Lock()
+		r.closed = true
+		runDone, subs := r.runDone, r.subs
+		r.mu.Unlock()
+		close(r.closing)
+
+		var err error
+		if r.handlersRan(runDone) {
+			err = r.wm.Close()
+		} else { // Watermill's Close would wait for handlers that never started
+			for _, sub := range subs {
+				err = errors.Join(err, sub.Close())
+			}
+		}
+		r.closeErr = errors.Join(err, r.out.Close(), r.retries.Close())
 	})
 	return r.closeErr
+}
+
+// handlersRan reports whether Watermill's router started the handlers, waiting for a Run
+// that is starting them (runDone is nil if Run was never called).
+func (r *Router) handlersRan(runDone chan struct{}) bool {
+	if runDone == nil {
+		return false
+	}
+	select {
+	case <-r.wm.Running():
+		return true
+	case <-runDone:
+		select {
+		case <-r.wm.Running():
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // nonClosing shields a shared publisher from Watermill's handler, which closes its

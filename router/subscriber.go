@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,9 +31,15 @@ type SubscriberConfig struct {
 	// Queues lists queues with options of their own (type, delivery limit); any other
 	// queue subscribed to is declared as a work queue with the defaults.
 	Queues []topology.Queue
-	// Concurrency is how many messages of one subscription are handed out at once (the
-	// prefetch). Watermill's router processes each in a goroutine of its own. Default 64.
+	// Concurrency is how many messages of one subscription are handed out at once: Watermill's
+	// router processes each in a goroutine of its own. Default 64.
 	Concurrency int
+	// Prefetch is how many messages the broker sends ahead of their acks (basic.qos), at least
+	// Concurrency: the ones not handed out yet wait in the subscriber, and go back to the
+	// queue when it stops. A quorum queue delivers faster with more outstanding. Default
+	// 4×Concurrency, at most 65535. Messages are handed out in order only with Concurrency 1
+	// and Prefetch 1 (a nacked message goes back behind those prefetched).
+	Prefetch int
 	// ShutdownTimeout bounds how long closing waits for the messages handed out to be
 	// acked. Default 30s.
 	ShutdownTimeout time.Duration
@@ -47,10 +54,18 @@ type SubscriberConfig struct {
 	// KillSecret, when set, makes the subscriber obey only kill commands signed with it
 	// (see Killer); others are refused and logged.
 	KillSecret []byte
-	// KillMaxAge bounds the age of a signed kill command, against replays. Default 1m.
+	// KillMaxAge bounds the age of a kill command received, against replays. Default 1m.
 	KillMaxAge time.Duration
+	// KillClockSkew is how far ahead of this clock a kill command may be dated; one dated
+	// further ahead is refused. Default 5s.
+	KillClockSkew time.Duration
 	// OnKill, when set, is told what each subscription does about the kill topic.
 	OnKill func(KillEvent)
+	// RequeueDelay is how long a message that is nacked (a handler error that is not retried
+	// or poisoned, e.g. its retry could not be published) waits before it goes back to the
+	// queue, so that nothing is redelivered in a hot loop. Not when the subscriber closes.
+	// Default 1s.
+	RequeueDelay time.Duration
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -58,6 +73,9 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	c.Topology = c.Topology.WithDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
+	}
+	if c.Prefetch == 0 {
+		c.Prefetch = min(4*c.Concurrency, 65535)
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -71,22 +89,38 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	if c.KillMaxAge == 0 {
 		c.KillMaxAge = time.Minute
 	}
+	if c.RequeueDelay == 0 {
+		c.RequeueDelay = time.Second
+	}
+	if c.KillClockSkew == 0 {
+		c.KillClockSkew = 5 * time.Second
+	}
 	return c
 }
 
-// Validate reports the first field of c that is not usable.
+// Validate reports the first field of c that is not usable. No error contains the password
+// of SubscriberConfig.URL.
 func (c SubscriberConfig) Validate() error {
 	if c.URL == "" {
 		return errors.New("router: SubscriberConfig.URL is empty")
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
+	if err := amqpx.CheckURL(c.URL); err != nil {
 		return fmt.Errorf("router: SubscriberConfig.URL: %w", err)
 	}
 	if c.Concurrency < 0 || c.Concurrency > 65535 {
 		return fmt.Errorf("router: SubscriberConfig.Concurrency %d is outside 1..65535", c.Concurrency)
 	}
-	if c.ShutdownTimeout < 0 || c.ConnectTimeout < 0 || c.KillMaxAge < 0 {
-		return errors.New("router: SubscriberConfig: ShutdownTimeout, ConnectTimeout and KillMaxAge must not be negative")
+	if c.Prefetch < 0 || c.Prefetch > 65535 || c.Prefetch > 0 && c.Prefetch < c.WithDefaults().Concurrency {
+		return fmt.Errorf("router: SubscriberConfig.Prefetch %d is outside Concurrency..65535", c.Prefetch)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"ShutdownTimeout", c.ShutdownTimeout}, {"ConnectTimeout", c.ConnectTimeout}, {"KillMaxAge", c.KillMaxAge},
+		{"KillClockSkew", c.KillClockSkew}, {"RequeueDelay", c.RequeueDelay}} {
+		if f.d < 0 {
+			return fmt.Errorf("router: SubscriberConfig.%s %s is negative", f.name, f.d)
+		}
 	}
 	if err := c.Topology.Validate(); err != nil {
 		return err
@@ -106,28 +140,56 @@ func (c SubscriberConfig) Validate() error {
 // message again.
 //
 // A queue deleted under a consumer stops that subscription (its channel of messages is
-// closed): the queue is not declared again and no empty message is handed out.
+// closed, and Err reports it): the queue is not declared again and no empty message is
+// handed out. A consumer cancelled by the broker while its queue still exists (a classic
+// queue's node went down; RabbitMQ 4.3 cancels a quorum queue's consumer that timed out) is
+// not a deletion: the subscription consumes again, with backoff.
+//
+// A copy of a message this subscriber acked in the last minutes (same warren.PublishIDHeader:
+// a publisher's re-send after a lost confirm, a redelivery after a lost ack) is acked at once
+// and not handed out again. Copies that reach different processes are not recognised: an
+// idempotency store shared by the processes is the answer to those.
+//
+// A message is handed out with warren.Delivery and warren.DeadLetter in its context. warren's
+// bookkeeping headers (see middleware.IsBookkeeping) are kept only on a message that came the
+// way warren's own come: straight to the queue through the default exchange, or through the
+// delay levels addressed to the queue; on any other they are dropped, so that a foreign or
+// forged attempt count or poison header is never believed. A delivery whose headers the
+// client could not read (see amqpx.GuardConn), or that the Marshaler cannot unmarshal, goes
+// to the poison queue with the reason; if even that cannot be published (too large), it is
+// rejected into the queue's dead-letter path.
 //
 // Every subscription listens to its queue's kill topic (see Killer) on an exclusive queue of
 // its own: a stop command pauses it (it stops as on closing, but keeps listening), a resume
 // lifts that, and a delete command makes it consume until the queue is empty and then delete
-// the queue and end. A kill is remembered by the broker, so a subscription that starts after
-// one does not consume until a resume.
+// the queue and end. The last command sent is remembered by the broker (in the queue's kill
+// state queue, see KillStateQueue), so a subscription that starts after a kill does not
+// consume until a resume, and refuses a replay of a command older than the last one.
 type Subscriber struct {
 	cfg     SubscriberConfig
 	logger  watermill.LoggerAdapter
 	builder *topology.Builder
 	listed  map[string]topology.Queue
 
-	mu     sync.Mutex
-	conn   *amqp.Connection
-	closed bool
+	mu      sync.Mutex
+	conn    *amqp.Connection
+	closed  bool
+	dialing chan struct{} // one slot: held while dialling
 
 	closing  chan struct{} // closed by Close
 	hardStop context.Context
-	hardFn   context.CancelFunc
+	hardFn   context.CancelCauseFunc
 	subs     sync.WaitGroup
+
+	goneMu sync.Mutex
+	gone   []error // subscriptions ended because their queue was deleted
+
+	seen seenIDs // publish ids of the deliveries acked lately
 }
+
+// errShutdownTimeout ends the context of the messages still in flight when ShutdownTimeout
+// has passed.
+var errShutdownTimeout = errors.New("shutdown timeout: the message goes back to its queue")
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
@@ -148,29 +210,47 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		cfg: config, logger: logger, builder: builder,
 		listed:  map[string]topology.Queue{},
 		closing: make(chan struct{}),
+		dialing: make(chan struct{}, 1),
 	}
 	for _, q := range config.Queues {
 		s.listed[q.Name] = q
 	}
 	// The context of every message handed out: not cancelled by closing, so that handlers
 	// in flight can finish, but once ShutdownTimeout has passed.
-	s.hardStop, s.hardFn = context.WithCancel(context.Background())
+	s.hardStop, s.hardFn = context.WithCancelCause(context.Background())
 	return s, nil
 }
 
-// connection returns the open connection, dialling when there is none.
-func (s *Subscriber) connection() (*amqp.Connection, error) {
+// connection returns the open connection, dialling when there is none. One call at a time
+// dials, without holding s.mu (Close is never held up by a dial); the others wait for it,
+// each until its own ctx ends. A dial is bounded by ctx and ConnectTimeout.
+func (s *Subscriber) connection(ctx context.Context) (*amqp.Connection, error) {
+	select {
+	case s.dialing <- struct{}{}:
+		defer func() { <-s.dialing }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another call's dial: %w", context.Cause(ctx))
+	}
+	s.mu.Lock()
+	conn, closed := s.conn, s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errors.New("router: subscriber is closed")
+	}
+	if conn != nil && !conn.IsClosed() {
+		return conn, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	defer cancel()
+	conn, err := amqpx.Dial(ctx, s.cfg.URL, "warren subscriber "+s.cfg.HandlerName)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
+		_ = conn.Close()
 		return nil, errors.New("router: subscriber is closed")
-	}
-	if s.conn != nil && !s.conn.IsClosed() {
-		return s.conn, nil
-	}
-	conn, err := amqpx.Dial(s.cfg.URL, "warren subscriber "+s.cfg.HandlerName, s.cfg.ConnectTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("dial: %w", err)
 	}
 	s.conn = conn
 	return conn, nil
@@ -192,10 +272,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 // SubscribeInitialize declares queue without consuming it.
 func (s *Subscriber) SubscribeInitialize(queue string) error {
 	return amqpx.Retry(context.Background(), s.cfg.ConnectTimeout, "router: declare "+queue, func(ctx context.Context) error {
-		conn, err := s.connection()
+		conn, err := s.connection(ctx)
 		if err != nil {
 			return err
 		}
+		stop := amqpx.Watch(ctx, conn)
+		defer stop()
 		ch, err := conn.Channel()
 		if err != nil {
 			return err
@@ -219,13 +301,99 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 
 	s.subs.Wait()
-	s.hardFn()
+	s.hardFn(errShutdownTimeout)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.conn != nil && !s.conn.IsClosed() {
 		return s.conn.Close()
 	}
 	return nil
+}
+
+// seenIDs remembers, for seenFor at least, the publish ids (warren.PublishIDHeader) of the
+// deliveries a subscriber acked, that is handled for good (processed, retried or poisoned).
+// Two generations of a map: one lookup, no per-entry timers.
+type seenIDs struct {
+	mu        sync.Mutex
+	cur, prev map[string]struct{}
+	since     time.Time // cur's start
+}
+
+const (
+	seenFor = 5 * time.Minute
+	seenMax = 100_000 // ids per generation: a generation ends earlier when it is full
+)
+
+func (s *seenIDs) add(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil || time.Since(s.since) > seenFor || len(s.cur) >= seenMax {
+		s.prev, s.cur, s.since = s.cur, make(map[string]struct{}), time.Now()
+	}
+	s.cur[id] = struct{}{}
+}
+
+func (s *seenIDs) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, inCur := s.cur[id]
+	_, inPrev := s.prev[id]
+	return inCur || inPrev
+}
+
+// copies recognises, on one consume channel, the copies of a message (the same publish id: a
+// publisher's re-send after a lost confirm, a redelivery after a lost ack, a retry or output
+// of such a copy): one the subscriber acked lately, or one being handled on this channel. A
+// copy is then acked at once instead of being handled again. The twin being handled on the
+// same channel is unacked, so it is settled or delivered again: nothing is lost. (Not so on
+// another channel: a channel that closed cannot settle its deliveries, and the message
+// redelivered is the twin itself.)
+type copies struct {
+	seen *seenIDs
+	mu   sync.Mutex
+	live map[string]int // ids being handled on this channel
+}
+
+// claim reports whether the delivery with publish id is to be handled, and counts it as
+// being handled. A delivery without one (not published by warren) always is.
+func (c *copies) claim(id string) bool {
+	if id == "" {
+		return true
+	}
+	if c.seen.has(id) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.live[id] > 0 {
+		return false
+	}
+	c.live[id]++
+	return true
+}
+
+// release ends the handling of a claimed id, remembering it when it was acked.
+func (c *copies) release(id string, acked bool) {
+	if id == "" {
+		return
+	}
+	c.mu.Lock()
+	if c.live[id]--; c.live[id] <= 0 {
+		delete(c.live, id)
+	}
+	c.mu.Unlock()
+	if acked {
+		c.seen.add(id)
+	}
+}
+
+// Err reports the subscriptions that ended for good, naming each queue: their queue was
+// deleted (not by a kill command's delete), or the broker refused them for good (access
+// refused); nil if none did.
+func (s *Subscriber) Err() error {
+	s.goneMu.Lock()
+	defer s.goneMu.Unlock()
+	return errors.Join(s.gone...)
 }
 
 type subscription struct {
@@ -259,6 +427,11 @@ const (
 // errQueueGone ends a subscription whose queue was deleted.
 var errQueueGone = errors.New("the queue was deleted")
 
+// errRefused ends a subscription whose consume the broker refuses for good (access refused).
+// Only the consume's own refusal: amqp091-go reports a connection cut during its handshake
+// (a broker restarting) as a 403 too, and that must be retried.
+var errRefused = errors.New("the broker refuses the consumer")
+
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
 	defer s.subs.Done()
@@ -277,8 +450,12 @@ func (sub *subscription) run(ctx context.Context) {
 		case errors.Is(err, errQueueGone) && sub.mode == draining:
 			sub.removeKilled()
 			return
-		case errors.Is(err, errQueueGone):
-			s.logger.Error("Queue deleted: consumer stopped", err, fields)
+		case errors.Is(err, errQueueGone), errors.Is(err, errRefused):
+			// Deleted, or refused for good (access refused): retrying cannot help.
+			s.logger.Error("Consumer stopped for good", err, fields)
+			s.goneMu.Lock()
+			s.gone = append(s.gone, fmt.Errorf("router: queue %q: %w", sub.queue, err))
+			s.goneMu.Unlock()
 			return
 		}
 		if started {
@@ -301,7 +478,7 @@ func (sub *subscription) run(ctx context.Context) {
 // error that lost the connection; started reports whether it got as far as listening.
 func (sub *subscription) session(ctx context.Context) (started bool, err error) {
 	s := sub.s
-	conn, err := s.connection()
+	conn, err := s.connection(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -310,7 +487,7 @@ func (sub *subscription) session(ctx context.Context) (started bool, err error) 
 		return false, err
 	}
 	defer stopListening()
-	if err := sub.recall(conn); err != nil {
+	if err := sub.recall(ctx, conn); err != nil {
 		return true, err
 	}
 	for {
@@ -353,59 +530,86 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 		return closed, err
 	}
 	defer ch.Close()
-	if err := ch.Qos(s.cfg.Concurrency, 0, false); err != nil {
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 		return closed, err
 	}
 	cancelled := ch.NotifyCancel(make(chan string, 1))
 	tag := fmt.Sprintf("warren-%s-%d", s.cfg.HandlerName, consumerSeq.Add(1))
 	deliveries, err := ch.Consume(sub.queue, tag, false, false, false, false, nil)
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code != amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
+		return closed, fmt.Errorf("%w: %v", errRefused, err)
+	}
 	if err != nil {
-		var ae *amqp.Error
-		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return closed, fmt.Errorf("%w: %v", errQueueGone, err)
-		}
-		return closed, err
+		return closed, sub.goneOr(conn, err)
 	}
 
-	acks := newAcker(ch, s.cfg.Concurrency, s.logger)
-	defer acks.close()
-	var inflight flights
-	stop := func() { sub.stop(ch, tag, deliveries, &inflight.WaitGroup, acks) }
+	cs := &channelState{
+		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
+		dups:     &copies{seen: &s.seen, live: map[string]int{}},
+		stopping: make(chan struct{}),
+		slots:    make(chan struct{}, s.cfg.Concurrency),
+	}
+	defer cs.acks.close()
+	stop := func() {
+		close(cs.stopping)
+		sub.stop(ch, tag, deliveries, &cs.inflight.WaitGroup, cs.acks)
+	}
 	var drainTick <-chan time.Time
 	if sub.mode == draining {
 		t := time.NewTicker(drainCheck)
 		defer t.Stop()
 		drainTick = t.C
 	}
+	slot := false // a handler slot is held for the next delivery
 	for {
+		// A delivery is taken only with a free slot: at most Concurrency are handed out, the
+		// rest of the prefetch waits, and commands, closing and the context are still heard.
+		in, take := deliveries, (chan<- struct{})(nil)
+		if !slot {
+			in, take = nil, cs.slots
+		}
 		select {
-		case d, ok := <-deliveries:
+		case take <- struct{}{}:
+			slot = true
+		case d, ok := <-in:
 			if !ok {
+				close(cs.stopping)
 				select {
 				case _, ok := <-cancelled: // closed, not sent to, when the channel closes
 					if ok {
-						return closed, errQueueGone
+						return closed, sub.goneOr(conn, errors.New("the broker cancelled the consumer"))
 					}
 				default:
 				}
 				return closed, errors.New("channel closed")
 			}
-			msg, done := sub.message(conn, d, acks)
+			id, _ := d.Headers[warren.PublishIDHeader].(string)
+			if !cs.dups.claim(id) {
+				s.logger.Info("Copy of a message handled already: acked", watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId})
+				cs.acks.settle(d.DeliveryTag, ack)
+				continue
+			}
+			msg, done, deadLetter := sub.message(conn, d, cs)
 			if msg == nil {
+				cs.dups.release(id, false) // poisoned, or put back: never taken for done
 				continue
 			}
 			select {
 			case sub.out <- msg:
-				inflight.add()
-				go settle(&inflight, msg, d.DeliveryTag, acks, done)
+				slot = false // settle frees it
+				cs.inflight.add()
+				go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
 			case <-ctx.Done():
 				done()
-				acks.settle(d.DeliveryTag, false)
+				cs.dups.release(id, false)
+				cs.acks.settle(d.DeliveryTag, requeue)
 				stop()
 				return closed, nil
 			case <-s.closing:
 				done()
-				acks.settle(d.DeliveryTag, false)
+				cs.dups.release(id, false)
+				cs.acks.settle(d.DeliveryTag, requeue)
 				stop()
 				return closed, nil
 			}
@@ -427,7 +631,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				drainTick = t.C
 			}
 		case <-drainTick:
-			if inflight.n.Load() > 0 {
+			if cs.inflight.n.Load() > 0 {
 				continue
 			}
 			if q, err := inspect(conn, sub.queue); err == nil && q.Messages == 0 {
@@ -442,6 +646,17 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 			return closed, nil
 		}
 	}
+}
+
+// channelState is what one consume channel's deliveries share: the acker, the messages
+// handed out and not settled, the copies being handled, the handler slots, and stopping,
+// closed when the consumer stops (nothing waits to be requeued any more).
+type channelState struct {
+	acks     *acker
+	inflight flights
+	dups     *copies
+	stopping chan struct{}
+	slots    chan struct{} // one per message handed out, up to Concurrency
 }
 
 // flights counts the messages handed out and not settled yet.
@@ -470,7 +685,7 @@ func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan am
 	defer cancel()
 	if err := amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }); err == nil {
 		for d := range deliveries { // closed once the broker confirmed the cancel
-			acks.settle(d.DeliveryTag, false)
+			acks.settle(d.DeliveryTag, requeue)
 		}
 	}
 	done := make(chan struct{})
@@ -480,61 +695,128 @@ func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan am
 	case <-ctx.Done():
 		s.logger.Error("Shutdown timeout: messages still in flight go back to the queue", ctx.Err(),
 			watermill.LogFields{"queue": sub.queue, "timeout": s.cfg.ShutdownTimeout})
-		s.hardFn()
+		s.hardFn(errShutdownTimeout)
 	}
 }
 
-// settle acks or nacks (and requeues) the delivery once the handler has acked or nacked msg,
-// and then ends msg's context.
-func settle(inflight *flights, msg *message.Message, tag uint64, acks *acker, done context.CancelFunc) {
-	defer inflight.done()
+// settle acks the delivery once the handler has acked msg (and remembers its publish id, see
+// copies), and then ends msg's context. A nacked one goes back to the queue after
+// RequeueDelay (at once when the consumer stops), or, if warren.DeadLetter was called, is
+// rejected into the queue's dead-letter path.
+func (sub *subscription) settle(cs *channelState, msg *message.Message, tag uint64, id string,
+	done context.CancelFunc, deadLetter *atomic.Bool) {
+	defer cs.inflight.done()
+	defer func() { <-cs.slots }()
 	defer done()
 	select {
 	case <-msg.Acked():
-		acks.settle(tag, true)
+		cs.dups.release(id, true)
+		cs.acks.settle(tag, ack)
 	case <-msg.Nacked():
-		acks.settle(tag, false)
+		cs.dups.release(id, false) // a reject lost with its channel must be handled again
+		if deadLetter.Load() {
+			cs.acks.settle(tag, reject)
+			return
+		}
+		sub.requeueLater(tag, cs)
 	}
+}
+
+// requeueLater returns the delivery to the queue after RequeueDelay, or at once when the
+// consumer stops or the subscriber closes.
+func (sub *subscription) requeueLater(tag uint64, cs *channelState) {
+	t := time.NewTimer(sub.s.cfg.RequeueDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-cs.stopping:
+	case <-sub.s.closing:
+	}
+	cs.acks.settle(tag, requeue)
+}
+
+// goneOr returns errQueueGone (wrapping err) if the queue no longer exists, and err otherwise:
+// a cancelled consumer, or a queue reported "down or inaccessible", is consumed again.
+func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
+	_, ierr := inspect(conn, sub.queue)
+	var ae *amqp.Error
+	if errors.As(ierr, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(ae) {
+		return fmt.Errorf("%w: %v", errQueueGone, err)
+	}
+	if ierr != nil {
+		return fmt.Errorf("%w (and the queue cannot be inspected: %v)", err, ierr)
+	}
+	return fmt.Errorf("%w; queue %s still exists: consuming again", err, sub.queue)
 }
 
 // message unmarshals d and gives it its context, which ends when done is called (once the
 // message is settled), or when the subscriber has closed. A delivery that cannot be
-// unmarshaled goes to the poison queue and nil is returned.
-func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, acks *acker) (msg *message.Message, done context.CancelFunc) {
+// unmarshaled, or whose headers the client could not read, goes to the poison queue and nil
+// is returned.
+func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, cs *channelState) (
+	msg *message.Message, done context.CancelFunc, deadLetter *atomic.Bool) {
+	viaDelay := strings.HasPrefix(d.Exchange, sub.s.builder.Delay().Name()+".")
 	info := warren.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
-	if x, ok := d.Headers[topology.HeaderDestExchange].(string); ok {
-		info.Exchange = x // came through the delay levels
-	} else if _, ok := d.Headers[topology.HeaderDestQueue]; ok {
-		info.Exchange = ""
+	info.PublishID, _ = d.Headers[warren.PublishIDHeader].(string)
+	if viaDelay { // its destination: an exchange, or the queue through the default exchange
+		info.Exchange, _ = d.Headers[topology.HeaderDestExchange].(string)
 	}
-	msg, err := sub.s.cfg.Marshaler.Unmarshal(d)
+	var err error
+	if why, unreadable := d.Headers[amqpx.UnreadableHeader].(string); unreadable {
+		err = &unreadableError{why}
+	} else {
+		msg, err = sub.s.cfg.Marshaler.Unmarshal(d)
+	}
 	if err != nil {
-		acks.settle(d.DeliveryTag, sub.poisonUndecodable(conn, d, info, err))
-		return nil, nil
+		sub.poisonUndecodable(conn, d, info, err, cs)
+		return nil, nil, nil
 	}
-	ctx, done := context.WithCancel(warren.WithDelivery(sub.s.hardStop, info))
+	// warren's bookkeeping is believed only on a message that came the way warren's own come.
+	fromWarren := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
+		(viaDelay && d.Headers[topology.HeaderDestQueue] == sub.queue)
+	if !fromWarren {
+		for k := range msg.Metadata {
+			if middleware.IsBookkeeping(k) {
+				delete(msg.Metadata, k)
+			}
+		}
+	}
+	deadLetter = new(atomic.Bool)
+	ctx, done := context.WithCancel(warren.WithDeadLetter(warren.WithDelivery(sub.s.hardStop, info), deadLetter))
 	msg.SetContext(ctx)
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
 	}
-	return msg, done
+	return msg, done, deadLetter
 }
 
-// poisonUndecodable publishes d as it is to the poison queue, with the reason, and reports
-// whether it did: then d is acked, else requeued. It is never dropped.
-func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Delivery, info warren.Delivery, cause error) bool {
+// unreadableError is the reason of a delivery whose headers the client could not read.
+type unreadableError struct{ why string }
+
+func (e *unreadableError) Error() string { return "the client cannot read its headers: " + e.why }
+
+// poisonUndecodable publishes d as it is to the poison queue, with the reason, and settles
+// it: acked once the poison copy is confirmed; rejected into the queue's dead-letter path if
+// the copy is too large to publish; else requeued after RequeueDelay. It is never dropped.
+func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Delivery, info warren.Delivery, cause error,
+	cs *channelState) {
 	s := sub.s
 	now := time.Now().UTC().Format(time.RFC3339Nano)
+	reason, text := middleware.PoisonReasonUndecoded, "unmarshal: "+cause.Error()
+	var unreadable *unreadableError
+	if errors.As(cause, &unreadable) {
+		reason, text = middleware.PoisonReasonUnreadable, cause.Error()
+	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		if !warren.IsBrokerHeader(k) {
+		if !warren.IsBrokerHeader(k) && !warren.IsTransportHeader(k) && !middleware.IsBookkeeping(k) {
 			headers[k] = v
 		}
 	}
 	for k, v := range map[string]string{
-		middleware.PoisonErrorKey:      "unmarshal: " + cause.Error(),
+		middleware.PoisonErrorKey:      text,
 		middleware.PoisonErrorTypeKey:  fmt.Sprintf("%T", cause),
-		middleware.PoisonReasonKey:     middleware.PoisonReasonUndecoded,
+		middleware.PoisonReasonKey:     reason,
 		middleware.PoisonHandlerKey:    s.cfg.HandlerName,
 		middleware.PoisonQueueKey:      sub.queue,
 		middleware.PoisonExchangeKey:   info.Exchange,
@@ -549,31 +831,56 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 		Headers: headers, Body: d.Body, MessageId: d.MessageId, ContentType: d.ContentType,
 		ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent, Timestamp: d.Timestamp,
 	}
-	err := func() error {
-		pc, err := conn.Channel() // confirms on a channel of its own
-		if err != nil {
-			return err
-		}
-		defer pc.Close()
-		if err := pc.Confirm(false); err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ConnectTimeout)
-		defer cancel()
-		dc, err := pc.PublishWithDeferredConfirmWithContext(ctx, "", topology.PoisonQueue(sub.queue), true, false, pub)
-		if err != nil {
-			return err
-		}
-		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-			return fmt.Errorf("not confirmed: %v", err)
-		}
-		return nil
-	}()
-	fields := watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId}
-	if err != nil {
+	fields := watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId, "reason": reason}
+	if size, err := amqpx.HeaderFrameSize(pub); err != nil || size > amqpx.MaxHeaderFrame {
+		s.logger.Error("Undecodable message too large to poison: rejected into its queue's dead-letter path", cause, fields)
+		cs.acks.settle(d.DeliveryTag, reject)
+		return
+	}
+	if err := sub.publishPoison(conn, pub); err != nil {
 		s.logger.Error("Cannot poison an undecodable message: requeued", err, fields)
-		return false
+		cs.inflight.add()
+		go func() {
+			defer cs.inflight.done()
+			sub.requeueLater(d.DeliveryTag, cs)
+		}()
+		return
 	}
 	s.logger.Error("Undecodable message poisoned", cause, fields)
-	return true
+	cs.acks.settle(d.DeliveryTag, ack)
+}
+
+// publishPoison publishes pub to the queue's poison queue on a confirm channel of its own,
+// declaring the queue's topology first (its poison queue may have been deleted), and returns
+// nil once the broker has confirmed it and not returned it.
+func (sub *subscription) publishPoison(conn *amqp.Connection, pub amqp.Publishing) error {
+	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.ConnectTimeout)
+	defer cancel()
+	pc, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	q := sub.s.listed[sub.queue]
+	q.Name = sub.queue
+	if err := sub.s.builder.DeclareQueue(ctx, pc, q); err != nil {
+		return err
+	}
+	if err := pc.Confirm(false); err != nil {
+		return err
+	}
+	returned := pc.NotifyReturn(make(chan amqp.Return, 1))
+	dc, err := pc.PublishWithDeferredConfirmWithContext(ctx, "", topology.PoisonQueue(sub.queue), true, false, pub)
+	if err != nil {
+		return err
+	}
+	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+		return fmt.Errorf("not confirmed: %v", err)
+	}
+	select { // a return comes before its confirmation
+	case r := <-returned:
+		return fmt.Errorf("returned: %d %s", r.ReplyCode, r.ReplyText)
+	default:
+		return nil
+	}
 }

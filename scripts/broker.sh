@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure a RabbitMQ broker answers on 127.0.0.1:5672 (or $WARREN_AMQP_PORT):
-# use a running one; else start the installed rabbitmq-server; else `docker compose up -d`
-# where a Docker engine runs; else install rabbitmq-server with apt-get and start it.
+# use a running one (restarted with a higher open-file limit if it has the common default of
+# 1024, unless WARREN_BROKER_NO_RESTART=1); else start the installed rabbitmq-server; else
+# `docker compose up -d` where a Docker engine runs; else install rabbitmq-server with apt-get
+# and start it.
 set -euo pipefail
 
 port=${WARREN_AMQP_PORT:-5672}
@@ -16,12 +18,42 @@ wait_for() {
 }
 start_installed() {
   echo "broker: starting rabbitmq-server"
+  # RabbitMQ 3.x counts the files of quorum queues (warren's default; 3 per queue on 3.10)
+  # against its file handle limit, and a new connection waits for a free handle: with the
+  # common default of 1024 open files it stops accepting connections at about 300 queues.
+  ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  # Debian's rabbitmq-server runs the broker through `su rabbitmq`, whose pam_limits resets
+  # the soft limit to 1024 unless limits.d says otherwise (and ignores a value above the hard
+  # limit it may set: use the one this shell has).
+  limits=/etc/security/limits.d/rabbitmq-warren.conf
+  if [ "$(id -u)" -eq 0 ] && [ -d /etc/security/limits.d ] && [ ! -e "$limits" ]; then
+    n=$(ulimit -Hn)
+    if [ "$n" = unlimited ] || [ "$n" -gt 65536 ]; then n=65536; fi
+    echo "broker: writing $limits (rabbitmq nofile $n)"
+    printf 'rabbitmq soft nofile %s\nrabbitmq hard nofile %s\n' "$n" "$n" > "$limits"
+  fi
   rabbitmq-server -detached >/dev/null 2>&1 || true
   timeout 120 rabbitmqctl await_startup >/dev/null 2>&1 || true
   wait_for
 }
 
+# handle_limit prints the running broker's file handle limit, or nothing if it cannot tell.
+handle_limit() {
+  command -v rabbitmqctl >/dev/null 2>&1 || return 0
+  timeout 30 rabbitmqctl eval 'file_handle_cache:ulimit().' 2>/dev/null | grep -E '^[0-9]+$' || true
+}
+
 if answers; then
+  # A broker started with the common default of 1024 open files stops accepting connections
+  # at about 300 quorum queues (warren's default): restart the installed one with more.
+  limit=$(handle_limit)
+  if [ -n "$limit" ] && [ "$limit" -lt 16384 ] && [ "${WARREN_BROKER_NO_RESTART:-0}" != 1 ]; then
+    echo "broker: its file handle limit is $limit, too low for quorum queues: restarting it with more"
+    timeout 60 rabbitmqctl stop >/dev/null 2>&1 || true
+    for _ in $(seq 1 60); do answers || break; sleep 1; done
+    start_installed
+    echo "broker: file handle limit now $(handle_limit)"
+  fi
   exit 0
 fi
 if command -v rabbitmq-server >/dev/null 2>&1; then

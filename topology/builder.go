@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -45,7 +46,18 @@ type object struct {
 	internal bool // exchange
 	args     amqp.Table
 	binding  Binding
+	role     role      // queue
+	typ      QueueType // queue
 }
+
+// role is what a queue is for, to say what to do when it exists with other arguments.
+type role int
+
+const (
+	workQueue role = iota
+	poisonQueue
+	levelQueue // a level or the parking queue
+)
 
 // Declare declares the delay levels (unless disabled) and everything in t on ch.
 // Each call to the broker is bounded by ctx and Config.Timeout. An existing exchange or
@@ -95,14 +107,19 @@ func (b *Builder) objects(t Topology) []object {
 }
 
 // Apply dials url and declares t (and the delay levels), retrying transient failures with
-// backoff until Config.Timeout.
+// backoff until Config.Timeout. No error contains url's password.
 func (b *Builder) Apply(ctx context.Context, url string, t Topology) error {
+	if err := amqpx.CheckURL(url); err != nil {
+		return fmt.Errorf("topology: apply: url: %w", err)
+	}
 	return amqpx.Retry(ctx, b.cfg.Timeout, "topology: apply", func(ctx context.Context) error {
-		conn, err := amqpx.Dial(url, "warren topology", b.cfg.Timeout)
+		conn, err := amqpx.Dial(ctx, url, "warren topology")
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
+		defer amqpx.Close(conn)
+		stop := amqpx.Watch(ctx, conn)
+		defer stop()
 		ch, err := conn.Channel()
 		if err != nil {
 			return err
@@ -139,7 +156,7 @@ func (b *Builder) declareOne(ctx context.Context, ch *amqp.Channel, o object) er
 		}
 	})
 	if err != nil {
-		return declareError(o.what, o.name, err)
+		return declareError(o, err)
 	}
 	return nil
 }
@@ -153,38 +170,32 @@ func (b *Builder) deliveryObjects() []object {
 	}
 	return []object{
 		{what: "exchange", name: d.ParkingExchange(), kind: Fanout},
-		{what: "queue", name: d.ParkingQueue(), args: d.queueArgs()},
+		{what: "queue", name: d.ParkingQueue(), args: d.parkingArgs(), role: levelQueue, typ: d.QueueType},
 		{what: "binding", name: "parking", binding: Binding{Exchange: d.ParkingExchange(), Queue: d.ParkingQueue()}},
 		{what: "exchange", name: d.DeliveryExchange(), kind: Headers, args: amqp.Table{"alternate-exchange": d.ParkingExchange()}},
 	}
 }
 
-// delayObjects are all of the delay levels.
+// delayObjects are all of the delay levels. Every level exchange has the parking exchange as
+// its alternate exchange: what it cannot route (a digit header missing, or not a digit) is
+// parked, not dropped.
 func (b *Builder) delayObjects() []object {
 	d := b.cfg.Delay
 	if d.Disabled {
 		return nil
 	}
-	levelArgs := func(ttl int64, next string) amqp.Table {
-		args := d.queueArgs()
-		args[amqp.QueueMessageTTLArg] = ttl
-		args["x-dead-letter-exchange"] = next
-		if d.QueueType == Quorum {
-			args["x-dead-letter-strategy"] = "at-least-once"
-			args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
-		}
-		return args
-	}
 	objs := b.deliveryObjects()
 	for p := 0; p < d.Levels; p++ {
-		objs = append(objs, object{what: "exchange", name: d.LevelExchange(p), kind: Headers})
+		objs = append(objs, object{what: "exchange", name: d.LevelExchange(p), kind: Headers,
+			args: amqp.Table{"alternate-exchange": d.ParkingExchange()}})
 	}
 	for p := 0; p < d.Levels; p++ {
 		zero := Binding{Exchange: d.LevelExchange(p), ToExchange: d.next(p), Headers: map[string]string{DigitHeader(p): "0"}}
 		objs = append(objs, object{what: "binding", name: zero.String(), binding: zero})
 		for digit := 1; digit < d.Radix; digit++ {
 			q := d.LevelQueue(p, digit)
-			objs = append(objs, object{what: "queue", name: q, args: levelArgs(d.TTL(p, digit).Milliseconds(), d.next(p))})
+			objs = append(objs, object{what: "queue", name: q, args: d.levelArgs(d.TTL(p, digit).Milliseconds(), d.next(p)),
+				role: levelQueue, typ: d.QueueType})
 			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{DigitHeader(p): fmt.Sprint(digit)}}
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 		}
@@ -212,12 +223,20 @@ func (b *Builder) exchangeObjects(e Exchange) []object {
 	return objs
 }
 
-// QueueArgs are the arguments warren declares work queue q with.
-func (b *Builder) QueueArgs(q Queue) amqp.Table {
-	typ, limit := q.Type, q.DeliveryLimit
-	if typ == "" {
-		typ = b.cfg.QueueType
+// QueueType is the type of work queue q and its poison queue: q.Type, else Config.QueueType.
+func (b *Builder) QueueType(q Queue) QueueType {
+	if q.Type == "" {
+		return b.cfg.QueueType
 	}
+	return q.Type
+}
+
+// QueueArgs are the arguments warren declares work queue q with. A quorum work queue has an
+// explicit delivery limit and dead-letters into its poison queue at least once (which needs
+// x-overflow reject-publish). A classic one is declared with no x-queue-type, as earlier
+// versions of warren did, so that their queues are declared again unchanged.
+func (b *Builder) QueueArgs(q Queue) amqp.Table {
+	limit := q.DeliveryLimit
 	if limit == 0 {
 		limit = b.cfg.DeliveryLimit
 	}
@@ -227,7 +246,7 @@ func (b *Builder) QueueArgs(q Queue) amqp.Table {
 	}
 	args["x-dead-letter-exchange"] = ""
 	args["x-dead-letter-routing-key"] = PoisonQueue(q.Name)
-	if typ == Quorum {
+	if b.QueueType(q) == Quorum {
 		args[amqp.QueueTypeArg] = amqp.QueueTypeQuorum
 		args["x-delivery-limit"] = int64(limit)
 		args["x-dead-letter-strategy"] = "at-least-once"
@@ -236,23 +255,23 @@ func (b *Builder) QueueArgs(q Queue) amqp.Table {
 	return args
 }
 
+// poisonArgs are the arguments of the poison queue of work queue q: of q's type and, quorum,
+// without a delivery limit (see unlimited), not the work queue's: a poison message is there
+// to be browsed and must never be dropped however often it is. A classic one has no
+// arguments, as earlier versions of warren declared it.
+func (b *Builder) poisonArgs(q Queue) amqp.Table {
+	if b.QueueType(q) == Quorum {
+		return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": unlimited}
+	}
+	return amqp.Table{}
+}
+
 func (b *Builder) queueObjects(q Queue) []object {
-	typ := q.Type
-	if typ == "" {
-		typ = b.cfg.QueueType
-	}
-	poisonArgs := amqp.Table{}
-	if typ == Quorum {
-		limit := q.DeliveryLimit
-		if limit == 0 {
-			limit = b.cfg.DeliveryLimit
-		}
-		poisonArgs[amqp.QueueTypeArg] = amqp.QueueTypeQuorum
-		poisonArgs["x-delivery-limit"] = int64(limit)
-	}
+	typ := b.QueueType(q)
+	// The work queue first: with queues of an earlier type, the error names it.
 	objs := []object{
-		{what: "queue", name: PoisonQueue(q.Name), args: poisonArgs},
-		{what: "queue", name: q.Name, args: b.QueueArgs(q)},
+		{what: "queue", name: q.Name, args: b.QueueArgs(q), role: workQueue, typ: typ},
+		{what: "queue", name: PoisonQueue(q.Name), args: b.poisonArgs(q), role: poisonQueue, typ: typ},
 		{what: "exchange", name: KillExchange(q.Name), kind: Fanout},
 	}
 	if !b.cfg.Delay.Disabled {
@@ -263,20 +282,36 @@ func (b *Builder) queueObjects(q Queue) []object {
 }
 
 // MismatchError reports an exchange or queue that exists with other arguments than the ones
-// warren declares it with.
+// warren declares it with, and what to do about it.
 type MismatchError struct {
 	// What is "exchange" or "queue".
 	What string
 	Name string
-	// Argument is the argument that differs, as the broker named it (e.g. x-queue-type).
+	// Argument names the argument that differs: "argument x-queue-type" (or "argument" when
+	// the broker did not say which).
 	Argument string
+	// Existing is the type of a queue that exists with another type than warren declares
+	// (then Argument is "argument x-queue-type"), e.g. a classic work queue of an earlier
+	// version of warren, which declared classic queues by default; "" otherwise.
+	Existing QueueType
+	// Hint says what to do.
+	Hint string
 	// Err is the broker's reply.
 	Err error
 }
 
-// Error names the exchange or queue and the argument that differs.
+// Error names the exchange or queue, the argument that differs and what to do.
 func (e *MismatchError) Error() string {
-	return fmt.Sprintf("topology: %s %q exists with a different %s: %v", e.What, e.Name, e.Argument, e.Err)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "topology: %s %q exists with a different %s", e.What, e.Name, e.Argument)
+	if e.Existing != "" {
+		fmt.Fprintf(&sb, " (it is a %s queue)", e.Existing)
+	}
+	if e.Hint != "" {
+		sb.WriteString(": " + e.Hint)
+	}
+	fmt.Fprintf(&sb, ": %v", e.Err)
+	return sb.String()
 }
 
 // Unwrap returns the broker's reply.
@@ -288,16 +323,86 @@ func IsMismatch(err error) bool {
 	return errors.As(err, &m)
 }
 
-var inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
+var (
+	inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
+	currentValue    = regexp.MustCompile(`current is (?:the value )?'([^']*)'`)
+)
 
-func declareError(what, name string, err error) error {
+func declareError(o object, err error) error {
 	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
-		arg := "argument"
-		if m := inequivalentArg.FindStringSubmatch(ae.Reason); m != nil {
-			arg = "argument " + m[1]
-		}
-		return &MismatchError{What: what, Name: name, Argument: arg, Err: err}
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return fmt.Errorf("topology: declare %s %q: %w", o.what, o.name, err)
 	}
-	return fmt.Errorf("topology: declare %s %q: %w", what, name, err)
+	m := &MismatchError{What: o.what, Name: o.name, Argument: "argument", Err: err}
+	arg := ""
+	if sm := inequivalentArg.FindStringSubmatch(ae.Reason); sm != nil {
+		arg = sm[1]
+		m.Argument = "argument " + arg
+	}
+	if o.what == "queue" {
+		if m.Existing = existingType(o.typ, arg, ae.Reason); m.Existing != "" {
+			m.Argument = "argument " + amqp.QueueTypeArg
+		}
+	}
+	m.Hint = hint(o, m.Existing)
+	return m
+}
+
+// existingType infers, from the broker's refusal to declare a queue of type declared with
+// warren's arguments, the type the queue has when that is what differs; "" otherwise.
+// RabbitMQ compares the arguments of the existing queue's type before the type itself: a
+// classic queue declared as quorum is refused for x-overflow (warren declares every quorum
+// queue that has x-overflow with x-dead-letter-strategy too, which a quorum queue lacking
+// them would be refused for first), and a quorum queue declared as classic for
+// x-dead-letter-strategy or x-delivery-limit, which no classic declaration has.
+func existingType(declared QueueType, arg, reason string) QueueType {
+	switch {
+	case arg == amqp.QueueTypeArg:
+		if sm := currentValue.FindStringSubmatch(reason); sm != nil {
+			return QueueType(sm[1])
+		}
+		return Classic // "current is none": declared without a type, on 3.x a classic queue
+	case declared == Quorum && arg == amqp.QueueOverflowArg && strings.HasSuffix(reason, "but current is none"):
+		return Classic
+	case declared == Classic && (arg == "x-dead-letter-strategy" || arg == "x-delivery-limit") &&
+		strings.Contains(reason, "received none"):
+		return Quorum
+	}
+	return ""
+}
+
+// hint says what to do about object o existing with other arguments (of type existing, when
+// that is the difference).
+func hint(o object, existing QueueType) string {
+	switch {
+	case o.what == "exchange":
+		return "declare it as it is (Exchange.Kind, Exchange.Args), or delete it and let warren declare it again"
+	case o.role == levelQueue && existing != "":
+		return fmt.Sprintf("set Delay.QueueType to topology.%s, or choose another Delay.Prefix", constName(existing))
+	case o.role == levelQueue:
+		return "delete the delay levels of this name (once empty), or choose another Delay.Prefix"
+	case o.role == poisonQueue:
+		work := strings.TrimSuffix(o.name, PoisonQueue(""))
+		keep := ""
+		if existing != "" {
+			keep = fmt.Sprintf("keep both %s (Queue.Type of %q, or Config.QueueType: topology.%s), or ", existing, work, constName(existing))
+		}
+		return fmt.Sprintf("it is the poison queue of %q: %smove its messages elsewhere, delete it and let warren declare it again", work, keep)
+	case existing != "":
+		return fmt.Sprintf("keep it %s (Queue.Type, or Config.QueueType: topology.%s), or drain and delete it "+
+			"(`warren kill %s --delete`) and let warren declare it again as %s", existing, constName(existing), o.name, o.typ)
+	}
+	return fmt.Sprintf("declare it as it is (Queue.Args, Queue.DeliveryLimit, Queue.Type), or drain and delete it "+
+		"(`warren kill %s --delete`) and let warren declare it again", o.name)
+}
+
+// constName is the name of the QueueType constant of t.
+func constName(t QueueType) string {
+	switch t {
+	case Classic:
+		return "Classic"
+	case Quorum:
+		return "Quorum"
+	}
+	return fmt.Sprintf("QueueType(%q)", t)
 }

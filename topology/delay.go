@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -41,7 +42,15 @@ const maxTTL = 1<<32 - 1
 //
 // The delivery exchange has an alternate exchange into the parking queue: a message whose
 // destination was deleted while it waited is parked there, never lost and never stalling a
-// level.
+// level. So has every level exchange: a message whose digit header is missing or not a digit
+// (a foreign message published to a level exchange) is parked with its headers, not dropped.
+//
+// The queues are quorum queues by default, dead-lettering at least once from one level to
+// the next; classic ones (QueueType) dead-letter at most once and lose messages when the
+// broker crashes. The queue type is part of every name (Name), so classic and quorum levels
+// never collide, and the levels of earlier versions of warren (classic, named without the
+// type: warren.delay.1ms.r16.*) are never declared again: they drain into their own
+// delivery exchange (see the package doc).
 type Delay struct {
 	// Prefix starts every name of the delay levels. Default "warren.delay".
 	Prefix string
@@ -55,8 +64,11 @@ type Delay struct {
 	// (2³²-1 ms) allows; with the other defaults 8, for delays up to 2³²-1 ms (49.7 days)
 	// in 120 queues.
 	Levels int
-	// QueueType of the level and parking queues. Default classic (queue version 2, declared
-	// explicitly); quorum for clusters (then with at-least-once dead-lettering).
+	// QueueType of the level and parking queues. Within a Config it defaults to
+	// Config.QueueType, on its own to quorum (at-least-once dead-lettering from one level to
+	// the next). Classic level queues are queue version 2 (declared explicitly) and
+	// dead-letter at most once: a broker crash loses messages that were moving between
+	// levels (see Config.QueueType).
 	QueueType QueueType
 	// Disabled declares no delay levels; delayed publishing is then an error.
 	Disabled bool
@@ -81,7 +93,7 @@ func (d Delay) WithDefaults() Delay {
 		}
 	}
 	if d.QueueType == "" {
-		d.QueueType = Classic
+		d.QueueType = Quorum
 	}
 	return d
 }
@@ -106,14 +118,27 @@ func (d Delay) Validate() error {
 		return fmt.Errorf("topology: Delay.Levels %d with Radix %d and Unit %s needs a queue TTL of %.0f ms, above RabbitMQ's limit of %d ms",
 			d.Levels, d.Radix, d.Unit, top, int64(maxTTL))
 	}
+	if strings.HasPrefix(d.Prefix, "amq.") {
+		return fmt.Errorf("topology: Delay.Prefix %q: names starting with amq. are reserved", d.Prefix)
+	}
+	if longest := d.LevelQueue(d.Levels-1, d.Radix-1); len(longest) > maxName {
+		return fmt.Errorf("topology: Delay.Prefix %q makes names such as %q longer than %d bytes", d.Prefix, longest, maxName)
+	}
 	return nil
 }
 
+// maxName is the longest name of a queue or exchange that RabbitMQ accepts, in bytes.
+const maxName = 255
+
 // Name identifies this layout; every exchange and queue of it starts with Name. It includes
-// the unit and radix, so layouts that differ never collide.
+// the queue type, unit and radix, so layouts that differ never collide:
+// "warren.delay.quorum.1ms.r16" by default. (Earlier versions of warren named their classic
+// levels without the type, "warren.delay.1ms.r16", and declared their level exchanges
+// without an alternate exchange, which the broker would refuse to change; with a name of
+// their own the new levels are declared next to the old ones, which drain.)
 func (d Delay) Name() string {
 	d = d.WithDefaults()
-	return fmt.Sprintf("%s.%dms.r%d", d.Prefix, d.Unit.Milliseconds(), d.Radix)
+	return fmt.Sprintf("%s.%s.%dms.r%d", d.Prefix, d.QueueType, d.Unit.Milliseconds(), d.Radix)
 }
 
 // LevelExchange is the headers exchange of position p.
@@ -125,10 +150,12 @@ func (d Delay) LevelQueue(p, digit int) string { return fmt.Sprintf("%s.p%d.d%d"
 // DeliveryExchange is the headers exchange that hands a message to its destination.
 func (d Delay) DeliveryExchange() string { return d.Name() + ".deliver" }
 
-// ParkingExchange is the alternate exchange of the delivery exchange.
+// ParkingExchange is the alternate exchange of the delivery exchange and of every level
+// exchange.
 func (d Delay) ParkingExchange() string { return d.Name() + ".parking" }
 
-// ParkingQueue holds delayed messages whose destination no longer existed on arrival.
+// ParkingQueue holds delayed messages whose destination no longer existed on arrival, and
+// messages that a level exchange could not route (a missing or bad digit header).
 func (d Delay) ParkingQueue() string { return d.Name() + ".parked" }
 
 // Names lists every queue and exchange of the levels (to inspect or remove them).
@@ -163,16 +190,47 @@ func (d Delay) QueueCount() int {
 	return (d.Radix - 1) * d.Levels
 }
 
-// queueArgs are the type arguments of the level and parking queues. Their type is declared
+// unlimited is the x-delivery-limit of quorum poison and parking queues: they are only
+// browsed (a message returned to them is requeued, never dead-lettered or dropped), and
+// they have no dead-letter exchange, so past a limit a message would be dropped. Neither
+// omitting the argument nor -1 or 0 says "unlimited" on every version: omitted, RabbitMQ 4.0
+// applies 20; measured here, -1 and 0 drop a message after its first return on 3.10.8 while
+// -1 means unlimited on 4.0.5. 2³¹-1 behaves as unlimited on both.
+const unlimited = int64(math.MaxInt32)
+
+// typeArgs are the type arguments of the level and parking queues. Their type is declared
 // explicitly, whatever the broker's default queue type. Classic ones are version 2
 // (x-queue-version, RabbitMQ 3.10+; the only version from 4.3): on version 1, measured here,
 // level queues stalled for hundreds of milliseconds at a time and delivered late by up to
 // 2 s (see the README).
-func (d Delay) queueArgs() amqp.Table {
+func (d Delay) typeArgs() amqp.Table {
 	if d.QueueType == Quorum {
 		return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
 	}
 	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic, amqp.QueueVersionArg: int32(2)}
+}
+
+// parkingArgs are the arguments of the parking queue.
+func (d Delay) parkingArgs() amqp.Table {
+	args := d.typeArgs()
+	if d.QueueType == Quorum {
+		args["x-delivery-limit"] = unlimited
+	}
+	return args
+}
+
+// levelArgs are the arguments of a level queue whose messages wait ttl ms, then go to next.
+// Quorum ones dead-letter at least once, which needs x-overflow reject-publish (with the
+// default drop-head RabbitMQ falls back to at most once).
+func (d Delay) levelArgs(ttl int64, next string) amqp.Table {
+	args := d.typeArgs()
+	args[amqp.QueueMessageTTLArg] = ttl
+	args["x-dead-letter-exchange"] = next
+	if d.QueueType == Quorum {
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
+	}
+	return args
 }
 
 // next is where position p leads: position p-1, or the delivery exchange after position 0.

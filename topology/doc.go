@@ -1,20 +1,33 @@
 // Package topology declares what warren runs on: exchanges of the four types with their
-// bindings, durable work queues (classic, or quorum with an explicit delivery limit and
-// at-least-once dead-lettering), a poison queue and a kill exchange per work queue, and the
-// delay levels that the dlx publisher routes delayed messages through.
+// bindings, durable work queues with a poison queue and a kill exchange each, and the delay
+// levels that the dlx publisher routes delayed messages through.
 //
 // A Topology is a plain description; a Builder declares it (Declare, Apply), idempotently,
 // or only checks it (Verify). An exchange or queue that exists with other arguments gives a
-// *MismatchError naming it and the argument, not a bare PRECONDITION_FAILED. A Builder is
-// also a watermill-amqp TopologyBuilder, so watermill-amqp's Subscriber (and warren's)
-// creates the queues it reads from the same way.
+// *MismatchError naming it, the argument and what to do, not a bare PRECONDITION_FAILED. A
+// Builder is also a watermill-amqp TopologyBuilder, so watermill-amqp's Subscriber (and
+// warren's) creates the queues it reads from the same way.
+//
+// # Quorum by default
+//
+// Every queue warren declares is a quorum queue unless told otherwise: work queues, poison
+// queues, delay level queues and the parking queue. Messages that move from one queue to
+// another (a delay level to the next, a work queue to its poison queue) are dead-lettered
+// at least once (x-dead-letter-strategy at-least-once, with x-overflow reject-publish, which
+// it needs), and a work queue has an explicit delivery limit, the only thing that ends a
+// message the client cannot even parse. Config{QueueType: Classic} switches all of them to
+// classic queues; Queue.Type and Delay.QueueType override it for one queue or for the
+// levels. Classic gives up what Config.QueueType lists: delayed messages and retries lost
+// when the broker crashes (measured: 195 of 400), no delivery limit, one node.
 //
 // # Work queues
 //
 // Declaring a work queue Q declares:
 //   - Q, durable, dead-lettering into Q.poison (a message rejected without requeue, or
-//     past the quorum delivery limit, ends there and is never dropped);
-//   - Q.poison, durable, of the same type;
+//     past the quorum delivery limit, Config.DeliveryLimit, ends there and is never
+//     dropped);
+//   - Q.poison, durable, of Q's type; quorum, without a delivery limit of its own (it is
+//     browsed, never consumed to completion: a limit would drop a message browsed that often);
 //   - Q.kill, a fanout exchange for the kill switch;
 //   - a binding from the delivery exchange of the delay levels to Q, by the header
 //     HeaderDestQueue, so that delayed messages can reach Q.
@@ -23,4 +36,29 @@
 //
 // See Delay. The default layout, radix 16 with a 1 ms unit, has 120 queues and holds
 // delays up to 2³²-1 ms (49.7 days); the README explains the choice with measurements.
+// Every level exchange, and the delivery exchange, has an alternate exchange into the
+// parking queue: a message is parked, never dropped, when it has a missing or bad digit or
+// its destination is gone.
+//
+// # Migrating from classic declarations
+//
+// Earlier versions of warren declared classic queues by default.
+//
+// The delay levels need nothing: the queue type is part of their names
+// (warren.delay.quorum.1ms.r16.*, or warren.delay.classic.1ms.r16.* with the classic
+// switch), so the new levels are declared next to the old ones (warren.delay.1ms.r16.*),
+// which are never declared again. Messages already waiting in the old levels keep going
+// through them into the old delivery exchange, and from there to their work queues, which
+// stay bound to it while they exist. Once the old queues are empty (after the longest delay
+// that was pending: `rabbitmqctl list_queues name messages | grep '^warren\.delay\.1ms\.'`),
+// delete them and their exchanges.
+//
+// An existing classic work queue cannot become a quorum queue: declaring it again gives a
+// *MismatchError naming argument x-queue-type (Existing: classic) and what to do. Either keep
+// it classic (Queue.Type: Classic for that queue, or Config.QueueType: Classic for all; the
+// levels can still be quorum with Delay.QueueType: Quorum), or drain and delete it
+// (`warren kill Q --delete`, run with the old declarations) and let warren declare it again,
+// as a quorum queue. Quorum poison queues of earlier versions, which had the work queue's
+// delivery limit, are refused too (argument x-delivery-limit): move their messages
+// elsewhere, delete them and let warren declare them again.
 package topology

@@ -22,7 +22,10 @@ const (
 // QueueType is the type of a durable queue.
 type QueueType string
 
-// Queue types: classic for a single node, quorum (replicated) for a cluster.
+// Queue types. Quorum is warren's default for every queue it declares: messages that move
+// between queues (a delay level to the next, a work queue to its poison queue) are
+// dead-lettered at least once, and a work queue has a delivery limit. Classic queues
+// dead-letter at most once and have no delivery limit; see Config.QueueType.
 const (
 	Classic QueueType = amqp.QueueTypeClassic
 	Quorum  QueueType = amqp.QueueTypeQuorum
@@ -46,9 +49,9 @@ type Exchange struct {
 // delivery exchange of the delay levels so that delayed messages can reach it.
 type Queue struct {
 	Name string
-	// Type defaults to Config.QueueType.
+	// Type of the queue and its poison queue; defaults to Config.QueueType.
 	Type QueueType
-	// DeliveryLimit of a quorum queue; defaults to Config.DeliveryLimit.
+	// DeliveryLimit of a quorum work queue; defaults to Config.DeliveryLimit.
 	DeliveryLimit int
 	// Args are further arguments, passed as they are.
 	Args amqp.Table
@@ -59,6 +62,11 @@ func PoisonQueue(queue string) string { return queue + ".poison" }
 
 // KillExchange is the name of the kill fanout exchange of work queue queue.
 func KillExchange(queue string) string { return queue + ".kill" }
+
+// KillStateQueue is the name of the queue that remembers the last kill command sent to the
+// consumers of work queue queue, for those that start later (see router.Killer; with a kill
+// secret, router.KillStateQueue adds a suffix to it).
+func KillStateQueue(queue string) string { return KillExchange(queue) + ".state" }
 
 // Binding routes from exchange Exchange to queue Queue or, when ToExchange is set, to that
 // exchange.
@@ -109,9 +117,21 @@ type Topology struct {
 type Config struct {
 	// Delay is the layout of the delay levels.
 	Delay Delay
-	// QueueType of work queues that do not set one. Default classic.
+	// QueueType of the queues warren declares: work queues that do not set Queue.Type, their
+	// poison queues, and the delay level and parking queues unless Delay.QueueType is set.
+	// Default quorum: at-least-once dead-lettering, an explicit delivery limit on work
+	// queues, replicated in a cluster.
+	//
+	// Classic is the switch for everything at once (one node, no replication), and it gives
+	// up three things. (1) Dead-lettering out of a classic queue is at-most-once: a broker
+	// kill -9 lost 195 of 400 messages waiting in classic delay levels, and retries with
+	// them (quorum levels lost none; see the README). (2) A classic work queue has no
+	// delivery limit: a message the client library cannot even parse (it closes the
+	// connection, so no handler ever sees it) is redelivered for ever and blocks the
+	// messages behind it. (3) A classic queue lives on one node.
 	QueueType QueueType
-	// DeliveryLimit of quorum work queues that do not set one. Default 20 (declared
+	// DeliveryLimit of quorum work queues that do not set one: a message returned to the
+	// queue this many times is dead-lettered into the poison queue. Default 20 (declared
 	// explicitly: RabbitMQ 4.0 applies 20 by default, earlier versions none).
 	DeliveryLimit int
 	// ExchangeKind of exchanges that do not set one. Default topic.
@@ -122,10 +142,13 @@ type Config struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
-	c.Delay = c.Delay.WithDefaults()
 	if c.QueueType == "" {
-		c.QueueType = Classic
+		c.QueueType = Quorum
 	}
+	if c.Delay.QueueType == "" {
+		c.Delay.QueueType = c.QueueType
+	}
+	c.Delay = c.Delay.WithDefaults()
 	if c.DeliveryLimit == 0 {
 		c.DeliveryLimit = 20
 	}
@@ -165,6 +188,9 @@ func (t Topology) Validate() error {
 		if e.Name == "" {
 			return fmt.Errorf("topology: Exchanges[%d].Name is empty", i)
 		}
+		if len(e.Name) > maxName {
+			return fmt.Errorf("topology: Exchanges[%d].Name is %d bytes long, more than %d", i, len(e.Name), maxName)
+		}
 		if e.Kind != "" {
 			if err := validKind(fmt.Sprintf("Exchanges[%d].Kind", i), e.Kind); err != nil {
 				return err
@@ -177,6 +203,9 @@ func (t Topology) Validate() error {
 		}
 		if strings.HasPrefix(q.Name, "amq.") {
 			return fmt.Errorf("topology: Queues[%d].Name %q: names starting with amq. are reserved", i, q.Name)
+		}
+		if len(PoisonQueue(q.Name)) > maxName {
+			return fmt.Errorf("topology: Queues[%d].Name is %d bytes long: with its poison queue's suffix it exceeds %d", i, len(q.Name), maxName)
 		}
 		if q.Type != "" {
 			if err := validQueueType(fmt.Sprintf("Queues[%d].Type", i), q.Type); err != nil {

@@ -54,7 +54,9 @@ func TestDefaultDelayLayout(t *testing.T) {
 	d := topology.Delay{}.WithDefaults()
 	assert.Equal(t, 120, d.QueueCount())
 	assert.Equal(t, time.Duration(1<<32-1)*time.Millisecond, d.Max())
-	assert.Equal(t, "warren.delay.1ms.r16", d.Name())
+	assert.Equal(t, topology.Quorum, d.QueueType, "a Delay on its own is quorum")
+	assert.Equal(t, "warren.delay.quorum.1ms.r16", d.Name())
+	assert.Equal(t, "warren.delay.classic.1ms.r16", topology.Delay{QueueType: topology.Classic}.Name())
 	assert.NoError(t, d.Validate())
 
 	// By default, as many levels as the largest TTL RabbitMQ accepts allows.
@@ -204,16 +206,18 @@ func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
 
 	changed := top
 	changed.Exchanges = []topology.Exchange{{Name: x, Kind: topology.Topic}}
-	changed.Queues = []topology.Queue{{Name: q, Type: topology.Quorum}}
+	changed.Queues = []topology.Queue{{Name: q, Type: topology.Classic}}
 	r, err = b.Verify(context.Background(), conn, changed)
 	require.NoError(t, err)
 	require.Len(t, r.Differs, 3, r.String()) // the exchange, the queue and its poison queue
 	assert.Equal(t, x, r.Differs[0].Name)
 	assert.Equal(t, "argument type", r.Differs[0].Argument)
-	assert.Equal(t, topology.PoisonQueue(q), r.Differs[1].Name)
-	assert.Equal(t, "argument x-queue-type", r.Differs[1].Argument)
-	assert.Equal(t, q, r.Differs[2].Name)
-	assert.Contains(t, r.Differs[2].Argument, "argument x-")
+	for i, name := range []string{q, topology.PoisonQueue(q)} {
+		assert.Equal(t, name, r.Differs[1+i].Name)
+		assert.Equal(t, "argument x-queue-type", r.Differs[1+i].Argument)
+		assert.Equal(t, topology.Quorum, r.Differs[1+i].Existing)
+	}
+	assert.Contains(t, r.String(), `differs: queue "`+q+`": argument x-queue-type (it is a quorum queue): keep it quorum`)
 }
 
 // A quorum work queue has an explicit delivery limit and dead-letters at least once into its
@@ -246,15 +250,18 @@ func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 
 	// Declared as quorum: declaring it classic now is refused, naming the argument.
-	classic := newBuilder(t, env, topology.Config{})
+	classic := newBuilder(t, env, topology.Config{QueueType: topology.Classic})
 	err := classic.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q})
-	assert.True(t, topology.IsMismatch(err), "%v", err)
+	var m *topology.MismatchError
+	require.ErrorAs(t, err, &m)
+	assert.Equal(t, "argument x-queue-type", m.Argument)
+	assert.Equal(t, topology.Quorum, m.Existing)
 }
 
 func TestClassicWorkQueueRejectedMessageGoesToPoison(t *testing.T) {
 	env := testenv.New(t)
 	q := env.Queue("classic")
-	b := newBuilder(t, env, topology.Config{})
+	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic})
 	ch := env.Channel()
 	require.NoError(t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
 	publish(t, ch, "", q, nil, "bad")
@@ -296,7 +303,7 @@ func TestDelayLevelsDeliver(t *testing.T) {
 // Classic level queues are version 2 (see Delay): the same queue with version 1 is refused.
 func TestClassicDelayLevelsAreVersion2(t *testing.T) {
 	env := testenv.New(t)
-	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 1}})
+	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic, Delay: topology.Delay{Levels: 1}})
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{}))
 	d := b.Delay()
 	declare := func(version int32) error {

@@ -3,18 +3,26 @@
 //	warren kill QUEUE [--delete]   stop every consumer of QUEUE, in every process
 //	warren resume QUEUE            let them consume again
 //
-// The broker is $WARREN_AMQP_URL (or --url); the kill secret, when consumers require signed
-// commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
-// of the machine could see it).
+// The broker is --url, else $WARREN_AMQP_URL, else the local one (guest); no output shows
+// its password. --timeout (default 30s) bounds each command. The kill secret, when consumers
+// require signed commands, is read from $WARREN_KILL_SECRET (never from the command line,
+// where other users of the machine could see it).
+//
+// When no consumer of QUEUE is listening, kill and resume print a warning and exit 0: the
+// command is remembered, and consumers that start later obey it. Other errors exit 1.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/router"
 )
 
@@ -24,19 +32,35 @@ func main() {
 	}
 }
 
+// defaultURL is the broker when neither --url nor $WARREN_AMQP_URL says otherwise.
+const defaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
 func newRoot() *cobra.Command {
-	url := os.Getenv("WARREN_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
 	root := &cobra.Command{
 		Use:          "warren",
 		Short:        "Operate warren's queues on RabbitMQ",
 		SilenceUsage: true,
 	}
-	root.PersistentFlags().StringVar(&url, "url", url, "broker URL (default $WARREN_AMQP_URL)")
+	// The URL is resolved when a command runs: a default read from the environment would be
+	// printed, password and all, by --help.
+	var (
+		url     string
+		timeout time.Duration
+	)
+	root.PersistentFlags().StringVar(&url, "url", "", "broker URL (default "+urlDefault()+")")
+	root.PersistentFlags().DurationVar(&timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	killer := func() (*router.Killer, error) {
-		return router.NewKiller(router.KillerConfig{URL: url, Secret: []byte(os.Getenv("WARREN_KILL_SECRET"))}, nil)
+		u := url
+		if u == "" {
+			u = os.Getenv("WARREN_AMQP_URL")
+		}
+		if u == "" {
+			u = defaultURL
+		}
+		if timeout <= 0 {
+			return nil, fmt.Errorf("--timeout %s is not positive", timeout)
+		}
+		return router.NewKiller(router.KillerConfig{URL: u, Secret: []byte(os.Getenv("WARREN_KILL_SECRET")), Timeout: timeout}, nil)
 	}
 
 	var del bool
@@ -46,7 +70,8 @@ func newRoot() *cobra.Command {
 		Long: "Stop every consumer of QUEUE, in every process: each finishes and acks what it is processing,\n" +
 			"returns what it prefetched to the queue, and stops. Consumers that start later do not consume\n" +
 			"until `warren resume QUEUE`. With --delete the consumers drain the queue instead, and it is\n" +
-			"deleted once empty, with its poison queue (if empty) and kill exchange.",
+			"deleted once empty, with its poison queue (if empty), kill exchange and kill state queue.\n" +
+			"If no consumer is listening, it says so and exits 0: the kill is remembered all the same.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			k, err := killer()
@@ -57,11 +82,7 @@ func newRoot() *cobra.Command {
 			if del {
 				action = router.Delete
 			}
-			if err := k.Kill(context.Background(), args[0], action); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "sent %s to every consumer of %s\n", action, args[0])
-			return nil
+			return report(cmd.OutOrStdout(), k.Kill(context.Background(), args[0], action), action, args[0])
 		},
 	}
 	kill.Flags().BoolVar(&del, "delete", false, "drain the queue, then delete it")
@@ -75,13 +96,32 @@ func newRoot() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := k.Resume(context.Background(), args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "sent resume to every consumer of %s\n", args[0])
-			return nil
+			return report(cmd.OutOrStdout(), k.Resume(context.Background(), args[0]), router.Resume, args[0])
 		},
 	}
 	root.AddCommand(kill, resume)
 	return root
+}
+
+// report prints what sending action to queue's consumers did, given the error it returned:
+// nobody listening is a warning, not a failure.
+func report(out io.Writer, err error, action router.Action, queue string) error {
+	switch {
+	case errors.Is(err, router.ErrNoListener):
+		fmt.Fprintf(out, "warning: no consumer of %s is listening; %s is remembered for consumers that start later\n", queue, action)
+		return nil
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(out, "sent %s to every consumer of %s\n", action, queue)
+	return nil
+}
+
+// urlDefault describes the default of --url, with the password of the URL in
+// $WARREN_AMQP_URL replaced.
+func urlDefault() string {
+	if u := os.Getenv("WARREN_AMQP_URL"); u != "" {
+		return "$WARREN_AMQP_URL: " + amqpx.RedactURL(u)
+	}
+	return "$WARREN_AMQP_URL, else " + amqpx.RedactURL(defaultURL)
 }

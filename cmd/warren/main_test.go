@@ -71,3 +71,14 @@ func TestKillNeedsAQueue(t *testing.T) {
 	root.SetErr(&bytes.Buffer{})
 	assert.ErrorContains(t, root.Execute(), "accepts 1 arg")
 }
+
+// A kill nobody hears is a warning (exit 0), not "sent": it is remembered for consumers that
+// start later.
+func TestKillWithoutConsumerWarns(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("nobody")
+	assert.Equal(t, "warning: no consumer of "+queue+" is listening; stop is remembered for consumers that start later\n",
+		run(t, env.URL, "kill", queue))
+	assert.Equal(t, "warning: no consumer of "+queue+" is listening; resume is remembered for consumers that start later\n",
+		run(t, env.URL, "resume", queue))
+}

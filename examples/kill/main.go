@@ -7,6 +7,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -137,7 +138,8 @@ func demo(url string) error {
 	if err != nil {
 		return err
 	}
-	if err := killer.Resume(context.Background(), queue); err != nil { // a clean start
+	// A clean start (nobody listens yet: the resume is remembered for the workers).
+	if err := killer.Resume(context.Background(), queue); err != nil && !errors.Is(err, router.ErrNoListener) {
 		return err
 	}
 

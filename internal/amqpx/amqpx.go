@@ -1,6 +1,7 @@
 // Package amqpx is warren's shared plumbing for talking to RabbitMQ: every call to the broker
 // goes through Retry (cenkalti/backoff/v4 with a time limit), connections are opened by Dial,
-// and channel operations that have no context of their own are bounded by Do.
+// channel operations that have no context of their own are bounded by Do, and RedactURL and
+// RedactError keep a URL's password out of every error, log line and help text.
 package amqpx
 
 import (
@@ -23,65 +24,172 @@ func Permanent(err error) error {
 	return backoff.Permanent(err)
 }
 
-// Retry runs op until it succeeds, returns a Permanent error, ctx ends or limit has elapsed.
-// Transient failures are retried with exponential backoff. When the limit is reached the
-// returned error says what was attempted, for how long, and wraps the last failure.
+// Retry runs op until it succeeds, returns a Permanent error, ctx ends or limit has elapsed,
+// and keeps that limit exactly: every attempt gets a context that ends at the deadline,
+// transient failures are retried with exponential backoff (each wait clamped to the time
+// left), and Retry returns at the deadline, not before, with an error that says what was
+// attempted, the limit, and wraps the last failure. If ctx ends first, Retry returns at once
+// with an error that wraps ctx's cause and says what the last failure was. An empty what
+// leaves the errors without it.
 func Retry(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context) error) error {
 	if limit <= 0 {
-		return fmt.Errorf("%s: time limit %s is not positive", what, limit)
+		return prefixed(what, fmt.Errorf("time limit %s is not positive", limit))
 	}
-	ctx, cancel := context.WithTimeout(ctx, limit)
+	if ctx.Err() != nil {
+		return prefixed(what, context.Cause(ctx))
+	}
+	deadline := time.Now().Add(limit)
+	attemptCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 50 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	b.MaxElapsedTime = limit
-
-	var last error
-	err := backoff.Retry(func() error {
-		last = op(ctx)
-		return last
-	}, backoff.WithContext(b, ctx))
-	if err == nil {
-		return nil
+	var b *backoff.ExponentialBackOff // made at the first failure: most calls succeed at once
+	for {
+		err := op(attemptCtx)
+		if err == nil {
+			return nil
+		}
+		var perm *backoff.PermanentError
+		if errors.As(err, &perm) {
+			return prefixed(what, perm.Err)
+		}
+		if b == nil {
+			b = backoff.NewExponentialBackOff()
+			b.InitialInterval = 50 * time.Millisecond
+			b.MaxInterval = 2 * time.Second
+			b.MaxElapsedTime = 0 // the deadline is ours to keep
+			b.Reset()
+		}
+		wait := min(b.NextBackOff(), time.Until(deadline))
+		if wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-attemptCtx.Done():
+				timer.Stop()
+			}
+		}
+		if ctx.Err() != nil { // the caller's, not the limit
+			return prefixed(what, fmt.Errorf("%w (last failure: %w)", context.Cause(ctx), err))
+		}
+		if !time.Now().Before(deadline) {
+			return prefixed(what, fmt.Errorf("gave up after %s: %w", limit, err))
+		}
 	}
-	var perm *backoff.PermanentError
-	if errors.As(last, &perm) {
-		return fmt.Errorf("%s: %w", what, perm.Err)
-	}
-	if last == nil {
-		last = err
-	}
-	if ctx.Err() == context.Canceled {
-		return fmt.Errorf("%s: canceled: %w", what, last)
-	}
-	return fmt.Errorf("%s: gave up after %s: %w", what, limit, last)
 }
 
-// Dial opens a connection to url. The TCP connect and the AMQP handshake are each bounded by
-// timeout; name is shown in the broker's connection list.
-func Dial(url, name string, timeout time.Duration) (*amqp.Connection, error) {
+// prefixed returns err with what in front, or err itself when what is empty (a caller that
+// formats what only when there is an error).
+func prefixed(what string, err error) error {
+	if what == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// FrameSize is the frame size warren's connections ask for (RabbitMQ's default frame_max).
+const FrameSize = 131072
+
+// DialTimeout bounds Dial when its context has no earlier deadline.
+const DialTimeout = 30 * time.Second
+
+// Dial opens a connection to url. The TCP connect and the AMQP handshake (TLS included) are
+// bounded together by ctx's deadline or DialTimeout, whichever is earlier, and end at once
+// when ctx is cancelled; name is shown in the broker's connection list. An error never
+// contains url's password; a url that does not parse is a Permanent error. The connection
+// is guarded (see GuardConn): no message can make the client library close it.
+func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
+	if err := CheckURL(url); err != nil {
+		return nil, Permanent(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
-	return amqp.DialConfig(url, amqp.Config{
+	var (
+		addr string
+		stop func() bool // stops cutting the handshake short when ctx ends
+	)
+	conn, err := amqp.DialConfig(url, amqp.Config{
 		Heartbeat:  10 * time.Second,
 		Locale:     "en_US",
 		Properties: props,
-		Dial: func(network, addr string) (net.Conn, error) {
-			conn, err := net.DialTimeout(network, addr, timeout)
+		FrameSize:  FrameSize,
+		Dial: func(network, address string) (net.Conn, error) {
+			addr = address
+			c, err := (&net.Dialer{}).DialContext(ctx, network, address)
 			if err != nil {
 				return nil, err
 			}
-			// Cleared by amqp091 once the handshake is complete.
-			return conn, conn.SetDeadline(time.Now().Add(timeout))
+			// amqp091 clears the deadline once the handshake is complete.
+			if err := c.SetDeadline(deadline); err != nil {
+				_ = c.Close()
+				return nil, err
+			}
+			stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+			return GuardConn(c, FrameSize), nil
 		},
 	})
+	if stop != nil { // connected: did ctx end during (or just after) the handshake?
+		cut := !stop()
+		if cut && err == nil {
+			_ = conn.Close()
+		}
+		if cut || err != nil && !time.Now().Before(deadline) {
+			cause := context.Cause(ctx)
+			if cause == nil { // the connection's deadline came first
+				cause = context.DeadlineExceeded
+			}
+			err = fmt.Errorf("AMQP handshake with %s: %w", addr, cause)
+		}
+	}
+	if err != nil {
+		return nil, RedactError(url, err)
+	}
+	return conn, nil
 }
 
-// Do runs op, which uses ch, and returns its error. If ctx ends first, ch is closed (which
+// CloseTimeout bounds Close.
+const CloseTimeout = 5 * time.Second
+
+// Close closes conn, waiting for the broker's answer no longer than CloseTimeout (a broker
+// that no longer answers would hold amqp091's Close until the heartbeats time out).
+func Close(conn *amqp.Connection) error {
+	if conn == nil || conn.IsClosed() {
+		return nil
+	}
+	return conn.CloseDeadline(time.Now().Add(CloseTimeout))
+}
+
+// watchGrace is how long Watch lets a call that ctx ended return by itself.
+const watchGrace = 100 * time.Millisecond
+
+// Watch makes the calls on conn until stop keep ctx's limit: amqp091's channel calls
+// (opening and closing a channel, declaring, Do's closing of the channel) have no deadline
+// of their own and block while the broker does not answer. If ctx ends and stop has not
+// been called 100ms later, the broker is taken for gone and conn is closed, which ends every
+// call blocked on it. stop must be called once.
+func Watch(ctx context.Context, conn *amqp.Connection) (stop func()) {
+	done := make(chan struct{})
+	stopWatch := context.AfterFunc(ctx, func() {
+		select {
+		case <-done:
+		case <-time.After(watchGrace):
+			_ = conn.CloseDeadline(time.Now())
+		}
+	})
+	return func() {
+		close(done)
+		stopWatch()
+	}
+}
+
+// Do runs op, which makes one call on ch that waits for the broker, and returns its error.
+// If ctx ends first and op has not returned a moment later (watchGrace), ch is closed (which
 // makes op return) and the context's error is returned: a broker that does not answer can
-// never hang the caller.
+// never hang the caller. One call only: amqp091-go hands the channel's close-ok to whichever
+// call waits, so a second call sent after the close could take it and leave Close waiting
+// for ever.
 func Do(ctx context.Context, ch *amqp.Channel, op func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -92,6 +200,11 @@ func Do(ctx context.Context, ch *amqp.Channel, op func() error) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(watchGrace):
 		_ = ch.Close()
 		<-done
 		return ctx.Err()

@@ -18,8 +18,9 @@ import (
 
 // benchConsume: how fast each contender drains a queue holding *consume messages.
 func benchConsume() {
-	fmt.Printf("== consume: %d persistent 256 B messages per run, acked one by one, median of %d runs\n", *consume, *rounds)
-	delay := topology.Delay{Prefix: name("delay")}.WithDefaults()
+	fmt.Printf("== consume: %d persistent 256 B messages per run from a %s queue, acked one by one, median of %d runs\n",
+		*consume, queueType(), *rounds)
+	delay := config(topology.Delay{Prefix: name("delay")}).Delay
 	defer cleanupDelay(delay)
 
 	med := compare(*consume, []contender{
@@ -61,9 +62,10 @@ func fill(queue string, declare func(ch *amqp.Channel) error) error {
 	return nil
 }
 
+// plainQueue declares queue with warren's arguments (see queueArgs), and nothing else.
 func plainQueue(queue string) func(ch *amqp.Channel) error {
 	return func(ch *amqp.Channel) error {
-		_, err := ch.QueueDeclare(queue, true, false, false, false, nil)
+		_, err := ch.QueueDeclare(queue, true, false, false, false, queueArgs(queue))
 		return err
 	}
 }
@@ -102,7 +104,7 @@ func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { ret
 func (discard) Shutdown(context.Context) error                             { return nil }
 
 func consumeWarren(queue string, delay topology.Delay) (time.Duration, error) {
-	tcfg := topology.Config{Delay: delay}
+	tcfg := config(delay)
 	b, err := topology.NewBuilder(tcfg, nil)
 	if err != nil {
 		return 0, err
@@ -140,7 +142,9 @@ func consumeWatermill(queue string) (time.Duration, error) {
 	if err := fill(queue, plainQueue(queue)); err != nil {
 		return 0, err
 	}
-	sub, err := wamqp.NewSubscriber(wamqp.NewDurableQueueConfig(*url), watermill.NopLogger{})
+	cfg := wamqp.NewDurableQueueConfig(*url)
+	cfg.Queue.Arguments = queueArgs(queue)
+	sub, err := wamqp.NewSubscriber(cfg, watermill.NopLogger{})
 	if err != nil {
 		return 0, err
 	}

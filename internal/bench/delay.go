@@ -19,20 +19,45 @@ import (
 
 // benchDelay publishes *delayed messages with delays spread uniformly from 10ms to
 // *maxWait, in random order from many goroutines, and measures how late each arrives
-// against the time Publish was called plus its delay.
+// against the time Publish was called plus its delay: on levels of this run's queue type
+// (quorum by default), then, unless -delay-classic=false, once more on classic levels.
 func benchDelay() {
-	layout := topology.Delay{Prefix: name("delay"), Radix: *radix}.WithDefaults()
+	s := runDelay(queueType())
+	result("delay_p50_ms", "%.1f", s.p50)
+	result("delay_p99_ms", "%.1f", s.p99)
+	result("delay_max_ms", "%.1f", s.max)
+	result("delay_early", "%d", s.early)
+	result("delay_queues", "%d", s.queues)
+	if *dclassic && queueType() != topology.Classic {
+		s := runDelay(topology.Classic)
+		result("delay_classic_p50_ms", "%.1f", s.p50)
+		result("delay_classic_p99_ms", "%.1f", s.p99)
+		result("delay_classic_max_ms", "%.1f", s.max)
+		result("delay_classic_early", "%d", s.early)
+	}
+}
+
+type delayStats struct {
+	p50, p99, max float64
+	early, queues int
+}
+
+// runDelay runs the delay bench on levels (and a destination queue) of type typ.
+func runDelay(typ topology.QueueType) delayStats {
+	cfg := config(topology.Delay{Prefix: name("delay"), Radix: *radix})
+	cfg.QueueType, cfg.Delay.QueueType = typ, typ
+	layout := cfg.Delay
 	q := name("delayed")
 	defer cleanupDelay(layout)
 	defer cleanup(testenv.WorkQueueNames(q))
 
-	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: topology.Config{Delay: layout}}, nil)
+	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: cfg}, nil)
 	must(err)
 	defer p.Close()
 	must(p.Publish(q)) // declare the destination
 
-	fmt.Printf("== delay: %d messages, delays uniform in [10ms, %s], published by %d goroutines; levels radix %d, %d levels, unit %s, %d queues\n",
-		*delayed, *maxWait, *dpubs, layout.Radix, layout.Levels, layout.Unit, layout.QueueCount())
+	fmt.Printf("== delay: %d messages, delays uniform in [10ms, %s], published by %d goroutines; %s levels radix %d, %d levels, unit %s, %d queues\n",
+		*delayed, *maxWait, *dpubs, layout.QueueType, layout.Radix, layout.Levels, layout.Unit, layout.QueueCount())
 
 	delays := make([]time.Duration, *delayed)
 	for i := range delays {
@@ -79,20 +104,19 @@ func benchDelay() {
 	must(<-consumed)
 
 	sort.Float64s(lateness)
+	s := delayStats{
+		p50: percentile(lateness, 0.50), p99: percentile(lateness, 0.99), max: lateness[len(lateness)-1],
+		early: early, queues: layout.QueueCount(),
+	}
 	fmt.Printf("   lateness: p50 %.1f ms, p99 %.1f ms, max %.1f ms; early: %d; mean hops %.2f\n",
-		percentile(lateness, 0.50), percentile(lateness, 0.99), lateness[len(lateness)-1], early,
-		float64(hops)/float64(len(delays)))
+		s.p50, s.p99, s.max, early, float64(hops)/float64(len(delays)))
 	for h := 0; h <= layout.Levels; h++ {
 		if l := byHops[h]; len(l) > 0 {
 			sort.Float64s(l)
 			fmt.Printf("     %d hops: %5d messages, p50 %.1f ms, p99 %.1f ms\n", h, len(l), percentile(l, 0.5), percentile(l, 0.99))
 		}
 	}
-	result("delay_p50_ms", "%.1f", percentile(lateness, 0.50))
-	result("delay_p99_ms", "%.1f", percentile(lateness, 0.99))
-	result("delay_max_ms", "%.1f", lateness[len(lateness)-1])
-	result("delay_early", "%d", early)
-	result("delay_queues", "%d", layout.QueueCount())
+	return s
 }
 
 // nextPublish returns a function that publishes the next delayed message each time it is

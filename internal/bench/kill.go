@@ -24,14 +24,15 @@ import (
 )
 
 // benchKill measures, over *killRuns kills, the time from calling Killer.Kill (which dials,
-// marks the kill and publishes it) until the last of *killProcs × 4 consumers, in processes
-// of their own and busy with a stream of messages, has stopped (nothing in flight).
+// writes the kill state queue and publishes the command) until the last of *killProcs × 4
+// consumers, in processes of their own and busy with a stream of messages, has stopped
+// (nothing in flight).
 func benchKill() {
 	const consumers = 4
 	fmt.Printf("== kill: %d processes × %d consumers, messages flowing, %d kills (each followed by a resume)\n",
 		*killProcs, consumers, *killRuns)
 	queue := name("kill")
-	delay := topology.Delay{Prefix: name("delay")}.WithDefaults()
+	delay := config(topology.Delay{Prefix: name("delay")}).Delay
 	defer cleanupDelay(delay)
 	defer cleanup(testenv.WorkQueueNames(queue))
 
@@ -45,7 +46,7 @@ func benchKill() {
 		wg     sync.WaitGroup
 	)
 	for range *killProcs {
-		cmd := exec.Command(self, "-kill-child")
+		cmd := exec.Command(self, "-kill-child", "-url", *url, "-queue-type", *qtype)
 		cmd.Env = append(os.Environ(), "QUEUE="+queue, "DELAY_PREFIX="+delay.Prefix, "CONSUMERS="+strconv.Itoa(consumers))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
@@ -95,7 +96,7 @@ func benchKill() {
 	}
 	await(func() bool { mu.Lock(); defer mu.Unlock(); return ready == *killProcs })
 
-	pub, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: topology.Config{Delay: delay}}, nil)
+	pub, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: config(delay)}, nil)
 	must(err)
 	defer pub.Close()
 	stop := make(chan struct{})
@@ -150,7 +151,7 @@ func killChild() {
 	}
 	r, err := router.New(router.Config{
 		URL: *url, IgnoreSignals: true,
-		Topology: topology.Config{Delay: topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}},
+		Topology: config(topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}),
 		OnKill:   func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) },
 	}, nil)
 	must(err)

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -18,19 +19,23 @@ import (
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
 )
 
 var (
-	url     = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL")
-	publish = flag.Int("publish", 20000, "messages per publish run")
-	rounds  = flag.Int("rounds", 3, "publish and consume runs per contender (the median is reported)")
-	window  = flag.Int("window", 256, "messages in flight (raw) / publishing goroutines (warren, watermill-amqp)")
-	consume = flag.Int("consume", 20000, "messages per consume run")
-	delayed = flag.Int("delayed", 10000, "delayed messages")
-	maxWait = flag.Duration("max-delay", 60*time.Second, "longest delay (delays are spread uniformly from 10ms)")
-	radix   = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
-	dpubs   = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
-	only    = flag.String("only", "", "comma-separated sections to run: publish,consume,delay,kill (default all)")
+	url      = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL")
+	publish  = flag.Int("publish", 20000, "messages per publish run")
+	rounds   = flag.Int("rounds", 3, "publish and consume runs per contender (the median is reported)")
+	window   = flag.Int("window", 256, "messages in flight (raw) / publishing goroutines (warren, watermill-amqp)")
+	consume  = flag.Int("consume", 20000, "messages per consume run")
+	delayed  = flag.Int("delayed", 10000, "delayed messages")
+	maxWait  = flag.Duration("max-delay", 60*time.Second, "longest delay (delays are spread uniformly from 10ms)")
+	radix    = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
+	dpubs    = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
+	only     = flag.String("only", "", "comma-separated sections to run: publish,consume,delay,kill (default all)")
+	qtype    = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
+	dclassic = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
+	cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 
 	killProcs     = flag.Int("kill-procs", 3, "consumer processes of the kill bench (4 consumers each)")
 	killRuns      = flag.Int("kill-runs", 20, "kills measured")
@@ -57,12 +62,20 @@ func main() {
 		killChild()
 		return
 	}
-	conn, err := amqpx.Dial(*url, "warren bench", 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	conn, err := amqpx.Dial(ctx, *url, "warren bench")
+	cancel()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: no broker at %s (run `make broker`): %v\n", *url, err)
+		fmt.Fprintf(os.Stderr, "bench: no broker at %s (run `make broker`): %v\n", amqpx.RedactURL(*url), err)
 		os.Exit(1)
 	}
 	conn.Close()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		must(err)
+		must(pprof.StartCPUProfile(f))
+		defer pprof.StopCPUProfile()
+	}
 
 	run := func(section string) bool { return *only == "" || strings.Contains(","+*only+",", ","+section+",") }
 	if run("publish") {
@@ -81,6 +94,24 @@ func main() {
 	for _, r := range results {
 		fmt.Println(r)
 	}
+}
+
+// config is the topology configuration of every section: warren's defaults, the queue type
+// of -queue-type and the delay levels d, with defaults applied.
+func config(d topology.Delay) topology.Config {
+	return topology.Config{QueueType: topology.QueueType(*qtype), Delay: d}.WithDefaults()
+}
+
+// queueType is the type of the queues of this run.
+func queueType() topology.QueueType { return config(topology.Delay{}).QueueType }
+
+// queueArgs are the arguments warren declares work queue q with: raw amqp091-go and
+// watermill-amqp declare their queues with the same ones, so that every contender works on a
+// queue of the same type.
+func queueArgs(q string) amqp.Table {
+	b, err := topology.NewBuilder(config(topology.Delay{}), nil)
+	must(err)
+	return b.QueueArgs(topology.Queue{Name: q})
 }
 
 // name returns a name of this run's own.

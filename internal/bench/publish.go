@@ -18,13 +18,14 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// benchPublish: confirmed, persistent, 256-byte messages into a durable classic queue.
+// benchPublish: confirmed, persistent, 256-byte messages into a durable queue of warren's
+// type (quorum by default), every contender on a queue declared alike.
 func benchPublish() {
 	body := make([]byte, 256)
-	fmt.Printf("== publish: %d confirmed persistent 256 B messages per run, %d in flight, median of %d runs\n",
-		*publish, *window, *rounds)
+	fmt.Printf("== publish: %d confirmed persistent 256 B messages per run into a %s queue, %d in flight, median of %d runs\n",
+		*publish, queueType(), *window, *rounds)
 
-	delay := topology.Delay{Prefix: name("delay"), Levels: 1}.WithDefaults()
+	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
 	med := compare(*publish, []contender{
 		{"raw amqp091-go", func(q string) (time.Duration, error) { return publishRaw(q, body) }},
@@ -79,7 +80,7 @@ func declareQueue(q string) error {
 		return err
 	}
 	defer conn.Close()
-	_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+	_, err = ch.QueueDeclare(q, true, false, false, false, queueArgs(q))
 	return err
 }
 
@@ -146,7 +147,7 @@ func parallel(g, n int, fn func() error) (time.Duration, error) {
 }
 
 func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
-	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: topology.Config{Delay: delay}}, nil)
+	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: config(delay)}, nil)
 	if err != nil {
 		return 0, err
 	}

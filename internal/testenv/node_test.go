@@ -75,6 +75,36 @@ func TestNode(t *testing.T) {
 	}
 	expectMessage(t, ch, durable, "persistent")
 
+	// Crash: every process of the node is killed with SIGKILL, and the node starts again on
+	// the same port with its data: a confirmed persistent message survives.
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	confirmed = ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+	publish(t, ch, durable, "crash", amqp.Persistent)
+	if c := <-confirmed; !c.Ack {
+		t.Fatal("publish not confirmed")
+	}
+	closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+	before := n.processes()
+	n.Crash()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection survived Crash")
+	}
+	for _, pid := range before {
+		if alive(pid) {
+			t.Fatalf("process %d of the node survived Crash", pid)
+		}
+	}
+	conn = dial(t, n)
+	ch, err = conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectMessage(t, ch, durable, "crash")
+
 	// Stop, twice: the port no longer answers.
 	n.Stop()
 	n.Stop()

@@ -1,21 +1,35 @@
 package testenv
 
 import (
+	"bufio"
+	"encoding/binary"
+	"io"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 )
 
 // Proxy forwards TCP connections to a target and can freeze them (stop forwarding while
-// keeping them open: a broker that no longer answers) or drop them (a lost connection).
+// keeping them open: a broker that no longer answers), drop them (a lost connection) or
+// cancel consumers as the broker does (basic.cancel: a queue's node went down).
 type Proxy struct {
 	l      net.Listener
 	target string
 
-	mu     sync.Mutex
-	frozen bool
-	conns  []net.Conn
-	wake   *sync.Cond
+	mu      sync.Mutex
+	frozen  bool
+	conns   []net.Conn
+	wake    *sync.Cond
+	streams []*toClient
+}
+
+// toClient is the broker-to-client direction of one proxied connection, forwarded frame by
+// frame so that frames can be added between them.
+type toClient struct {
+	mu        sync.Mutex
+	dst       net.Conn
+	consumers map[string]uint16 // consumer tag -> channel, from basic.consume-ok
 }
 
 // NewProxy listens on a free local port and forwards to target (host:port) until t ends.
@@ -78,10 +92,12 @@ func (p *Proxy) serve() {
 			_ = c.Close()
 			continue
 		}
+		tc := &toClient{dst: c, consumers: map[string]uint16{}}
 		p.mu.Lock()
 		p.conns = append(p.conns, c, u)
+		p.streams = append(p.streams, tc)
 		p.mu.Unlock()
-		go p.pipe(c, u)
+		go p.frames(tc, u)
 		go p.pipe(u, c)
 	}
 }
@@ -103,6 +119,71 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 			}
 		}
 		if err != nil { // EOF or closed
+			return
+		}
+	}
+}
+
+// CancelConsumers sends basic.cancel, as the broker does when a consumer's queue becomes
+// unavailable, to every consumer whose tag starts with prefix, and returns how many it sent.
+// The broker itself is not told: the client's consumer is gone, the broker's stays until the
+// client closes its channel.
+func (p *Proxy) CancelConsumers(prefix string) int {
+	p.mu.Lock()
+	streams := append([]*toClient(nil), p.streams...)
+	p.mu.Unlock()
+	n := 0
+	for _, tc := range streams {
+		tc.mu.Lock()
+		for tag, channel := range tc.consumers {
+			if !strings.HasPrefix(tag, prefix) {
+				continue
+			}
+			args := append([]byte{0, 60, 0, 30, byte(len(tag))}, tag...) // basic.cancel
+			args = append(args, 1)                                       // no-wait
+			frame := []byte{1, byte(channel >> 8), byte(channel)}
+			frame = binary.BigEndian.AppendUint32(frame, uint32(len(args)))
+			frame = append(append(frame, args...), 0xCE)
+			if _, err := tc.dst.Write(frame); err == nil {
+				n++
+			}
+			delete(tc.consumers, tag)
+		}
+		tc.mu.Unlock()
+	}
+	return n
+}
+
+// frames forwards src to tc.dst frame by frame (a frame is written whole, under tc.mu, so
+// CancelConsumers can add one between two), noting the consumers from basic.consume-ok.
+func (p *Proxy) frames(tc *toClient, src net.Conn) {
+	defer tc.dst.Close()
+	defer src.Close()
+	r := bufio.NewReaderSize(src, 64<<10)
+	for {
+		hdr, err := r.Peek(7)
+		if err != nil {
+			return
+		}
+		frame := make([]byte, 7+int(binary.BigEndian.Uint32(hdr[3:7]))+1)
+		if _, err := io.ReadFull(r, frame); err != nil {
+			return
+		}
+		p.mu.Lock()
+		for p.frozen {
+			p.wake.Wait()
+		}
+		p.mu.Unlock()
+		tc.mu.Lock()
+		if payload := frame[7 : len(frame)-1]; frame[0] == 1 && len(payload) > 5 &&
+			binary.BigEndian.Uint16(payload) == 60 && binary.BigEndian.Uint16(payload[2:]) == 21 { // basic.consume-ok
+			if n := int(payload[4]); len(payload) >= 5+n {
+				tc.consumers[string(payload[5:5+n])] = binary.BigEndian.Uint16(frame[1:3])
+			}
+		}
+		_, err = tc.dst.Write(frame)
+		tc.mu.Unlock()
+		if err != nil {
 			return
 		}
 	}

@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
@@ -42,13 +43,23 @@ type Env struct {
 // and exchange registered through the Env.
 func New(t testing.TB) *Env {
 	t.Helper()
-	conn, err := amqpx.Dial(URL(), "warren test "+t.Name(), 5*time.Second)
+	return NewAt(t, URL())
+}
+
+// NewAt is New on the broker at url (a Node's, say).
+func NewAt(t testing.TB, url string) *Env {
+	t.Helper()
+	// Generous: a loaded 2-core machine can take seconds for a handshake; a broker that does
+	// not answer still fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := amqpx.Dial(ctx, url, "warren test "+t.Name())
 	if err != nil {
-		t.Fatalf("no RabbitMQ at %s (start it with `make broker`): %v", URL(), err)
+		t.Fatalf("no RabbitMQ at %s (start it with `make broker`): %v", amqpx.RedactURL(url), err)
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	e := &Env{t: t, URL: URL(), ID: hex.EncodeToString(b), conn: conn}
+	e := &Env{t: t, URL: url, ID: hex.EncodeToString(b), conn: conn}
 	t.Cleanup(e.cleanup)
 	return e
 }
@@ -68,7 +79,8 @@ func (e *Env) Queue(what string) string {
 	return e.TrackQueue(e.Name(what))
 }
 
-// TrackQueue removes work queue q, its poison queue, kill exchange and kill markers when the
+// TrackQueue removes work queue q, its poison queue, kill exchange and kill state queue
+// (without a kill secret: with one, register router.KillStateQueue's name too) when the
 // test ends.
 func (e *Env) TrackQueue(q string) string {
 	e.Remove(WorkQueueNames(q))
@@ -90,12 +102,20 @@ func (e *Env) Remove(queues, exchanges []string) {
 	e.exchanges = append(e.exchanges, exchanges...)
 }
 
-// Delay returns delay levels of this test's own (d with a Prefix of its own), removed when
-// the test ends.
+// Delay returns delay levels of this test's own (d with a Prefix of its own and defaults),
+// removed when the test ends. An unset QueueType stays unset, so that it follows
+// topology.Config.QueueType; the levels of either type are removed then.
 func (e *Env) Delay(d topology.Delay) topology.Delay {
 	d.Prefix = e.Name("delay")
+	typ := d.QueueType
+	for _, t := range []topology.QueueType{topology.Quorum, topology.Classic} {
+		if typ == "" || typ == t {
+			d.QueueType = t
+			e.Remove(d.WithDefaults().Names())
+		}
+	}
 	d = d.WithDefaults()
-	e.Remove(d.Names())
+	d.QueueType = typ
 	return d
 }
 
@@ -145,7 +165,9 @@ func (e *Env) cleanup() {
 // DeleteAt removes queues and exchanges from the broker at url, ignoring those that do not
 // exist: for examples and the benchmark, which have no test to clean up after them.
 func DeleteAt(url string, queues, exchanges []string) error {
-	conn, err := amqpx.Dial(url, "warren cleanup", 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := amqpx.Dial(ctx, url, "warren cleanup")
 	if err != nil {
 		return err
 	}
@@ -153,11 +175,11 @@ func DeleteAt(url string, queues, exchanges []string) error {
 	return deleteAll(conn, queues, exchanges)
 }
 
-// WorkQueueNames lists what declaring the work queue q makes, besides its bindings: q, its
-// poison queue, its kill exchange and the kill markers.
+// WorkQueueNames lists what declaring and killing the work queue q makes, besides its
+// bindings: q, its poison queue, its kill exchange and its kill state queue (the name used
+// without a kill secret).
 func WorkQueueNames(q string) (queues, exchanges []string) {
-	x := topology.KillExchange(q)
-	return []string{q, topology.PoisonQueue(q)}, []string{x, x + ".stop", x + ".delete"}
+	return []string{q, topology.PoisonQueue(q), topology.KillStateQueue(q)}, []string{topology.KillExchange(q)}
 }
 
 func deleteAll(conn *amqp.Connection, queues, exchanges []string) error {

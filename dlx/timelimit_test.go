@@ -1,0 +1,153 @@
+package dlx_test
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+// withHost returns env's broker URL with host:port replaced by addr.
+func withHost(t *testing.T, raw, addr string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	require.NoError(t, err)
+	u.Host = addr
+	return u.String()
+}
+
+// A publisher (without delay levels) connected through a proxy whose broker then stops (the
+// proxy closes: nothing listens any more) or hangs (the proxy freezes and drops the
+// connection: a new one is accepted and never answered).
+func proxiedPublisher(t *testing.T, env *testenv.Env, publishTimeout, connectTimeout time.Duration) (*dlx.Publisher, *testenv.Proxy, string) {
+	t.Helper()
+	target, err := url.Parse(env.URL)
+	require.NoError(t, err)
+	proxy := testenv.NewProxy(t, target.Host)
+	q := env.Queue("limit")
+	p, err := dlx.NewPublisher(dlx.Config{
+		URL:            withHost(t, env.URL, proxy.Addr()),
+		Topology:       topology.Config{Delay: topology.Delay{Disabled: true}},
+		PublishTimeout: publishTimeout,
+		ConnectTimeout: connectTimeout,
+	}, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	require.NoError(t, p.Publish(q, message.NewMessage("before", nil)))
+	return p, proxy, q
+}
+
+// hang makes the proxy a broker that accepts connections and never answers, and drops the
+// publisher's connection, so that its next call must dial.
+func hang(proxy *testenv.Proxy) {
+	proxy.Freeze()
+	proxy.Drop()
+	time.Sleep(200 * time.Millisecond) // the client sees the connection closed
+}
+
+// Issue 8 case 6: a stopped broker. cenkalti's MaxElapsedTime returned 6–42% early; the
+// limit is now kept and named.
+func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
+	env := testenv.New(t)
+	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 2*time.Second)
+	proxy.Close()
+	time.Sleep(200 * time.Millisecond)
+
+	start := time.Now()
+	err := p.Publish(q, message.NewMessage("stopped", nil))
+	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "Publish")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `dlx: publish to "`+q+`": gave up after 2s: dial: `)
+	assert.Contains(t, err.Error(), "connection refused")
+
+	start = time.Now()
+	_, err = dlx.NewPublisher(dlx.Config{URL: withHost(t, env.URL, testenv.ClosedPort(t)), ConnectTimeout: 2 * time.Second}, nil)
+	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "NewPublisher")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gave up after 2s")
+	assert.Contains(t, err.Error(), "connection refused")
+}
+
+// Issue 8 case 6: a broker that accepts TCP and never answers. The dial was bounded by
+// ConnectTimeout alone, not by the call's limit: Publish with PublishTimeout 2s returned
+// after the default ConnectTimeout, 30s.
+func TestTimeLimitsWithABlackHole(t *testing.T) {
+	start := time.Now()
+	_, err := dlx.NewPublisher(dlx.Config{URL: "amqp://guest:guest@" + testenv.BlackHole(t) + "/", ConnectTimeout: 2 * time.Second}, nil)
+	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "NewPublisher")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "gave up after 2s")
+	assert.Contains(t, err.Error(), "AMQP handshake")
+
+	env := testenv.New(t)
+	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 0)
+	hang(proxy)
+	start = time.Now()
+	err = p.Publish(q, message.NewMessage("black hole", nil))
+	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "Publish")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `dlx: publish to "`+q+`": gave up after 2s: dial: AMQP handshake with 127.0.0.1:`)
+}
+
+// Issue 8 case 6: four concurrent Publish calls that all need a connection, against a
+// broker that never answers. The dial held the publisher's mutex: they returned after 6, 9,
+// 12 and 15 s. Each now returns at its own limit.
+func TestConcurrentPublishesKeepTheirLimits(t *testing.T) {
+	env := testenv.New(t)
+	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 2*time.Second)
+	hang(proxy)
+
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := p.Publish(q, message.NewMessage("concurrent", nil))
+			testenv.WithinLimit(t, 2*time.Second, time.Since(start), "Publish "+string(rune('A'+i)))
+			if assert.Error(t, err) {
+				assert.Contains(t, err.Error(), "gave up after 2s")
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Publish honours the message's context: cancelled after 300 ms, Publish returns then, with
+// that error, although PublishTimeout is 5 s.
+func TestPublishHonoursTheMessageContext(t *testing.T) {
+	env := testenv.New(t)
+	p, proxy, q := proxiedPublisher(t, env, 5*time.Second, 5*time.Second)
+	hang(proxy)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	msg := message.NewMessage("cancelled", nil)
+	msg.SetContext(ctx)
+	start := time.Now()
+	err := p.Publish(q, msg)
+	elapsed := time.Since(start)
+	assert.True(t, elapsed >= 300*time.Millisecond && elapsed < 600*time.Millisecond, "returned after %s", elapsed)
+	require.ErrorIs(t, err, context.Canceled)
+
+	// Of several messages, the first context that ends ends the call.
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	other := message.NewMessage("other", nil)
+	msg = message.NewMessage("deadline", nil)
+	msg.SetContext(ctx)
+	start = time.Now()
+	err = p.Publish(q, other, msg)
+	elapsed = time.Since(start)
+	assert.True(t, elapsed >= 300*time.Millisecond && elapsed < 600*time.Millisecond, "returned after %s", elapsed)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}

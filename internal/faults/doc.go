@@ -1,0 +1,16 @@
+// Package faults is warren's fault suite: `make faults` runs it (go test -tags faults).
+//
+// Each case starts a throwaway RabbitMQ node of its own (testenv.StartNode) and two consumer
+// processes (the test binary started again as a child, running a warren router with the
+// default configuration), and publishes a stream of messages through warren's DLX publisher
+// at a steady rate, some delayed, 5% failing their first attempt and 1% failing always,
+// while a fault happens: the broker is killed with SIGKILL and restarted, every connection is
+// closed 20 times, a consumer process is killed with SIGKILL, or messages that the client
+// library cannot parse are injected into the work queue. It then waits until nothing moves,
+// counts where every published message ended (processed, poisoned, or lost), prints one
+// machine-readable line per case and fails when a message was lost, a queue stopped flowing,
+// a handler was called more than MaxAttempts+1 times for one message, processing did not
+// resume within 2 s of the fault, or duplicates exceed the messages in flight at the faults.
+//
+// The tests are behind the build tag "faults" so that `go test ./...` does not run them.
+package faults

@@ -1,0 +1,105 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Consumers that start while a Killer writes the state (8 readers, reading without pause,
+// while 60 commands are sent) never read a command older than the last one whose send had
+// returned when they began to read: a reader holding the previous command while a Killer
+// purges puts it back after the new one is written, and readers must not take it for the
+// state.
+func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("contended")
+	s, err := NewSubscriber(SubscriberConfig{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	require.NoError(t, err)
+	defer s.Close()
+	k, err := NewKiller(KillerConfig{URL: env.URL}, env.Logger())
+	require.NoError(t, err)
+
+	var (
+		floor             atomic.Int64 // when the last send that returned began, Unix ns
+		reads, violations atomic.Int64
+		lost              atomic.Int64 // connections lost (a get on a quorum queue being created: 541 noproc)
+		wg                sync.WaitGroup
+	)
+	ctx, stop := context.WithCancel(context.Background())
+	for range 8 {
+		sub := &subscription{s: s, queue: queue}
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				before := time.Unix(0, floor.Load())
+				conn, err := s.connection(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				c, _, found, err := sub.readState(ctx, conn)
+				if err != nil {
+					lost.Add(1)
+					continue
+				}
+				if found == present {
+					reads.Add(1)
+					if c.At.Before(before) {
+						violations.Add(1)
+					}
+				}
+			}
+		})
+	}
+	for i := range 60 {
+		begin := time.Now()
+		err := k.send(context.Background(), queue, []Action{Stop, Resume}[i%2])
+		require.True(t, err == nil || errors.Is(err, ErrNoListener), "%v", err)
+		floor.Store(begin.UnixNano())
+	}
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	wg.Wait()
+	t.Logf("%d reads, %d lost connections", reads.Load(), lost.Load())
+	assert.Zero(t, violations.Load(), "reads older than the last command sent")
+}
+
+// A command equal to the last one accepted (read from the state, then received live) is
+// ignored silently; an older one is refused as a replay.
+func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
+	var events []KillEvent
+	secret := []byte("s3cret")
+	s := &Subscriber{logger: watermill.NopLogger{}, cfg: SubscriberConfig{
+		KillSecret: secret, OnKill: func(e KillEvent) { events = append(events, e) },
+	}.WithDefaults()}
+	sub := &subscription{s: s, queue: "q", mode: paused}
+	body := func(at time.Time) []byte {
+		c := Command{Queue: "q", Action: Stop, At: at.UTC()}
+		c.Sign(secret)
+		b, err := json.Marshal(c)
+		require.NoError(t, err)
+		return b
+	}
+	seen := time.Now().Add(-time.Second).UTC()
+	sub.last = seen
+
+	sub.command(amqp.Delivery{Body: body(seen)})
+	assert.Empty(t, events)
+	sub.command(amqp.Delivery{Body: body(seen.Add(-time.Millisecond))})
+	require.Len(t, events, 1)
+	assert.Equal(t, "refused", events[0].State)
+	assert.ErrorContains(t, events[0].Err, "replay")
+	assert.Equal(t, paused, sub.mode)
+}

@@ -1,0 +1,279 @@
+package router_test
+
+import (
+	"context"
+	neturl "net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Issue 8 case 6: every call with a limit returns within it, against a broker that accepts
+// TCP and never answers, from the start or once it has refused connections for a while (a
+// dial that began late ran its full timeout past the call's limit), and for concurrent
+// callers (the subscriber dialled holding its mutex).
+func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
+	const limit = 2 * time.Second
+	calls := map[string]func(addr string) error{
+		"NewPublisher": func(addr string) error {
+			_, err := dlx.NewPublisher(dlx.Config{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, nil)
+			return err
+		},
+		"Subscriber.SubscribeInitialize": func(addr string) error {
+			s, err := router.NewSubscriber(router.SubscriberConfig{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, nil)
+			require.NoError(t, err)
+			defer s.Close()
+			return s.SubscribeInitialize("q")
+		},
+		"2 concurrent Subscriber.Subscribe": func(addr string) error {
+			s, err := router.NewSubscriber(router.SubscriberConfig{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, nil)
+			require.NoError(t, err)
+			defer s.Close()
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			for i := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, errs[i] = s.Subscribe(context.Background(), "q")
+				}()
+			}
+			wg.Wait()
+			require.Error(t, errs[0])
+			require.Error(t, errs[1])
+			// Which one dials, and whether the other waits for it or dials after it, is a race;
+			// both keep the limit (the returned one is timed by the caller).
+			assert.Contains(t, errs[0].Error(), "gave up after 2s")
+			assert.Contains(t, errs[1].Error(), "gave up after 2s")
+			if strings.Contains(errs[0].Error(), "AMQP handshake") {
+				return errs[0]
+			}
+			return errs[1]
+		},
+		"Killer.Kill": func(addr string) error {
+			k, err := router.NewKiller(router.KillerConfig{URL: "amqp://guest:guest@" + addr + "/", Timeout: limit}, nil)
+			require.NoError(t, err)
+			return k.Kill(context.Background(), "q", router.Stop)
+		},
+		"Builder.Apply": func(addr string) error {
+			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
+			require.NoError(t, err)
+			return b.Apply(context.Background(), "amqp://guest:guest@"+addr+"/", topology.Topology{})
+		},
+	}
+	for _, broker := range []string{"black hole", "refusing, then black hole"} {
+		for name, call := range calls {
+			t.Run(broker+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				addr := testenv.BlackHole(t)
+				if broker != "black hole" {
+					addr = testenv.BlackHoleAfter(t, limit/2)
+				}
+				start := time.Now()
+				err := call(addr)
+				testenv.WithinLimit(t, limit, time.Since(start), name)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "gave up after 2s")
+				assert.Contains(t, err.Error(), "AMQP handshake with "+addr)
+			})
+		}
+	}
+}
+
+// Issue 8 case 6: Close on a router that was never run blocked for ShutdownTimeout+5s and
+// failed (Watermill waited for handlers that never started). It returns at once, and nil.
+func TestCloseWithoutRun(t *testing.T) {
+	env := testenv.New(t)
+	r := newRouter(t, env, func(c *router.Config) { c.ShutdownTimeout = 2 * time.Second })
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("never-run")}, func(*message.Message) error { return nil }))
+	start := time.Now()
+	require.NoError(t, r.Close())
+	assert.Less(t, time.Since(start), time.Second)
+	require.NoError(t, r.Close(), "twice")
+	assert.ErrorContains(t, r.Run(context.Background()), "after Close")
+}
+
+// Close while Run still declares (the broker hangs) ends Run at once too.
+func TestCloseWhileRunDeclares(t *testing.T) {
+	env := testenv.New(t)
+	proxy := testenv.NewProxy(t, hostOf(t, env.URL))
+	r := newRouter(t, env, func(c *router.Config) {
+		c.URL = withHost(t, env.URL, proxy.Addr())
+		c.ShutdownTimeout = 2 * time.Second
+		c.ConnectTimeout = 20 * time.Second
+	})
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("declaring")}, func(*message.Message) error { return nil }))
+	proxy.Freeze()
+	proxy.Drop()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	require.NoError(t, r.Close())
+	assert.Less(t, time.Since(start), time.Second)
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("Run did not return")
+	}
+}
+
+// Issue 8: all config is validated in the constructors, and the error names the field as
+// the user wrote it.
+func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
+	url := "amqp://guest:guest@127.0.0.1:1/"
+	for field, cfg := range map[string]router.Config{
+		"router: Config.URL":                                                    {},
+		"router: Config.Concurrency -1":                                         {URL: url, Concurrency: -1},
+		"router: Config.Concurrency 70000":                                      {URL: url, Concurrency: 70000},
+		"router: Config.Retry.MaxAttempts -1":                                   {URL: url, Retry: middleware.BackoffConfig{MaxAttempts: -1}},
+		"router: Config.Retry.Delays[1] -1s":                                    {URL: url, Retry: middleware.BackoffConfig{Delays: []time.Duration{time.Second, -time.Second}}},
+		"router: Config.Retry.Multiplier 0.5":                                   {URL: url, Retry: middleware.BackoffConfig{Multiplier: 0.5}},
+		"router: Config.ShutdownTimeout -1s":                                    {URL: url, ShutdownTimeout: -time.Second},
+		"router: Config.ConnectTimeout -1s":                                     {URL: url, ConnectTimeout: -time.Second},
+		"router: Config.PublishTimeout -1s":                                     {URL: url, PublishTimeout: -time.Second},
+		"router: Config.KillMaxAge -1s":                                         {URL: url, KillMaxAge: -time.Second},
+		"router: Config.Declare: topology: Queues[0].Name":                      {URL: url, Declare: topology.Topology{Queues: []topology.Queue{{}}}},
+		"topology: Config.Timeout -1s":                                          {URL: url, Topology: topology.Config{Timeout: -time.Second}},
+		`topology: Delay.Prefix "amq.delay"`:                                    {URL: url, Topology: topology.Config{Delay: topology.Delay{Prefix: "amq.delay"}}},
+		"topology: Delay.Prefix " + `"` + strings.Repeat("p", 250) + `"`:        {URL: url, Topology: topology.Config{Delay: topology.Delay{Prefix: strings.Repeat("p", 250)}}},
+		"router: Config.Declare: topology: Queues[0].Name is 250 bytes long":    {URL: url, Declare: topology.Topology{Queues: []topology.Queue{{Name: strings.Repeat("q", 250)}}}},
+		"router: Config.Declare: topology: Exchanges[0].Name is 256 bytes long": {URL: url, Declare: topology.Topology{Exchanges: []topology.Exchange{{Name: strings.Repeat("x", 256)}}}},
+	} {
+		if cfg.ConnectTimeout == 0 {
+			cfg.ConnectTimeout = 500 * time.Millisecond // a config wrongly accepted fails soon
+		}
+		_, err := router.New(cfg, nil)
+		if assert.Error(t, err, field) {
+			assert.Contains(t, err.Error(), field)
+		}
+	}
+
+	for field, cfg := range map[string]router.SubscriberConfig{
+		"router: SubscriberConfig.URL":                 {},
+		"router: SubscriberConfig.ShutdownTimeout -1s": {URL: url, ShutdownTimeout: -time.Second},
+		"router: SubscriberConfig.ConnectTimeout -1s":  {URL: url, ConnectTimeout: -time.Second},
+		"router: SubscriberConfig.KillMaxAge -1s":      {URL: url, KillMaxAge: -time.Second},
+	} {
+		_, err := router.NewSubscriber(cfg, nil)
+		if assert.Error(t, err, field) {
+			assert.Contains(t, err.Error(), field)
+		}
+	}
+
+	for field, cfg := range map[string]dlx.Config{
+		"dlx: Config.ConnectTimeout -1s": {URL: url, ConnectTimeout: -time.Second, PublishTimeout: -time.Second, PastTolerance: -time.Second},
+		"dlx: Config.PublishTimeout -1s": {URL: url, PublishTimeout: -time.Second, PastTolerance: -time.Second},
+		"dlx: Config.PastTolerance -1s":  {URL: url, PastTolerance: -time.Second},
+	} {
+		for range 10 { // the first field, every time
+			_, err := dlx.NewPublisher(cfg, nil)
+			if assert.Error(t, err, field) {
+				assert.Contains(t, err.Error(), field)
+			}
+		}
+	}
+
+	_, err := router.NewKiller(router.KillerConfig{URL: url, Timeout: -time.Second}, nil)
+	assert.ErrorContains(t, err, "router: KillerConfig.Timeout -1s")
+
+	env := testenv.New(t)
+	r := newRouter(t, env, nil)
+	q := env.Queue("valid")
+	for field, h := range map[string]router.HandlerConfig{
+		"router: HandlerConfig.Queue is empty":                  {},
+		"router: handler h: HandlerConfig.Keys is empty":        {Name: "h", Queue: q, Exchange: "events"},
+		"router: handler h: HandlerConfig.Exchange is empty":    {Name: "h", Queue: q, Keys: []string{"a.b"}},
+		"router: handler h: HandlerConfig.Concurrency -1":       {Name: "h", Queue: q, Concurrency: -1},
+		"router: handler h: HandlerConfig.Concurrency 70000":    {Name: "h", Queue: q, Concurrency: 70000},
+		"router: handler h: HandlerConfig.Retry.MaxAttempts -1": {Name: "h", Queue: q, Retry: &middleware.BackoffConfig{MaxAttempts: -1}},
+		"router: handler h: HandlerConfig.Retry.Jitter 2":       {Name: "h", Queue: q, Retry: &middleware.BackoffConfig{Jitter: 2}},
+		"router: handler amq.x: HandlerConfig.Queue":            {Queue: "amq.x"},
+	} {
+		err := r.AddConsumerHandler(h, func(*message.Message) error { return nil })
+		if assert.Error(t, err, field) {
+			assert.Contains(t, err.Error(), field)
+		}
+	}
+}
+
+// hostOf returns the host:port of url.
+func hostOf(t *testing.T, raw string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	require.NoError(t, err)
+	return u.Host
+}
+
+// withHost returns url with its host:port replaced by addr.
+func withHost(t *testing.T, raw, addr string) string {
+	t.Helper()
+	u, err := neturl.Parse(raw)
+	require.NoError(t, err)
+	u.Host = addr
+	return u.String()
+}
+
+// A broker that stops answering on a connection that is up: amqp091's channel calls have no
+// deadline, and SubscribeInitialize returned after 15 s (the heartbeat timeout) with a limit
+// of 2 s. Declaring (subscriber, publisher, publishing to a new destination) keeps the limit.
+func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
+	const limit = 2 * time.Second
+	env := testenv.New(t)
+	calls := map[string]func(url string) (func() error, error){
+		"Subscriber.SubscribeInitialize": func(url string) (func() error, error) {
+			s, err := router.NewSubscriber(router.SubscriberConfig{URL: url, ConnectTimeout: limit}, nil)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			q := env.Queue("sub")
+			return func() error { return s.SubscribeInitialize(q) }, s.SubscribeInitialize(q)
+		},
+		"Publisher.Declare": func(url string) (func() error, error) {
+			p, err := dlx.NewPublisher(dlx.Config{URL: url, ConnectTimeout: limit, Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, nil)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			q := env.Queue("declare")
+			return func() error {
+				return p.Declare(context.Background(), topology.Topology{Queues: []topology.Queue{{Name: q}}})
+			}, nil
+		},
+		"Publisher.Publish to a new queue": func(url string) (func() error, error) {
+			p, err := dlx.NewPublisher(dlx.Config{URL: url, PublishTimeout: limit, Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, nil)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = p.Close() })
+			q := env.Queue("publish")
+			return func() error { return p.Publish(q, message.NewMessage("frozen", nil)) }, nil
+		},
+	}
+	for name, setup := range calls {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			proxy := testenv.NewProxy(t, hostOf(t, env.URL))
+			call, err := setup(withHost(t, env.URL, proxy.Addr()))
+			require.NoError(t, err)
+			proxy.Freeze()
+			start := time.Now()
+			err = call()
+			testenv.WithinLimit(t, limit, time.Since(start), name)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "gave up after 2s")
+		})
+	}
+}
