@@ -242,7 +242,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action) (hear
 	if err := ch.ExchangeDeclare(kill, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return false, err
 	}
-	unlock, err := lockState(ctx, conn, state)
+	unlock, err := lockState(ctx, conn, queue)
 	if err != nil {
 		return false, err
 	}

@@ -98,7 +98,7 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 		err := func() error {
 			opCtx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
 			defer cancel()
-			unlock, err := lockState(opCtx, conn, name)
+			unlock, err := lockState(opCtx, conn, sub.queue)
 			if err != nil {
 				return err
 			}
@@ -141,16 +141,17 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 	}
 }
 
-// lockState takes the lock of the kill state queue name, which readers and Killers hold
-// while they read or write it, and returns the function that releases it. The lock is an
-// exclusive consumer of a queue of its own (auto-deleted, and expiring in case its holder
-// dies between declaring and consuming it), on a channel that releasing closes, as losing
-// the connection does. Without it, measured on RabbitMQ 3.10.8 with 8 readers and a Killer
-// writing every 10 ms, a reader could miss a command written while another reader held the
-// previous one (in 1 of 20 runs), and read only older ones. Contention is waited out, for
-// as long as ctx lasts.
-func lockState(ctx context.Context, conn *amqp.Connection, name string) (unlock func(), err error) {
-	lock := name + ".lock"
+// lockState takes the lock of the kill state queue of queue, which readers and Killers
+// hold while they read or write it, and returns the function that releases it. The lock is
+// an exclusive consumer of a queue of its own, Q.kill.lock (auto-deleted, and expiring in
+// case its holder dies between declaring and consuming it; its name does not match the
+// state's, so that permissions can keep apart who may declare which), on a channel that
+// releasing closes, as losing the connection does. Without it, measured on RabbitMQ 3.10.8
+// with 8 readers and a Killer writing every 10 ms, a reader could miss a command written
+// while another reader held the previous one (in 1 of 5 to 1 of 30 runs), and read only
+// older ones. Contention is waited out, for as long as ctx lasts.
+func lockState(ctx context.Context, conn *amqp.Connection, queue string) (unlock func(), err error) {
+	lock := topology.KillExchange(queue) + ".lock"
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
 	for {
@@ -174,12 +175,12 @@ func lockState(ctx context.Context, conn *amqp.Connection, name string) (unlock 
 		_ = ch.Close()
 		var ae *amqp.Error
 		if ctx.Err() != nil || !errors.As(err, &ae) { // not a refusal: held by another (403), or just deleted by its last holder (404)
-			return nil, fmt.Errorf("lock %s: %w", name, err)
+			return nil, fmt.Errorf("lock %s: %w", lock, err)
 		}
 		select {
 		case <-time.After(b.NextBackOff()):
 		case <-ctx.Done():
-			return nil, fmt.Errorf("lock %s: %w", name, ctx.Err())
+			return nil, fmt.Errorf("lock %s: %w (last refusal: %v)", lock, ctx.Err(), err)
 		}
 	}
 }
