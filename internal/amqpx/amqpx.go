@@ -96,7 +96,8 @@ const DialTimeout = 30 * time.Second
 // bounded together by ctx's deadline or DialTimeout, whichever is earlier, and end at once
 // when ctx is cancelled; name is shown in the broker's connection list. An error never
 // contains url's password; a url that does not parse is a Permanent error. The connection
-// is guarded (see GuardConn): no message can make the client library close it.
+// is guarded (see GuardConn): no message can make the client library close it; and its
+// writes are gathered (see BatchConn).
 func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	if err := CheckURL(url); err != nil {
 		return nil, Permanent(err)
@@ -109,6 +110,7 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	var (
 		addr string
 		stop func() bool // stops cutting the handshake short when ctx ends
+		sock net.Conn    // what amqp091 was given
 	)
 	conn, err := amqp.DialConfig(url, amqp.Config{
 		Heartbeat:  10 * time.Second,
@@ -127,9 +129,13 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 				return nil, err
 			}
 			stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-			return GuardConn(c, FrameSize), nil
+			sock = GuardConn(BatchConn(c), FrameSize)
+			return sock, nil
 		},
 	})
+	if err != nil && sock != nil {
+		_ = sock.Close() // amqp091 does not always close it when the handshake fails
+	}
 	if stop != nil { // connected: did ctx end during (or just after) the handshake?
 		cut := !stop()
 		if cut && err == nil {

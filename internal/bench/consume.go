@@ -23,7 +23,7 @@ func benchConsume() {
 	delay := config(topology.Delay{Prefix: name("delay")}).Delay
 	defer cleanupDelay(delay)
 
-	med := compare(*consume, []contender{
+	med, _ := compare(*consume, []contender{
 		{"raw amqp091-go", consumeRaw},
 		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay) }},
 		{"watermill-amqp", consumeWatermill},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -27,13 +28,19 @@ func benchPublish() {
 
 	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
-	med := compare(*publish, []contender{
+	med, cpu := compare(*publish, []contender{
 		{"raw amqp091-go", func(q string) (time.Duration, error) { return publishRaw(q, body) }},
 		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
 		{"watermill-amqp", func(q string) (time.Duration, error) { return publishWatermill(q, body) }},
+		{"raw, goroutines", func(q string) (time.Duration, error) { return publishRawGoroutines(q, body) }},
 	})
+	fmt.Printf("   (raw: one goroutine, a window of %[1]d confirmations; warren, watermill-amqp and \"raw, goroutines\": %[1]d goroutines, each publishing one message and waiting for its confirmation)\n", *window)
 	result("ratio publish_vs_raw", "%.2f", med[1]/med[0])
 	result("ratio publish_vs_watermill", "%.2f", med[1]/med[2])
+	result("ratio publish_vs_raw_goroutines", "%.2f", med[1]/med[3])
+	result("publish_cpu_us_per_msg_raw", "%.1f", cpu[0])
+	result("publish_cpu_us_per_msg_warren", "%.1f", cpu[1])
+	result("publish_cpu_us_per_msg_raw_goroutines", "%.1f", cpu[3])
 }
 
 // contender is one side of a throughput comparison: run handles n messages on queue.
@@ -43,24 +50,38 @@ type contender struct {
 }
 
 // compare runs every contender *rounds times, interleaved so that drift hits all alike, each
-// time on a fresh queue of n messages, prints the rates and returns their medians.
-func compare(n int, contenders []contender) []float64 {
-	rates := make([][]float64, len(contenders))
+// time on a fresh queue of n messages, prints the rates and the CPU time this process spent
+// per message (the whole run, connecting included; the broker's CPU is not counted), and
+// returns the medians of both. On a machine the broker shares, the CPU figure is the steadier
+// one: the client's CPU is taken from the broker's.
+func compare(n int, contenders []contender) (rates, cpu []float64) {
+	allRates := make([][]float64, len(contenders))
+	allCPU := make([][]float64, len(contenders))
 	for r := 0; r < *rounds; r++ {
 		for i, c := range contenders {
 			q := name("run")
+			before := processCPU()
 			d, err := c.run(q)
+			used := processCPU() - before
 			cleanup(testenv.WorkQueueNames(q))
 			must(err)
-			rates[i] = append(rates[i], float64(n)/d.Seconds())
+			allRates[i] = append(allRates[i], float64(n)/d.Seconds())
+			allCPU[i] = append(allCPU[i], float64(used.Microseconds())/float64(n))
 		}
 	}
-	med := make([]float64, len(contenders))
+	rates, cpu = make([]float64, len(contenders)), make([]float64, len(contenders))
 	for i, c := range contenders {
-		med[i] = median(rates[i])
-		fmt.Printf("   %-16s %9.0f msg/s   (runs: %s)\n", c.name, med[i], fmtRates(rates[i]))
+		rates[i], cpu[i] = median(allRates[i]), median(allCPU[i])
+		fmt.Printf("   %-16s %9.0f msg/s  %5.1f µs CPU/msg   (runs: %s)\n", c.name, rates[i], cpu[i], fmtRates(allRates[i]))
 	}
-	return med
+	return rates, cpu
+}
+
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	must(syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fmtRates(rs []float64) string {
@@ -144,6 +165,35 @@ func parallel(g, n int, fn func() error) (time.Duration, error) {
 	}
 	wg.Wait()
 	return time.Since(start), first
+}
+
+// publishRawGoroutines: the calling pattern of warren's and watermill-amqp's runs with raw
+// amqp091-go: *window goroutines on one confirm channel, each waiting for its own confirmation.
+func publishRawGoroutines(q string, body []byte) (time.Duration, error) {
+	if err := declareQueue(q); err != nil {
+		return 0, err
+	}
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := ch.Confirm(false); err != nil {
+		return 0, err
+	}
+	ctx := context.Background()
+	return parallel(*window, *publish, func() error {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
+			Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
+		})
+		if err != nil {
+			return err
+		}
+		if ok, err := dc.WaitContext(ctx); err != nil || !ok {
+			return fmt.Errorf("raw, goroutines: not confirmed: %v", err)
+		}
+		return nil
+	})
 }
 
 func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
