@@ -23,14 +23,14 @@ func benchConsume() {
 	delay := config(topology.Delay{Prefix: name("delay")}).Delay
 	defer cleanupDelay(delay)
 
-	med, _ := compare(*consume, []contender{
+	cmp := compare(*consume, []contender{
 		{"raw amqp091-go", consumeRaw},
 		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay) }},
 		{"watermill-amqp", consumeWatermill},
 	})
 	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter; watermill-amqp: default router and config, prefetch 1)\n")
-	result("ratio consume_vs_raw", "%.2f", med[1]/med[0])
-	result("ratio consume_vs_watermill", "%.2f", med[1]/med[2])
+	result("ratio consume_vs_raw", "%.2f", cmp.ratio(1, 0))
+	result("ratio consume_vs_watermill", "%.2f", cmp.ratio(1, 2))
 }
 
 // fill publishes *consume messages to queue (declared by declare) with pipelined confirms.

@@ -28,19 +28,19 @@ func benchPublish() {
 
 	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
-	med, cpu := compare(*publish, []contender{
+	cmp := compare(*publish, []contender{
 		{"raw amqp091-go", func(q string) (time.Duration, error) { return publishRaw(q, body) }},
 		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
 		{"watermill-amqp", func(q string) (time.Duration, error) { return publishWatermill(q, body) }},
 		{"raw, goroutines", func(q string) (time.Duration, error) { return publishRawGoroutines(q, body) }},
 	})
 	fmt.Printf("   (raw: one goroutine, a window of %[1]d confirmations; warren, watermill-amqp and \"raw, goroutines\": %[1]d goroutines, each publishing one message and waiting for its confirmation)\n", *window)
-	result("ratio publish_vs_raw", "%.2f", med[1]/med[0])
-	result("ratio publish_vs_watermill", "%.2f", med[1]/med[2])
-	result("ratio publish_vs_raw_goroutines", "%.2f", med[1]/med[3])
-	result("publish_cpu_us_per_msg_raw", "%.1f", cpu[0])
-	result("publish_cpu_us_per_msg_warren", "%.1f", cpu[1])
-	result("publish_cpu_us_per_msg_raw_goroutines", "%.1f", cpu[3])
+	result("ratio publish_vs_raw", "%.2f", cmp.ratio(1, 0))
+	result("ratio publish_vs_watermill", "%.2f", cmp.ratio(1, 2))
+	result("ratio publish_vs_raw_goroutines", "%.2f", cmp.ratio(1, 3))
+	result("publish_cpu_us_per_msg_raw", "%.1f", cmp.cpuPerMsg(0))
+	result("publish_cpu_us_per_msg_warren", "%.1f", cmp.cpuPerMsg(1))
+	result("publish_cpu_us_per_msg_raw_goroutines", "%.1f", cmp.cpuPerMsg(3))
 }
 
 // contender is one side of a throughput comparison: run handles n messages on queue.
@@ -50,13 +50,12 @@ type contender struct {
 }
 
 // compare runs every contender *rounds times, interleaved so that drift hits all alike, each
-// time on a fresh queue of n messages, prints the rates and the CPU time this process spent
-// per message (the whole run, connecting included; the broker's CPU is not counted), and
-// returns the medians of both. On a machine the broker shares, the CPU figure is the steadier
-// one: the client's CPU is taken from the broker's.
-func compare(n int, contenders []contender) (rates, cpu []float64) {
-	allRates := make([][]float64, len(contenders))
-	allCPU := make([][]float64, len(contenders))
+// time on a fresh queue of n messages, and prints the median rates and the CPU time this
+// process spent per message (the whole run, connecting included; the broker's CPU is not
+// counted). On a machine the broker shares, the CPU figure is the steadier one: the
+// client's CPU is taken from the broker's.
+func compare(n int, contenders []contender) comparison {
+	cmp := comparison{rates: make([][]float64, len(contenders)), cpu: make([][]float64, len(contenders))}
 	for r := 0; r < *rounds; r++ {
 		for i, c := range contenders {
 			q := name("run")
@@ -65,17 +64,32 @@ func compare(n int, contenders []contender) (rates, cpu []float64) {
 			used := processCPU() - before
 			cleanup(testenv.WorkQueueNames(q))
 			must(err)
-			allRates[i] = append(allRates[i], float64(n)/d.Seconds())
-			allCPU[i] = append(allCPU[i], float64(used.Microseconds())/float64(n))
+			cmp.rates[i] = append(cmp.rates[i], float64(n)/d.Seconds())
+			cmp.cpu[i] = append(cmp.cpu[i], float64(used.Microseconds())/float64(n))
 		}
 	}
-	rates, cpu = make([]float64, len(contenders)), make([]float64, len(contenders))
 	for i, c := range contenders {
-		rates[i], cpu[i] = median(allRates[i]), median(allCPU[i])
-		fmt.Printf("   %-16s %9.0f msg/s  %5.1f µs CPU/msg   (runs: %s)\n", c.name, rates[i], cpu[i], fmtRates(allRates[i]))
+		fmt.Printf("   %-16s %9.0f msg/s  %5.1f µs CPU/msg   (runs: %s)\n",
+			c.name, median(cmp.rates[i]), cmp.cpuPerMsg(i), fmtRates(cmp.rates[i]))
 	}
-	return rates, cpu
+	return cmp
 }
+
+// comparison holds, per contender, the rate and the CPU per message of every round.
+type comparison struct{ rates, cpu [][]float64 }
+
+// ratio is the median over the rounds of contender i's rate over contender j's in the same
+// round: runs next to each other share the machine's mood, so the ratio is steadier than
+// one of medians.
+func (c comparison) ratio(i, j int) float64 {
+	rs := make([]float64, len(c.rates[i]))
+	for r := range rs {
+		rs[r] = c.rates[i][r] / c.rates[j][r]
+	}
+	return median(rs)
+}
+
+func (c comparison) cpuPerMsg(i int) float64 { return median(c.cpu[i]) }
 
 // processCPU returns the user and system CPU time this process has used.
 func processCPU() time.Duration {
