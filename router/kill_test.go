@@ -527,3 +527,50 @@ func TestKillClockSkewIsValidated(t *testing.T) {
 	_, err = router.NewSubscriber(router.SubscriberConfig{URL: "amqp://x/", KillClockSkew: -time.Second}, nil)
 	assert.ErrorContains(t, err, "SubscriberConfig.KillClockSkew")
 }
+
+// A pause whose stop outlived ShutdownTimeout cancels the context of the message that was
+// still being handled, and never the context of a message handed out after the resume (a
+// subscriber-wide context once made every later message start cancelled).
+func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("session-ctx")
+	sub, err := router.NewSubscriber(router.SubscriberConfig{
+		URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
+		ShutdownTimeout: 200 * time.Millisecond,
+	}, env.Logger())
+	require.NoError(t, err)
+	defer sub.Close()
+	msgs, err := sub.Subscribe(context.Background(), queue)
+	require.NoError(t, err)
+	ch := env.Channel()
+	receive := func(what string) *message.Message {
+		t.Helper()
+		select {
+		case m := <-msgs:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s was not handed out", what)
+			return nil
+		}
+	}
+
+	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "held", Body: []byte("1")}))
+	held := receive("the first message")
+	k := newKiller(t, env, "")
+	require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
+	select { // the handler outlives ShutdownTimeout: its context ends
+	case <-held.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held message's context did not end after ShutdownTimeout")
+	}
+	held.Nack()
+
+	require.NoError(t, k.Resume(context.Background(), queue))
+	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "later", Body: []byte("2")}))
+	for seen := map[string]bool{}; !seen["later"] || !seen["held"]; {
+		m := receive("every message after the resume")
+		assert.NoError(t, m.Context().Err(), "message %s was handed out after the resume with its context ended", m.UUID)
+		seen[m.UUID] = true
+		m.Ack()
+	}
+}

@@ -215,8 +215,8 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	for _, q := range config.Queues {
 		s.listed[q.Name] = q
 	}
-	// The context of every message handed out: not cancelled by closing, so that handlers
-	// in flight can finish, but once ShutdownTimeout has passed.
+	// The parent of every consume session's context (see channelState): not cancelled by
+	// closing, so that handlers in flight can finish, but once every subscription stopped.
 	s.hardStop, s.hardFn = context.WithCancelCause(context.Background())
 	return s, nil
 }
@@ -550,10 +550,17 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 		stopping: make(chan struct{}),
 		slots:    make(chan struct{}, s.cfg.Concurrency),
 	}
+	cs.hardStop, cs.hardFn = context.WithCancelCause(s.hardStop)
 	defer cs.acks.close()
+	defer func() { // the session's context goes once its last message is settled
+		go func() {
+			cs.inflight.Wait()
+			cs.hardFn(context.Canceled)
+		}()
+	}()
 	stop := func() {
 		close(cs.stopping)
-		sub.stop(ch, tag, deliveries, &cs.inflight.WaitGroup, cs.acks)
+		sub.stop(ch, tag, deliveries, cs)
 	}
 	var drainTick <-chan time.Time
 	if sub.mode == draining {
@@ -649,14 +656,19 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 }
 
 // channelState is what one consume channel's deliveries share: the acker, the messages
-// handed out and not settled, the copies being handled, the handler slots, and stopping,
-// closed when the consumer stops (nothing waits to be requeued any more).
+// handed out and not settled, the copies being handled, the handler slots, stopping,
+// closed when the consumer stops (nothing waits to be requeued any more), and the parent
+// of the context of its messages, ended when its stop outlives ShutdownTimeout. It is the
+// session's own: a pause or a reconnect that ended it never cancels the messages that the
+// next session hands out.
 type channelState struct {
 	acks     *acker
 	inflight flights
 	dups     *copies
 	stopping chan struct{}
 	slots    chan struct{} // one per message handed out, up to Concurrency
+	hardStop context.Context
+	hardFn   context.CancelCauseFunc
 }
 
 // flights counts the messages handed out and not settled yet.
@@ -679,23 +691,23 @@ var consumerSeq atomic.Uint64
 
 // stop cancels the consumer, returns what was received but not handed out to the queue and
 // waits, up to ShutdownTimeout, for the messages handed out to be settled.
-func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, inflight *sync.WaitGroup, acks *acker) {
+func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, cs *channelState) {
 	s := sub.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }); err == nil {
 		for d := range deliveries { // closed once the broker confirmed the cancel
-			acks.settle(d.DeliveryTag, requeue)
+			cs.acks.settle(d.DeliveryTag, requeue)
 		}
 	}
 	done := make(chan struct{})
-	go func() { inflight.Wait(); close(done) }()
+	go func() { cs.inflight.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():
 		s.logger.Error("Shutdown timeout: messages still in flight go back to the queue", ctx.Err(),
 			watermill.LogFields{"queue": sub.queue, "timeout": s.cfg.ShutdownTimeout})
-		s.hardFn(errShutdownTimeout)
+		cs.hardFn(errShutdownTimeout)
 	}
 }
 
@@ -782,7 +794,7 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, cs *cha
 		}
 	}
 	deadLetter = new(atomic.Bool)
-	ctx, done := context.WithCancel(warren.WithDeadLetter(warren.WithDelivery(sub.s.hardStop, info), deadLetter))
+	ctx, done := context.WithCancel(warren.WithDeadLetter(warren.WithDelivery(cs.hardStop, info), deadLetter))
 	msg.SetContext(ctx)
 	if d.Redelivered {
 		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
