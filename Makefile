@@ -3,13 +3,18 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 FAULTS_TIMEOUT ?= 30m
 
-.PHONY: all broker demo test faults bench vet fmt
+.PHONY: all broker broker4 demo test test-rabbitmq4 faults bench vet fmt
 
 all: vet test
 
 ## broker: make sure RabbitMQ answers on 127.0.0.1:5672 (start or install it if needed)
 broker:
 	@./scripts/broker.sh
+
+## broker4: make sure a RabbitMQ 4.0.5 node answers on 127.0.0.1:5680, beside the system's broker
+## (scripts/rabbitmq4.sh: Debian trixie's packages unpacked into ~/.cache/warren/rabbitmq4)
+broker4:
+	@./scripts/rabbitmq4.sh start
 
 ## demo: declare the topology, publish ordinary and delayed messages, print requested vs actual delay
 demo: broker
@@ -18,6 +23,11 @@ demo: broker
 ## test: vet, then every test (race detector on) against the real broker
 test: broker vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## test-rabbitmq4: every test again, against RabbitMQ 4.0.5 (the throwaway nodes that the fault
+## tests start run the system's version)
+test-rabbitmq4: broker4 vet
+	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is

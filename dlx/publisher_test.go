@@ -454,13 +454,15 @@ func TestRedelayDoesNotGrow(t *testing.T) {
 	assert.Equal(t, "v", second.msg.Metadata.Get("k"))
 }
 
-// withoutTimes returns h without x-death (its entries carry times) and with each level digit
-// replaced by whether it is a valid digit.
+// withoutTimes returns h without the broker's dead-letter bookkeeping (x-death's entries
+// carry times; x-first-death-queue and, from RabbitMQ 3.13, x-last-death-queue name a level
+// queue, whose digit depends on the time left when the message was sent) and with each level
+// digit replaced by whether it is a valid digit.
 func withoutTimes(h amqp.Table) amqp.Table {
 	out := amqp.Table{}
 	for k, v := range h {
 		switch {
-		case k == "x-death":
+		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
 		case k == warren.PublishIDHeader: // one per publish: replaced, never accumulated
 			out[k] = v != ""
 		case strings.HasPrefix(k, "warren-dlx-p"):
