@@ -45,7 +45,8 @@ func ExchangePerTopic(topic string) Route { return Route{Exchange: topic} }
 
 // Config configures a Publisher.
 type Config struct {
-	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/. Required.
+	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/, or the URLs of a cluster's
+	// nodes separated by commas: every dial tries them in a random order. Required.
 	URL string
 	// Topology configures the builder, including the layout of the delay levels.
 	Topology topology.Config

@@ -474,3 +474,19 @@ func withoutTimes(h amqp.Table) amqp.Table {
 	}
 	return out
 }
+
+// A URL list with a node that is down (first or not: the order is random) publishes through
+// the node that answers.
+func TestPublisherTakesAListOfNodes(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("nodes")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	down := "amqp://guest:guest@" + l.Addr().String() + "/"
+	require.NoError(t, l.Close())
+	p := newPublisher(t, env, func(c *dlx.Config) { c.URL = down + "," + env.URL })
+	for i := range 5 {
+		require.NoError(t, p.Publish(q, message.NewMessage(fmt.Sprint(i), []byte("x"))))
+	}
+	assert.Len(t, consume(t, env, q, 5, 5*time.Second), 5)
+}

@@ -125,7 +125,8 @@ type KillEvent struct {
 
 // KillerConfig configures a Killer.
 type KillerConfig struct {
-	// URL of the broker. Required.
+	// URL of the broker, or the URLs of a cluster's nodes separated by commas (see
+	// dlx.Config.URL). Required.
 	URL string
 	// Secret signs commands; consumers with a secret refuse unsigned ones.
 	Secret []byte

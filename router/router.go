@@ -25,7 +25,8 @@ import (
 
 // Config configures a Router.
 type Config struct {
-	// URL of the broker. Required.
+	// URL of the broker, or the URLs of a cluster's nodes separated by commas (see
+	// dlx.Config.URL). Required.
 	URL string
 	// Topology configures the builder (queue type, delivery limit, delay levels).
 	Topology topology.Config

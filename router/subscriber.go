@@ -24,7 +24,8 @@ import (
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
-	// URL of the broker. Required.
+	// URL of the broker, or the URLs of a cluster's nodes separated by commas (see
+	// dlx.Config.URL). Required.
 	URL string
 	// Topology configures the builder that declares the queues subscribed to.
 	Topology topology.Config

@@ -47,7 +47,7 @@ func newRoot() *cobra.Command {
 		url     string
 		timeout time.Duration
 	)
-	root.PersistentFlags().StringVar(&url, "url", "", "broker URL (default "+urlDefault()+")")
+	root.PersistentFlags().StringVar(&url, "url", "", "broker URL, or URLs of a cluster's nodes separated by commas (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	killer := func() (*router.Killer, error) {
 		u := url

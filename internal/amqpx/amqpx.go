@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -92,16 +93,44 @@ const FrameSize = 131072
 // DialTimeout bounds Dial when its context has no earlier deadline.
 const DialTimeout = 30 * time.Second
 
-// Dial opens a connection to url. The TCP connect and the AMQP handshake (TLS included) are
-// bounded together by ctx's deadline or DialTimeout, whichever is earlier, and end at once
-// when ctx is cancelled; name is shown in the broker's connection list. An error never
-// contains url's password; a url that does not parse is a Permanent error. The connection
-// is guarded (see GuardConn): no message can make the client library close it; and its
-// writes are gathered (see BatchConn).
+// Dial opens a connection to url: one AMQP URL, or several separated by commas (the nodes
+// of a cluster), tried in a random order until one answers, each with an equal share of
+// the time left. The TCP connect and the AMQP handshake (TLS included) are bounded
+// together by ctx's deadline or DialTimeout, whichever is earlier, and end at once when ctx
+// is cancelled; name is shown in the broker's connection list. An error never contains a
+// password; a url that does not parse is a Permanent error. The connection is guarded (see
+// GuardConn): no message can make the client library close it; and its writes are
+// gathered (see BatchConn).
 func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	if err := CheckURL(url); err != nil {
 		return nil, Permanent(err)
 	}
+	urls := SplitURLs(url)
+	if len(urls) == 1 {
+		return dialOne(ctx, url, name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	var errs []error
+	for i, n := range rand.Perm(len(urls)) {
+		share := time.Until(deadline) / time.Duration(len(urls)-i)
+		attempt, cancelAttempt := context.WithTimeout(ctx, share)
+		conn, err := dialOne(attempt, urls[n], name)
+		cancelAttempt()
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", RedactURL(urls[n]), err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
+}
+
+// dialOne is Dial for one URL.
+func dialOne(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
 	deadline, _ := ctx.Deadline()

@@ -30,14 +30,33 @@ func secretSpan(raw string) (start, end int, ok bool) {
 	return from + colon + 1, at, true
 }
 
-// RedactURL returns raw with its password replaced by "xxxxx", whether or not raw parses:
-// "amqp://guest:xxxxx@host:5672/". A URL without a password is returned as it is.
-func RedactURL(raw string) string {
-	start, end, ok := secretSpan(raw)
-	if !ok {
-		return raw
+// SplitURLs returns the URLs of raw: one AMQP URL, or several separated by commas. A comma
+// starts a new URL only where "amqp://" or "amqps://" follows it (spaces between allowed),
+// so that a password may hold commas.
+func SplitURLs(raw string) []string {
+	var urls []string
+	for _, part := range strings.Split(raw, ",") {
+		start := strings.ToLower(strings.TrimSpace(part))
+		if len(urls) > 0 && !strings.HasPrefix(start, "amqp://") && !strings.HasPrefix(start, "amqps://") {
+			urls[len(urls)-1] += "," + part
+			continue
+		}
+		urls = append(urls, strings.TrimSpace(part))
 	}
-	return raw[:start] + redacted + raw[end:]
+	return urls
+}
+
+// RedactURL returns raw with every password replaced by "xxxxx", whether or not raw parses:
+// "amqp://guest:xxxxx@host:5672/". A URL without a password is returned as it is; a list
+// (see SplitURLs) is returned as a list, each URL redacted.
+func RedactURL(raw string) string {
+	urls := SplitURLs(raw)
+	for i, u := range urls {
+		if start, end, ok := secretSpan(u); ok {
+			urls[i] = u[:start] + redacted + u[end:]
+		}
+	}
+	return strings.Join(urls, ",")
 }
 
 // CheckURL returns nil if raw is a usable AMQP URL, and otherwise the reason, which never
@@ -46,6 +65,15 @@ func RedactURL(raw string) string {
 // a password whose unescaped '/' made the rest of it a path ("amqp://u:12/x@host", which
 // ParseURI takes for host "u", port 12), and a host with two ports ("host:5672:5672").
 func CheckURL(raw string) error {
+	urls := SplitURLs(raw)
+	if len(urls) > 1 {
+		for i, u := range urls {
+			if err := CheckURL(u); err != nil {
+				return fmt.Errorf("URL %d of %d: %w", i+1, len(urls), err)
+			}
+		}
+		return nil
+	}
 	if _, err := amqp.ParseURI(raw); err != nil {
 		return RedactError(raw, err)
 	}
@@ -73,11 +101,12 @@ func RedactError(raw string, err error) error {
 	if err == nil {
 		return nil
 	}
-	start, end, ok := secretSpan(raw)
-	if !ok {
-		return err
+	text := err.Error()
+	for _, u := range SplitURLs(raw) {
+		if start, end, ok := secretSpan(u); ok {
+			text = redactText(text, u[start:end])
+		}
 	}
-	text := redactText(err.Error(), raw[start:end])
 	if text == err.Error() {
 		return err
 	}

@@ -123,7 +123,7 @@ func name(what string) string {
 
 // dialChannel connects to the broker and opens a channel; closing conn closes both.
 func dialChannel() (*amqp.Connection, *amqp.Channel, error) {
-	conn, err := amqp.Dial(*url)
+	conn, err := amqp.Dial(amqpx.SplitURLs(*url)[0]) // raw contenders use the first node
 	if err != nil {
 		return nil, nil, err
 	}
