@@ -97,6 +97,12 @@ func IsTransportHeader(name string) bool {
 	return strings.HasPrefix(name, TransportHeaderPrefix)
 }
 
+// Metadata keys of warren's delay API (dlx.MetadataDelay and dlx.MetadataDeliverAt).
+const (
+	MetadataDelay     = "warren_delay"      // a Go duration, relative to Publish
+	MetadataDeliverAt = "warren_deliver_at" // an RFC 3339 time
+)
+
 // IsDelayMetadata reports whether the metadata key asks a publisher to delay the message:
 // dlx's warren_delay and warren_deliver_at, and Watermill's components/delay keys. They are
 // instructions to a publisher, not part of a message: a delivered message has been delayed
@@ -105,7 +111,7 @@ func IsTransportHeader(name string) bool {
 // fail.
 func IsDelayMetadata(key string) bool {
 	switch key {
-	case "warren_delay", "warren_deliver_at", delay.DelayedForKey, delay.DelayedUntilKey:
+	case MetadataDelay, MetadataDeliverAt, delay.DelayedForKey, delay.DelayedUntilKey:
 		return true
 	}
 	return false

@@ -15,8 +15,8 @@ import (
 // Metadata keys of warren's delay API. The publisher reads them and does not send them on,
 // so a message that is consumed and published again is not delayed a second time.
 const (
-	MetadataDelay     = "warren_delay"      // a Go duration, relative to Publish
-	MetadataDeliverAt = "warren_deliver_at" // an RFC 3339 time
+	MetadataDelay     = warren.MetadataDelay     // a Go duration, relative to Publish
+	MetadataDeliverAt = warren.MetadataDeliverAt // an RFC 3339 time
 )
 
 // ErrInvalidDelay is wrapped by the error of a message whose delay metadata cannot be

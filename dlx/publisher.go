@@ -218,12 +218,11 @@ func (p *Publisher) connect(ctx context.Context) (*confirmer, error) {
 	if conf, err := p.current(); conf != nil || err != nil {
 		return conf, err
 	}
-	select {
-	case p.dialing <- struct{}{}:
-		defer func() { <-p.dialing }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for another call's dial: %w", context.Cause(ctx))
+	release, err := take(ctx, p.dialing, "dial")
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	if conf, err := p.current(); conf != nil || err != nil { // connected while we waited
 		return conf, err
 	}
@@ -263,6 +262,16 @@ func (p *Publisher) connect(ctx context.Context) (*confirmer, error) {
 	}
 	p.conf = conf
 	return conf, nil
+}
+
+// take takes the one slot of slot, waiting for another call's what until ctx ends.
+func take(ctx context.Context, slot chan struct{}, what string) (release func(), err error) {
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another call's %s: %w", what, context.Cause(ctx))
+	}
 }
 
 var errPublisherClosed = amqpx.Permanent(errors.New("dlx: publisher is closed"))
@@ -317,19 +326,18 @@ func (p *Publisher) declare(ctx context.Context, route Route) error {
 	if done() {
 		return nil
 	}
-	select {
-	case p.declaring <- struct{}{}:
-		defer func() { <-p.declaring }()
-	case <-ctx.Done():
-		return fmt.Errorf("waiting for another call's declaration: %w", context.Cause(ctx))
+	release, err := take(ctx, p.declaring, "declaration")
+	if err != nil {
+		return err
 	}
+	defer release()
 	if done() { // declared by a call that declared before
 		return nil
 	}
 	p.mu.Lock()
 	q, e := p.queues[route.RoutingKey], p.exchanges[route.Exchange]
 	p.mu.Unlock()
-	err := p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+	err = p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
 		if route.Exchange == "" {
 			q.Name = route.RoutingKey
 			return p.builder.DeclareQueue(ctx, ch, q)
@@ -563,8 +571,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 		if err == nil {
 			err = f.wait(ctx)
 		}
-		var ret *ReturnedError
-		if errors.Is(err, ErrNacked) || errors.As(err, &ret) || amqpx.IsPermanentBrokerError(err) {
+		if errors.Is(err, ErrNacked) || IsPermanent(err) {
 			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
 		}
 		return err

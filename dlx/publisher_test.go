@@ -339,9 +339,9 @@ func TestUnreachableBrokerGivesUpWithAClearError(t *testing.T) {
 func TestPublishTimeLimitWhenBrokerStopsAnswering(t *testing.T) {
 	env := testenv.New(t)
 	q := env.Queue("frozen")
-	proxy := testenv.NewProxy(t, strings.TrimPrefix(strings.TrimSuffix(env.URL, "/"), "amqp://guest:guest@"))
+	proxy, url := testenv.ProxyURL(t, env.URL)
 	p := newPublisher(t, env, func(c *dlx.Config) {
-		c.URL = "amqp://guest:guest@" + proxy.Addr() + "/"
+		c.URL = url
 		c.PublishTimeout = 1500 * time.Millisecond
 	})
 	require.NoError(t, p.Publish(q, message.NewMessage("before", nil)))
@@ -480,10 +480,7 @@ func withoutTimes(h amqp.Table) amqp.Table {
 func TestPublisherTakesAListOfNodes(t *testing.T) {
 	env := testenv.New(t)
 	q := env.Queue("nodes")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	down := "amqp://guest:guest@" + l.Addr().String() + "/"
-	require.NoError(t, l.Close())
+	down := testenv.WithHost(t, env.URL, testenv.ClosedPort(t))
 	p := newPublisher(t, env, func(c *dlx.Config) { c.URL = down + "," + env.URL })
 	for i := range 5 {
 		require.NoError(t, p.Publish(q, message.NewMessage(fmt.Sprint(i), []byte("x"))))

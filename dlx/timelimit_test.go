@@ -2,7 +2,6 @@ package dlx_test
 
 import (
 	"context"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -16,26 +15,15 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// withHost returns env's broker URL with host:port replaced by addr.
-func withHost(t *testing.T, raw, addr string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	require.NoError(t, err)
-	u.Host = addr
-	return u.String()
-}
-
 // A publisher (without delay levels) connected through a proxy whose broker then stops (the
 // proxy closes: nothing listens any more) or hangs (the proxy freezes and drops the
 // connection: a new one is accepted and never answered).
 func proxiedPublisher(t *testing.T, env *testenv.Env, publishTimeout, connectTimeout time.Duration) (*dlx.Publisher, *testenv.Proxy, string) {
 	t.Helper()
-	target, err := url.Parse(env.URL)
-	require.NoError(t, err)
-	proxy := testenv.NewProxy(t, target.Host)
+	proxy, url := testenv.ProxyURL(t, env.URL)
 	q := env.Queue("limit")
 	p, err := dlx.NewPublisher(dlx.Config{
-		URL:            withHost(t, env.URL, proxy.Addr()),
+		URL:            url,
 		Topology:       topology.Config{Delay: topology.Delay{Disabled: true}},
 		PublishTimeout: publishTimeout,
 		ConnectTimeout: connectTimeout,
@@ -70,7 +58,7 @@ func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
 	assert.Contains(t, err.Error(), "connection refused")
 
 	start = time.Now()
-	_, err = dlx.NewPublisher(dlx.Config{URL: withHost(t, env.URL, testenv.ClosedPort(t)), ConnectTimeout: 2 * time.Second}, nil)
+	_, err = dlx.NewPublisher(dlx.Config{URL: testenv.WithHost(t, env.URL, testenv.ClosedPort(t)), ConnectTimeout: 2 * time.Second}, nil)
 	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "NewPublisher")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "gave up after 2s")

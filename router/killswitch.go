@@ -151,7 +151,7 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 // while another reader held the previous one (in 1 of 5 to 1 of 30 runs), and read only
 // older ones. Contention is waited out, for as long as ctx lasts.
 func lockState(ctx context.Context, conn *amqp.Connection, queue string) (unlock func(), err error) {
-	lock := topology.KillExchange(queue) + ".lock"
+	lock := topology.KillLockQueue(queue)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
 	for {
@@ -390,9 +390,7 @@ var errNotIdle = errors.New("the queue is in use or holds messages")
 // and then deleted, so a message published in the milliseconds between is deleted with it;
 // that is logged, with the count. Stop publishing to a queue before deleting it.
 func (sub *subscription) deleteIfIdle(conn *amqp.Connection, queue string, unused bool) error {
-	q := sub.s.listed[sub.queue]
-	q.Name = sub.queue
-	if sub.s.builder.QueueType(q) != topology.Quorum {
+	if sub.s.builder.QueueType(sub.s.queue(sub.queue)) != topology.Quorum {
 		return onChannel(conn, func(ch *amqp.Channel) error {
 			_, err := ch.QueueDelete(queue, unused, true, false)
 			return err

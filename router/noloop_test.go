@@ -279,8 +279,8 @@ loop:
 func TestCancelledConsumerConsumesAgain(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("cancelled")
-	proxy := testenv.NewProxy(t, strings.TrimSuffix(strings.TrimPrefix(env.URL, "amqp://guest:guest@"), "/"))
-	r := newRouter(t, env, func(c *router.Config) { c.URL = "amqp://guest:guest@" + proxy.Addr() + "/" })
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	r := newRouter(t, env, func(c *router.Config) { c.URL = url })
 	var n calls
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Name: "h", Queue: queue}, func(msg *message.Message) error {
 		n.add(msg.UUID)

@@ -111,16 +111,11 @@ func (c Config) Validate() error {
 	}{
 		{"ShutdownTimeout", c.ShutdownTimeout}, {"ConnectTimeout", c.ConnectTimeout},
 		{"PublishTimeout", c.PublishTimeout}, {"KillMaxAge", c.KillMaxAge},
+		{"RequeueDelay", c.RequeueDelay}, {"KillClockSkew", c.KillClockSkew},
 	} {
 		if f.d < 0 {
 			return fmt.Errorf("router: Config.%s %s is negative", f.name, f.d)
 		}
-	}
-	if c.RequeueDelay < 0 {
-		return fmt.Errorf("router: Config.RequeueDelay %s is negative", c.RequeueDelay)
-	}
-	if c.KillClockSkew < 0 {
-		return fmt.Errorf("router: Config.KillClockSkew %s is negative", c.KillClockSkew)
 	}
 	if err := c.Declare.Validate(); err != nil {
 		return fmt.Errorf("router: Config.Declare: %w", err)

@@ -171,6 +171,9 @@ type Subscriber struct {
 	logger  watermill.LoggerAdapter
 	builder *topology.Builder
 	listed  map[string]topology.Queue
+	// viaDelay starts the name of every delay level exchange: a delivery from one came
+	// through the delay levels.
+	viaDelay string
 
 	mu      sync.Mutex
 	conn    *amqp.Connection
@@ -216,10 +219,19 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	for _, q := range config.Queues {
 		s.listed[q.Name] = q
 	}
+	s.viaDelay = builder.Delay().Name() + "."
 	// The parent of every consume session's context (see channelState): not cancelled by
 	// closing, so that handlers in flight can finish, but once every subscription stopped.
 	s.hardStop, s.hardFn = context.WithCancelCause(context.Background())
 	return s, nil
+}
+
+// queue returns the queue called name as declared: listed in SubscriberConfig.Queues, or a
+// work queue with the defaults.
+func (s *Subscriber) queue(name string) topology.Queue {
+	q := s.listed[name]
+	q.Name = name
+	return q
 }
 
 // connection returns the open connection, dialling when there is none. One call at a time
@@ -284,9 +296,7 @@ func (s *Subscriber) SubscribeInitialize(queue string) error {
 			return err
 		}
 		defer ch.Close()
-		q := s.listed[queue]
-		q.Name = queue
-		return amqpx.PermanentIfRefused(s.builder.DeclareQueue(ctx, ch, q))
+		return amqpx.PermanentIfRefused(s.builder.DeclareQueue(ctx, ch, s.queue(queue)))
 	})
 }
 
@@ -598,7 +608,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				cs.acks.settle(d.DeliveryTag, ack)
 				continue
 			}
-			msg, done, deadLetter := sub.message(conn, d, cs)
+			msg, done, deadLetter := sub.message(conn, d, id, cs)
 			if msg == nil {
 				cs.dups.release(id, false) // poisoned, or put back: never taken for done
 				continue
@@ -766,11 +776,11 @@ func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
 // message is settled), or when the subscriber has closed. A delivery that cannot be
 // unmarshaled, or whose headers the client could not read, goes to the poison queue and nil
 // is returned.
-func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, cs *channelState) (
+func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id string, cs *channelState) (
 	msg *message.Message, done context.CancelFunc, deadLetter *atomic.Bool) {
-	viaDelay := strings.HasPrefix(d.Exchange, sub.s.builder.Delay().Name()+".")
+	viaDelay := strings.HasPrefix(d.Exchange, sub.s.viaDelay)
 	info := warren.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
-	info.PublishID, _ = d.Headers[warren.PublishIDHeader].(string)
+	info.PublishID = id
 	if viaDelay { // its destination: an exchange, or the queue through the default exchange
 		info.Exchange, _ = d.Headers[topology.HeaderDestExchange].(string)
 	}
@@ -874,9 +884,7 @@ func (sub *subscription) publishPoison(conn *amqp.Connection, pub amqp.Publishin
 		return err
 	}
 	defer pc.Close()
-	q := sub.s.listed[sub.queue]
-	q.Name = sub.queue
-	if err := sub.s.builder.DeclareQueue(ctx, pc, q); err != nil {
+	if err := sub.s.builder.DeclareQueue(ctx, pc, sub.s.queue(sub.queue)); err != nil {
 		return err
 	}
 	if err := pc.Confirm(false); err != nil {

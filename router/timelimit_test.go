@@ -2,7 +2,6 @@ package router_test
 
 import (
 	"context"
-	neturl "net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -107,9 +106,9 @@ func TestCloseWithoutRun(t *testing.T) {
 // Close while Run still declares (the broker hangs) ends Run at once too.
 func TestCloseWhileRunDeclares(t *testing.T) {
 	env := testenv.New(t)
-	proxy := testenv.NewProxy(t, hostOf(t, env.URL))
+	proxy, url := testenv.ProxyURL(t, env.URL)
 	r := newRouter(t, env, func(c *router.Config) {
-		c.URL = withHost(t, env.URL, proxy.Addr())
+		c.URL = url
 		c.ShutdownTimeout = 2 * time.Second
 		c.ConnectTimeout = 20 * time.Second
 	})
@@ -208,23 +207,6 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	}
 }
 
-// hostOf returns the host:port of url.
-func hostOf(t *testing.T, raw string) string {
-	t.Helper()
-	u, err := neturl.Parse(raw)
-	require.NoError(t, err)
-	return u.Host
-}
-
-// withHost returns url with its host:port replaced by addr.
-func withHost(t *testing.T, raw, addr string) string {
-	t.Helper()
-	u, err := neturl.Parse(raw)
-	require.NoError(t, err)
-	u.Host = addr
-	return u.String()
-}
-
 // A broker that stops answering on a connection that is up: amqp091's channel calls have no
 // deadline, and SubscribeInitialize returned after 15 s (the heartbeat timeout) with a limit
 // of 2 s. Declaring (subscriber, publisher, publishing to a new destination) keeps the limit.
@@ -265,8 +247,8 @@ func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
 	for name, setup := range calls {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			proxy := testenv.NewProxy(t, hostOf(t, env.URL))
-			call, err := setup(withHost(t, env.URL, proxy.Addr()))
+			proxy, url := testenv.ProxyURL(t, env.URL)
+			call, err := setup(url)
 			require.NoError(t, err)
 			proxy.Freeze()
 			start := time.Now()

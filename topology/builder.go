@@ -304,14 +304,21 @@ type MismatchError struct {
 func (e *MismatchError) Error() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "topology: %s %q exists with a different %s", e.What, e.Name, e.Argument)
-	if e.Existing != "" {
-		fmt.Fprintf(&sb, " (it is a %s queue)", e.Existing)
-	}
-	if e.Hint != "" {
-		sb.WriteString(": " + e.Hint)
-	}
+	sb.WriteString(e.detail())
 	fmt.Fprintf(&sb, ": %v", e.Err)
 	return sb.String()
+}
+
+// detail is what e knows beyond the argument: the existing queue's type and the hint.
+func (e *MismatchError) detail() string {
+	var s string
+	if e.Existing != "" {
+		s = fmt.Sprintf(" (it is a %s queue)", e.Existing)
+	}
+	if e.Hint != "" {
+		s += ": " + e.Hint
+	}
+	return s
 }
 
 // Unwrap returns the broker's reply.

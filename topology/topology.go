@@ -68,6 +68,11 @@ func KillExchange(queue string) string { return queue + ".kill" }
 // secret, router.KillStateQueue adds a suffix to it).
 func KillStateQueue(queue string) string { return KillExchange(queue) + ".state" }
 
+// KillLockQueue is the name of the queue whose exclusive consumer holds the kill state of
+// work queue queue while it reads or writes it (see router.Killer). It is auto-deleted;
+// readers of the state need configure and read permissions on it.
+func KillLockQueue(queue string) string { return KillExchange(queue) + ".lock" }
+
 // Binding routes from exchange Exchange to queue Queue or, when ToExchange is set, to that
 // exchange.
 type Binding struct {

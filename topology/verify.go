@@ -31,14 +31,7 @@ func (r Report) String() string {
 		fmt.Fprintf(&sb, "missing: %s\n", m)
 	}
 	for _, d := range r.Differs {
-		fmt.Fprintf(&sb, "differs: %s %q: %s", d.What, d.Name, d.Argument)
-		if d.Existing != "" {
-			fmt.Fprintf(&sb, " (it is a %s queue)", d.Existing)
-		}
-		if d.Hint != "" {
-			fmt.Fprintf(&sb, ": %s", d.Hint)
-		}
-		fmt.Fprintf(&sb, " (%v)\n", d.Err)
+		fmt.Fprintf(&sb, "differs: %s %q: %s%s (%v)\n", d.What, d.Name, d.Argument, d.detail(), d.Err)
 	}
 	if r.OK() {
 		sb.WriteString("ok\n")

@@ -105,12 +105,12 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	if err := CheckURL(url); err != nil {
 		return nil, Permanent(err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
+	defer cancel()
 	urls := SplitURLs(url)
 	if len(urls) == 1 {
 		return dialOne(ctx, url, name)
 	}
-	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
-	defer cancel()
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for i, n := range rand.Perm(len(urls)) {
@@ -129,10 +129,8 @@ func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
 	return nil, fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
 }
 
-// dialOne is Dial for one URL.
+// dialOne is Dial for one URL; ctx has a deadline.
 func dialOne(ctx context.Context, url, name string) (*amqp.Connection, error) {
-	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
-	defer cancel()
 	deadline, _ := ctx.Deadline()
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)

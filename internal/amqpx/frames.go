@@ -44,12 +44,16 @@ type guardConn struct {
 	clientMax, max int
 	tuned          bool // connection.tune was seen: method frames need no look
 
-	raw     []byte // read from Conn, not yet looked at
-	out     []byte // ready for Read
-	pass    int    // bytes of the current frame still to pass through unchanged
+	arr     []byte // where raw is read into, reused
+	raw     []byte // read from Conn, not yet looked at: a part of arr
+	out     []byte // ready for Read, from off on; reused once read
+	off     int
+	pass    int // bytes of the current frame still to pass through unchanged
 	readErr error
-	buf     [32 << 10]byte
 }
+
+// readSize is how much guardConn asks Conn for at a time.
+const readSize = 32 << 10
 
 func (g *guardConn) Read(p []byte) (int, error) {
 	for len(g.out) == 0 {
@@ -61,17 +65,22 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		}
 		g.process()
 	}
-	n := copy(p, g.out)
-	g.out = g.out[n:]
-	if len(g.out) == 0 {
-		g.out = nil
+	n := copy(p, g.out[g.off:])
+	g.off += n
+	if g.off == len(g.out) {
+		g.out, g.off = g.out[:0], 0
 	}
 	return n, nil
 }
 
+// fill moves the bytes not looked at yet to the front of arr and reads after them.
 func (g *guardConn) fill() error {
-	n, err := g.Conn.Read(g.buf[:])
-	g.raw = append(g.raw, g.buf[:n]...)
+	if need := len(g.raw) + readSize; len(g.arr) < need {
+		g.arr = make([]byte, max(need, 2*len(g.arr)))
+	}
+	k := copy(g.arr, g.raw)
+	n, err := g.Conn.Read(g.arr[k : k+readSize])
+	g.raw = g.arr[:k+n]
 	return err
 }
 
@@ -105,9 +114,6 @@ func (g *guardConn) process() {
 		}
 		g.out = append(g.out, frame...)
 		g.raw = g.raw[whole:]
-	}
-	if len(g.raw) == 0 {
-		g.raw = g.raw[:0]
 	}
 }
 

@@ -2,8 +2,6 @@ package amqpx_test
 
 import (
 	"context"
-	"net"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 func TestSplitURLs(t *testing.T) {
@@ -47,25 +46,13 @@ func (e errorf) Error() string { return string(e) }
 
 // refusedURL returns the URL of a port nobody listens on.
 func refusedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return "amqp://guest:s3cr3t@" + addr + "/"
-}
-
-func brokerURL() string {
-	if u := os.Getenv("WARREN_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
+	return "amqp://guest:s3cr3t@" + testenv.ClosedPort(t) + "/"
 }
 
 // A list is tried in a random order until a node answers: a node down is passed over
 // whatever its place.
 func TestDialTriesEveryNodeOfAList(t *testing.T) {
-	list := refusedURL(t) + "," + brokerURL() + "," + refusedURL(t)
+	list := refusedURL(t) + "," + testenv.URL() + "," + refusedURL(t)
 	for range 6 {
 		conn, err := amqpx.Dial(context.Background(), list, "test")
 		require.NoError(t, err)

@@ -35,17 +35,11 @@ func benchConsume() {
 
 // fill publishes *consume messages to queue (declared by declare) with pipelined confirms.
 func fill(queue string, declare func(ch *amqp.Channel) error) error {
-	conn, ch, err := dialChannel()
+	conn, ch, err := confirmChannel(declare)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if err := declare(ch); err != nil {
-		return err
-	}
-	if err := ch.Confirm(false); err != nil {
-		return err
-	}
 	body := make([]byte, 256)
 	var last *amqp.DeferredConfirmation
 	for i := 0; i < *consume; i++ {

@@ -23,18 +23,19 @@ import (
 // (quorum by default), then, unless -delay-classic=false, once more on classic levels.
 func benchDelay() {
 	s := runDelay(queueType())
-	result("delay_p50_ms", "%.1f", s.p50)
-	result("delay_p99_ms", "%.1f", s.p99)
-	result("delay_max_ms", "%.1f", s.max)
-	result("delay_early", "%d", s.early)
+	s.report("delay")
 	result("delay_queues", "%d", s.queues)
 	if *dclassic && queueType() != topology.Classic {
-		s := runDelay(topology.Classic)
-		result("delay_classic_p50_ms", "%.1f", s.p50)
-		result("delay_classic_p99_ms", "%.1f", s.p99)
-		result("delay_classic_max_ms", "%.1f", s.max)
-		result("delay_classic_early", "%d", s.early)
+		runDelay(topology.Classic).report("delay_classic")
 	}
+}
+
+// report adds the lines prefix_p50_ms, _p99_ms, _max_ms and _early.
+func (s delayStats) report(prefix string) {
+	result(prefix+"_p50_ms", "%.1f", s.p50)
+	result(prefix+"_p99_ms", "%.1f", s.p99)
+	result(prefix+"_max_ms", "%.1f", s.max)
+	result(prefix+"_early", "%d", s.early)
 }
 
 type delayStats struct {

@@ -46,8 +46,9 @@ func benchKill() {
 		wg     sync.WaitGroup
 	)
 	for range *killProcs {
-		cmd := exec.Command(self, "-kill-child", "-url", *url, "-queue-type", *qtype)
-		cmd.Env = append(os.Environ(), "QUEUE="+queue, "DELAY_PREFIX="+delay.Prefix, "CONSUMERS="+strconv.Itoa(consumers))
+		// The URL goes in the environment, not on the command line, where ps shows its password.
+		cmd := exec.Command(self, "-kill-child", "-queue-type", *qtype)
+		cmd.Env = append(os.Environ(), "WARREN_AMQP_URL="+*url, "QUEUE="+queue, "DELAY_PREFIX="+delay.Prefix, "CONSUMERS="+strconv.Itoa(consumers))
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		must(err)

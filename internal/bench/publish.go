@@ -119,26 +119,44 @@ func declareQueue(q string) error {
 	return err
 }
 
+// confirmChannel connects, declares with declare and returns a channel in confirm mode;
+// closing conn closes both.
+func confirmChannel(declare func(ch *amqp.Channel) error) (*amqp.Connection, *amqp.Channel, error) {
+	conn, ch, err := dialChannel()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := declare(ch); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	if err := ch.Confirm(false); err != nil {
+		_ = conn.Close()
+		return nil, nil, err
+	}
+	return conn, ch, nil
+}
+
+// publishOne publishes one persistent message of body to queue q, mandatory, as the raw
+// contenders do.
+func publishOne(ctx context.Context, ch *amqp.Channel, q string, body []byte) (*amqp.DeferredConfirmation, error) {
+	return ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
+		Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
+	})
+}
+
 // publishRaw: one channel in confirm mode, a sliding window of deferred confirmations.
 func publishRaw(q string, body []byte) (time.Duration, error) {
-	if err := declareQueue(q); err != nil {
-		return 0, err
-	}
-	conn, ch, err := dialChannel()
+	conn, ch, err := confirmChannel(plainQueue(q))
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	if err := ch.Confirm(false); err != nil {
-		return 0, err
-	}
 	ctx := context.Background()
 	inflight := make([]*amqp.DeferredConfirmation, 0, *window)
 	start := time.Now()
 	for i := 0; i < *publish; i++ {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
-			Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
-		})
+		dc, err := publishOne(ctx, ch, q, body)
 		if err != nil {
 			return 0, err
 		}
@@ -184,22 +202,14 @@ func parallel(g, n int, fn func() error) (time.Duration, error) {
 // publishRawGoroutines: the calling pattern of warren's and watermill-amqp's runs with raw
 // amqp091-go: *window goroutines on one confirm channel, each waiting for its own confirmation.
 func publishRawGoroutines(q string, body []byte) (time.Duration, error) {
-	if err := declareQueue(q); err != nil {
-		return 0, err
-	}
-	conn, ch, err := dialChannel()
+	conn, ch, err := confirmChannel(plainQueue(q))
 	if err != nil {
 		return 0, err
 	}
 	defer conn.Close()
-	if err := ch.Confirm(false); err != nil {
-		return 0, err
-	}
 	ctx := context.Background()
 	return parallel(*window, *publish, func() error {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, amqp.Publishing{
-			Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
-		})
+		dc, err := publishOne(ctx, ch, q, body)
 		if err != nil {
 			return err
 		}

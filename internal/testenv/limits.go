@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"net"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -67,13 +68,11 @@ func hold(l net.Listener) {
 // ClosedPort returns a local host:port that nothing listens on (a stopped broker).
 func ClosedPort(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := freePorts(1)
 	if err != nil {
 		t.Fatalf("closed port: %v", err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 }
 
 // WithinLimit reports (as a test error) a call that returned outside [0.9·limit,

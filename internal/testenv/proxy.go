@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	neturl "net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -44,6 +45,38 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	go p.serve()
 	t.Cleanup(p.Close)
 	return p
+}
+
+// ProxyURL starts a proxy to the broker of url (see NewProxy) and returns it with url
+// pointed at it.
+func ProxyURL(t testing.TB, url string) (*Proxy, string) {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	p := NewProxy(t, u.Host)
+	return p, WithHost(t, url, p.Addr())
+}
+
+// WithHost returns url with its host:port replaced by addr.
+func WithHost(t testing.TB, url, addr string) string {
+	t.Helper()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	u.Host = addr
+	return u.String()
+}
+
+// awaitThaw returns once the proxy is not frozen.
+func (p *Proxy) awaitThaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.frozen {
+		p.wake.Wait()
+	}
 }
 
 // Addr is the proxy's host:port.
@@ -108,11 +141,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		p.mu.Lock()
-		for p.frozen {
-			p.wake.Wait()
-		}
-		p.mu.Unlock()
+		p.awaitThaw()
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -169,11 +198,7 @@ func (p *Proxy) frames(tc *toClient, src net.Conn) {
 		if _, err := io.ReadFull(r, frame); err != nil {
 			return
 		}
-		p.mu.Lock()
-		for p.frozen {
-			p.wake.Wait()
-		}
-		p.mu.Unlock()
+		p.awaitThaw()
 		tc.mu.Lock()
 		if payload := frame[7 : len(frame)-1]; frame[0] == 1 && len(payload) > 5 &&
 			binary.BigEndian.Uint16(payload) == 60 && binary.BigEndian.Uint16(payload[2:]) == 21 { // basic.consume-ok

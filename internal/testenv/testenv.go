@@ -111,7 +111,7 @@ func (e *Env) Delay(d topology.Delay) topology.Delay {
 	for _, t := range []topology.QueueType{topology.Quorum, topology.Classic} {
 		if typ == "" || typ == t {
 			d.QueueType = t
-			e.Remove(d.WithDefaults().Names())
+			e.Remove(d.Names())
 		}
 	}
 	d = d.WithDefaults()
