@@ -20,7 +20,7 @@ import (
 // delay metadata; they arrive in the order they are due.
 func Example() {
 	pub, err := dlx.NewPublisher(dlx.Config{
-		URL: testenv.URL(),
+		Connection: warren.Connection{URL: testenv.URL()},
 		// The default delay levels are named warren.delay.*; this example uses its own.
 		Topology: topology.Config{Delay: topology.Delay{Prefix: "warren.example.dlx.delay"}},
 	}, nil)

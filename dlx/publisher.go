@@ -45,9 +45,9 @@ func ExchangePerTopic(topic string) Route { return Route{Exchange: topic} }
 
 // Config configures a Publisher.
 type Config struct {
-	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/, or the URLs of a cluster's
-	// nodes separated by commas: every dial tries them in a random order. Required.
-	URL string
+	// Connection says how to reach the broker (URL required); its ConnectTimeout bounds
+	// connecting and declaring, retries included.
+	Connection warren.Connection
 	// Topology configures the builder, including the layout of the delay levels.
 	Topology topology.Config
 	// Declare is declared when the publisher starts, after the delay levels. Destinations
@@ -61,8 +61,6 @@ type Config struct {
 	AllowUnroutable bool
 	// Marshaler defaults to warren.Marshaler{}.
 	Marshaler wamqp.Marshaler
-	// ConnectTimeout bounds connecting and declaring, retries included. Default 30s.
-	ConnectTimeout time.Duration
 	// PublishTimeout bounds one call of Publish, retries included. Default 30s.
 	PublishTimeout time.Duration
 	// PastTolerance is how far in the past a DeliverAt time may lie (it is then delivered
@@ -70,8 +68,12 @@ type Config struct {
 	PastTolerance time.Duration
 }
 
+// DefaultPublishTimeout is Config.PublishTimeout's default.
+const DefaultPublishTimeout = 30 * time.Second
+
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
+	c.Connection = c.Connection.WithDefaults()
 	c.Topology = c.Topology.WithDefaults()
 	if c.Route == nil {
 		c.Route = ToQueue
@@ -79,11 +81,8 @@ func (c Config) WithDefaults() Config {
 	if c.Marshaler == nil {
 		c.Marshaler = warren.Marshaler{}
 	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 30 * time.Second
-	}
 	if c.PublishTimeout == 0 {
-		c.PublishTimeout = 30 * time.Second
+		c.PublishTimeout = DefaultPublishTimeout
 	}
 	if c.PastTolerance == 0 {
 		c.PastTolerance = time.Second
@@ -91,14 +90,11 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first field of c that is not usable. No error contains the
-// password of Config.URL.
+// Validate reports the first field of c that is not usable. No error contains a password
+// of Config.Connection.URL.
 func (c Config) Validate() error {
-	if c.URL == "" {
-		return errors.New("dlx: Config.URL is empty")
-	}
-	if err := amqpx.CheckURL(c.URL); err != nil {
-		return fmt.Errorf("dlx: Config.URL: %w", err)
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("dlx: Config.%w", err)
 	}
 	if err := c.Topology.Validate(); err != nil {
 		return err
@@ -109,7 +105,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"ConnectTimeout", c.ConnectTimeout}, {"PublishTimeout", c.PublishTimeout}, {"PastTolerance", c.PastTolerance}} {
+	}{{"PublishTimeout", c.PublishTimeout}, {"PastTolerance", c.PastTolerance}} {
 		if f.d < 0 {
 			return fmt.Errorf("dlx: Config.%s %s is negative", f.name, f.d)
 		}
@@ -129,6 +125,7 @@ type Publisher struct {
 	cfg     Config
 	logger  watermill.LoggerAdapter
 	builder *topology.Builder
+	dialer  *amqpx.Dialer
 	delay   topology.Delay
 
 	mu        sync.Mutex                   // guards the fields below
@@ -146,7 +143,7 @@ type Publisher struct {
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher connects to the broker and declares the delay levels and Config.Declare,
-// retrying until Config.ConnectTimeout.
+// retrying until Config.Connection.ConnectTimeout.
 func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -163,6 +160,7 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 		cfg:       config,
 		logger:    logger,
 		builder:   builder,
+		dialer:    amqpx.NewDialer(config.Connection, "warren dlx publisher", logger),
 		delay:     builder.Delay(),
 		queues:    map[string]topology.Queue{},
 		exchanges: map[string]topology.Exchange{},
@@ -190,7 +188,7 @@ func (p *Publisher) list(t topology.Topology) {
 	}
 }
 
-// Declare declares t now (retrying until Config.ConnectTimeout) and remembers its
+// Declare declares t now (retrying until Config.Connection.ConnectTimeout) and remembers its
 // exchanges and queues, so that publishing to one of them never declares it otherwise.
 // The delay levels were declared when the publisher started.
 func (p *Publisher) Declare(ctx context.Context, t topology.Topology) error {
@@ -203,7 +201,7 @@ func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
 		return err
 	}
 	p.list(t)
-	return amqpx.Retry(ctx, p.cfg.ConnectTimeout, "dlx: declare", func(ctx context.Context) error {
+	return amqpx.Retry(ctx, p.cfg.Connection.ConnectTimeout, "dlx: declare", func(ctx context.Context) error {
 		if _, err := p.connect(ctx); err != nil {
 			return err
 		}
@@ -230,7 +228,7 @@ func (p *Publisher) connect(ctx context.Context) (*confirmer, error) {
 	conn := p.conn
 	p.mu.Unlock()
 	if conn == nil || conn.IsClosed() {
-		c, err := amqpx.Dial(ctx, p.cfg.URL, "warren dlx publisher")
+		c, err := p.dialer.Dial(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("dial: %w", err)
 		}
@@ -584,7 +582,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 // destination (topology.HeaderDestExchange or HeaderDestQueue).
 func (p *Publisher) Parked(ctx context.Context) (int, error) {
 	var n int
-	err := amqpx.Retry(ctx, p.cfg.ConnectTimeout, "dlx: count parked messages", func(ctx context.Context) error {
+	err := amqpx.Retry(ctx, p.cfg.Connection.ConnectTimeout, "dlx: count parked messages", func(ctx context.Context) error {
 		if _, err := p.connect(ctx); err != nil {
 			return err
 		}

@@ -28,7 +28,7 @@ import (
 // newPublisher starts a publisher with delay levels of the test's own.
 func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Publisher {
 	t.Helper()
-	cfg := dlx.Config{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
+	cfg := dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -328,7 +328,7 @@ func TestUnreachableBrokerGivesUpWithAClearError(t *testing.T) {
 	closed.Close()
 
 	for _, addr := range []string{refused, l.Addr().String()} {
-		_, err := dlx.NewPublisher(dlx.Config{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: 1500 * time.Millisecond}, nil)
+		_, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: 1500 * time.Millisecond}}, nil)
 		require.Error(t, err, addr)
 		assert.Contains(t, err.Error(), "gave up after 1.5s")
 	}
@@ -341,7 +341,7 @@ func TestPublishTimeLimitWhenBrokerStopsAnswering(t *testing.T) {
 	q := env.Queue("frozen")
 	proxy, url := testenv.ProxyURL(t, env.URL)
 	p := newPublisher(t, env, func(c *dlx.Config) {
-		c.URL = url
+		c.Connection.URL = url
 		c.PublishTimeout = 1500 * time.Millisecond
 	})
 	require.NoError(t, p.Publish(q, message.NewMessage("before", nil)))
@@ -413,12 +413,12 @@ func TestInvalidDelaysAreErrorsNamingTheValue(t *testing.T) {
 
 func TestConfigErrorsNameTheField(t *testing.T) {
 	_, err := dlx.NewPublisher(dlx.Config{}, nil)
-	assert.ErrorContains(t, err, "Config.URL")
-	_, err = dlx.NewPublisher(dlx.Config{URL: "amqp://x/", Topology: topology.Config{Delay: topology.Delay{Radix: 1}}}, nil)
+	assert.ErrorContains(t, err, "Config.Connection.URL")
+	_, err = dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://x/"}, Topology: topology.Config{Delay: topology.Delay{Radix: 1}}}, nil)
 	assert.ErrorContains(t, err, "Delay.Radix")
-	_, err = dlx.NewPublisher(dlx.Config{URL: "amqp://x/", PublishTimeout: -time.Second}, nil)
+	_, err = dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://x/"}, PublishTimeout: -time.Second}, nil)
 	assert.ErrorContains(t, err, "Config.PublishTimeout")
-	_, err = dlx.NewPublisher(dlx.Config{URL: "amqp://x/", Declare: topology.Topology{Queues: []topology.Queue{{}}}}, nil)
+	_, err = dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://x/"}, Declare: topology.Topology{Queues: []topology.Queue{{}}}}, nil)
 	assert.ErrorContains(t, err, "Queues[0].Name")
 }
 
@@ -481,7 +481,7 @@ func TestPublisherTakesAListOfNodes(t *testing.T) {
 	env := testenv.New(t)
 	q := env.Queue("nodes")
 	down := testenv.WithHost(t, env.URL, testenv.ClosedPort(t))
-	p := newPublisher(t, env, func(c *dlx.Config) { c.URL = down + "," + env.URL })
+	p := newPublisher(t, env, func(c *dlx.Config) { c.Connection.URL = down + "," + env.URL })
 	for i := range 5 {
 		require.NoError(t, p.Publish(q, message.NewMessage(fmt.Sprint(i), []byte("x"))))
 	}

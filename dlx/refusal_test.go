@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
@@ -73,7 +74,9 @@ func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 	require.NoError(t, env.Channel().ExchangeDeclare(forbidden, "topic", true, false, false, false, nil))
 	url := strings.Replace(node.URL(), "guest:guest", "limited:pw", 1)
 	p, err := dlx.NewPublisher(dlx.Config{
-		URL: url, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, PublishTimeout: 20 * time.Second,
+		Connection:     warren.Connection{URL: url},
+		Topology:       topology.Config{Delay: env.Delay(topology.Delay{})},
+		PublishTimeout: 20 * time.Second,
 		Route: func(topic string) dlx.Route {
 			if topic == forbidden { // declared below: the publish itself is refused
 				return dlx.Route{Exchange: forbidden, RoutingKey: "k", Declared: true}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
@@ -23,10 +24,9 @@ func proxiedPublisher(t *testing.T, env *testenv.Env, publishTimeout, connectTim
 	proxy, url := testenv.ProxyURL(t, env.URL)
 	q := env.Queue("limit")
 	p, err := dlx.NewPublisher(dlx.Config{
-		URL:            url,
+		Connection:     warren.Connection{URL: url, ConnectTimeout: connectTimeout},
 		Topology:       topology.Config{Delay: topology.Delay{Disabled: true}},
 		PublishTimeout: publishTimeout,
-		ConnectTimeout: connectTimeout,
 	}, env.Logger())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
@@ -58,7 +58,7 @@ func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
 	assert.Contains(t, err.Error(), "connection refused")
 
 	start = time.Now()
-	_, err = dlx.NewPublisher(dlx.Config{URL: testenv.WithHost(t, env.URL, testenv.ClosedPort(t)), ConnectTimeout: 2 * time.Second}, nil)
+	_, err = dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: testenv.WithHost(t, env.URL, testenv.ClosedPort(t)), ConnectTimeout: 2 * time.Second}}, nil)
 	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "NewPublisher")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "gave up after 2s")
@@ -70,7 +70,7 @@ func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
 // after the default ConnectTimeout, 30s.
 func TestTimeLimitsWithABlackHole(t *testing.T) {
 	start := time.Now()
-	_, err := dlx.NewPublisher(dlx.Config{URL: "amqp://guest:guest@" + testenv.BlackHole(t) + "/", ConnectTimeout: 2 * time.Second}, nil)
+	_, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://guest:guest@" + testenv.BlackHole(t) + "/", ConnectTimeout: 2 * time.Second}}, nil)
 	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "NewPublisher")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "gave up after 2s")

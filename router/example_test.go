@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/handlers"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -24,9 +25,9 @@ func ExampleRouter() {
 	defer removeExample(delay, queue)
 
 	r, err := router.New(router.Config{
-		URL:      testenv.URL(),
-		Topology: topology.Config{Delay: delay},
-		Retry:    middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}},
+		Connection: warren.Connection{URL: testenv.URL()},
+		Topology:   topology.Config{Delay: delay},
+		Retry:      middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}},
 	}, nil)
 	if err != nil {
 		panic(err)
@@ -68,11 +69,13 @@ func ExampleKiller() {
 
 	stopped, resumed := make(chan struct{}), make(chan struct{})
 	r, err := router.New(router.Config{
-		URL: testenv.URL(), Topology: topology.Config{Delay: delay}, IgnoreSignals: true,
-		OnKill: func(e router.KillEvent) {
+		Connection: warren.Connection{URL: testenv.URL()},
+		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) {
 			fmt.Println(e.Queue, e.State)
 			map[string]chan struct{}{"stopped": stopped, "resumed": resumed}[e.State] <- struct{}{}
-		},
+		}},
+		Topology:      topology.Config{Delay: delay},
+		IgnoreSignals: true,
 	}, nil)
 	if err != nil {
 		panic(err)
@@ -83,7 +86,7 @@ func ExampleKiller() {
 	<-r.Running()
 	time.Sleep(100 * time.Millisecond) // the consumer listens to the kill topic
 
-	k, err := router.NewKiller(router.KillerConfig{URL: testenv.URL()}, nil)
+	k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: testenv.URL()}}, nil)
 	if err != nil {
 		panic(err)
 	}

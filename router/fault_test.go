@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
@@ -27,7 +28,7 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 			node := testenv.StartNode(t)
 			const queue, total = "work", 400
 
-			r, err := router.New(router.Config{URL: node.URL(), IgnoreSignals: true, ShutdownTimeout: 5 * time.Second}, testenv.New(t).Logger())
+			r, err := router.New(router.Config{Connection: warren.Connection{URL: node.URL()}, Subscriber: router.SubscriberConfig{ShutdownTimeout: 5 * time.Second}, IgnoreSignals: true}, testenv.New(t).Logger())
 			require.NoError(t, err)
 			defer r.Close()
 			var (
@@ -49,7 +50,7 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 				return len(count)
 			}
 
-			pub, err := dlx.NewPublisher(dlx.Config{URL: node.URL(), PublishTimeout: 60 * time.Second}, nil)
+			pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: node.URL()}, PublishTimeout: 60 * time.Second}, nil)
 			require.NoError(t, err)
 			defer pub.Close()
 			published := make(chan error, 1)
@@ -81,4 +82,71 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 			assert.Less(t, dups, total/4)
 		})
 	}
+}
+
+// Given the addresses of two nodes, a router whose node goes fails over to the other, says
+// so through Connection.OnEvent, and goes on processing; its publisher follows at its next
+// publish. (Two proxies of the same broker stand for the nodes.)
+func TestRouterFailsOverToAnotherNode(t *testing.T) {
+	env := testenv.New(t)
+	a, urlA := testenv.ProxyURL(t, env.URL)
+	b, urlB := testenv.ProxyURL(t, env.URL)
+	var (
+		mu     sync.Mutex
+		events []warren.ConnectionEvent
+	)
+	r := newRouter(t, env, func(c *router.Config) {
+		c.Connection.URL = urlA + "," + urlB
+		c.Connection.OnEvent = func(e warren.ConnectionEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e)
+		}
+	})
+	seen := func(name string, state warren.ConnectionState) (warren.ConnectionEvent, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range events {
+			if e.Name == name && e.State == state {
+				return e, true
+			}
+		}
+		return warren.ConnectionEvent{}, false
+	}
+	queue := env.Queue("work")
+	processed := make(chan string, 10)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Name: "h", Queue: queue}, func(msg *message.Message) error {
+		processed <- msg.UUID
+		return nil
+	}))
+	start(t, r)
+	await := func(id string) {
+		t.Helper()
+		require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(id, nil)))
+		select {
+		case got := <-processed:
+			assert.Equal(t, id, got)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s not processed", id)
+		}
+	}
+	await("before")
+
+	const sub = "warren subscriber h"
+	first, ok := seen(sub, warren.Connected)
+	require.True(t, ok, "the subscriber's connection is reported: %v", events)
+	gone := a
+	if first.Node == b.Addr() {
+		gone = b
+	}
+	gone.Close()
+	require.Eventually(t, func() bool { _, ok := seen(sub, warren.FailedOver); return ok }, 20*time.Second, 10*time.Millisecond)
+	lost, ok := seen(sub, warren.Reconnecting)
+	require.True(t, ok)
+	assert.Equal(t, gone.Addr(), lost.Node)
+	assert.Error(t, lost.Err)
+	moved, _ := seen(sub, warren.FailedOver)
+	assert.Equal(t, gone.Addr(), moved.Previous)
+	assert.NotEqual(t, gone.Addr(), moved.Node)
+	await("after")
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/topology"
 )
@@ -123,42 +125,54 @@ type KillEvent struct {
 	Err    error
 }
 
-// KillerConfig configures a Killer.
+// KillerConfig configures a Killer. Its fields are named as in Config.
 type KillerConfig struct {
-	// URL of the broker, or the URLs of a cluster's nodes separated by commas (see
-	// dlx.Config.URL). Required.
-	URL string
-	// Secret signs commands; consumers with a secret refuse unsigned ones.
-	Secret []byte
-	// Timeout bounds each Kill and Resume, retries included. Default 30s.
-	Timeout time.Duration
+	// Connection says how to reach the broker (URL required).
+	Connection warren.Connection
+	// KillSecret signs commands; consumers with a secret refuse unsigned ones.
+	KillSecret []byte
+	// PublishTimeout bounds each Kill and Resume, connecting and retries included. Default 30s.
+	PublishTimeout time.Duration
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c KillerConfig) WithDefaults() KillerConfig {
+	c.Connection = c.Connection.WithDefaults()
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = dlx.DefaultPublishTimeout
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable. No error contains a password of
+// KillerConfig.Connection.URL.
+func (c KillerConfig) Validate() error {
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("router: KillerConfig.%w", err)
+	}
+	if c.PublishTimeout < 0 {
+		return fmt.Errorf("router: KillerConfig.PublishTimeout %s is negative", c.PublishTimeout)
+	}
+	return nil
 }
 
 // Killer sends kill and resume commands to every consumer of a queue, in every process.
 type Killer struct {
 	cfg    KillerConfig
 	logger watermill.LoggerAdapter
+	dialer *amqpx.Dialer
 }
 
-// NewKiller returns a Killer, or an error naming the first invalid field of config (never
-// showing the password of KillerConfig.URL).
+// NewKiller returns a Killer, or an error naming the first invalid field of config.
 func NewKiller(config KillerConfig, logger watermill.LoggerAdapter) (*Killer, error) {
-	if config.URL == "" {
-		return nil, errors.New("router: KillerConfig.URL is empty")
+	if err := config.Validate(); err != nil {
+		return nil, err
 	}
-	if err := amqpx.CheckURL(config.URL); err != nil {
-		return nil, fmt.Errorf("router: KillerConfig.URL: %w", err)
-	}
-	if config.Timeout < 0 {
-		return nil, fmt.Errorf("router: KillerConfig.Timeout %s is negative", config.Timeout)
-	}
-	if config.Timeout == 0 {
-		config.Timeout = 30 * time.Second
-	}
+	config = config.WithDefaults()
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Killer{cfg: config, logger: logger}, nil
+	return &Killer{cfg: config, logger: logger, dialer: amqpx.NewDialer(config.Connection, "warren killer", logger)}, nil
 }
 
 // ErrNoListener is wrapped by the error of Kill and Resume when no consumer of the queue was
@@ -187,7 +201,7 @@ func (k *Killer) Resume(ctx context.Context, queue string) error {
 func (k *Killer) send(ctx context.Context, queue string, action Action) error {
 	what := fmt.Sprintf("router: %s %s", action, queue)
 	heard := false
-	err := amqpx.Retry(ctx, k.cfg.Timeout, what, func(ctx context.Context) error {
+	err := amqpx.Retry(ctx, k.cfg.PublishTimeout, what, func(ctx context.Context) error {
 		var err error
 		heard, err = k.deliver(ctx, queue, action)
 		return amqpx.PermanentIfRefused(err)
@@ -202,7 +216,7 @@ func (k *Killer) send(ctx context.Context, queue string, action Action) error {
 // ends, the connection is closed under whatever waits. It reports whether the kill
 // exchange routed the command to a listener.
 func (k *Killer) deliver(ctx context.Context, queue string, action Action) (heard bool, err error) {
-	conn, err := amqpx.Dial(ctx, k.cfg.URL, "warren killer")
+	conn, err := k.dialer.Dial(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -239,7 +253,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action) (hear
 		}
 	}
 
-	state, kill := KillStateQueue(queue, k.cfg.Secret), topology.KillExchange(queue)
+	state, kill := KillStateQueue(queue, k.cfg.KillSecret), topology.KillExchange(queue)
 	if err := ch.ExchangeDeclare(kill, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return false, err
 	}
@@ -289,8 +303,8 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action) (hear
 // command returns a command for queue dated now, signed if there is a secret, and its JSON.
 func (k *Killer) command(queue string, action Action) ([]byte, time.Time, error) {
 	cmd := Command{Queue: queue, Action: action, At: time.Now().UTC()}
-	if len(k.cfg.Secret) > 0 {
-		cmd.Sign(k.cfg.Secret)
+	if len(k.cfg.KillSecret) > 0 {
+		cmd.Sign(k.cfg.KillSecret)
 	}
 	body, err := json.Marshal(cmd)
 	return body, cmd.At, err

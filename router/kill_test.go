@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
@@ -145,7 +146,7 @@ type publisher struct {
 }
 
 func publish(t *testing.T, env *testenv.Env, queue string, every time.Duration) *publisher {
-	pub, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
 	require.NoError(t, err)
 	p := &publisher{stop: make(chan struct{}), done: make(chan int, 1)}
 	go func() {
@@ -175,7 +176,7 @@ func (p *publisher) halt() int {
 }
 
 func newKiller(t *testing.T, env *testenv.Env, secret string) *router.Killer {
-	k, err := router.NewKiller(router.KillerConfig{URL: env.URL, Secret: []byte(secret)}, nil)
+	k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: env.URL}, KillSecret: []byte(secret)}, nil)
 	require.NoError(t, err)
 	return k
 }
@@ -318,8 +319,8 @@ func startProbe(t *testing.T, env *testenv.Env, queue, secret string) *probe {
 	t.Helper()
 	p := &probe{}
 	p.r = newRouter(t, env, func(c *router.Config) {
-		c.KillSecret = []byte(secret)
-		c.OnKill = func(e router.KillEvent) {
+		c.Subscriber.KillSecret = []byte(secret)
+		c.Subscriber.OnKill = func(e router.KillEvent) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.events = append(p.events, e)
@@ -522,9 +523,9 @@ func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
 }
 
 func TestKillClockSkewIsValidated(t *testing.T) {
-	_, err := router.New(router.Config{URL: "amqp://x/", KillClockSkew: -time.Second}, nil)
+	_, err := router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Subscriber: router.SubscriberConfig{KillClockSkew: -time.Second}}, nil)
 	assert.ErrorContains(t, err, "Config.KillClockSkew")
-	_, err = router.NewSubscriber(router.SubscriberConfig{URL: "amqp://x/", KillClockSkew: -time.Second}, nil)
+	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
 	assert.ErrorContains(t, err, "SubscriberConfig.KillClockSkew")
 }
 
@@ -535,7 +536,8 @@ func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("session-ctx")
 	sub, err := router.NewSubscriber(router.SubscriberConfig{
-		URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
+		Connection:      warren.Connection{URL: env.URL},
+		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
 		ShutdownTimeout: 200 * time.Millisecond,
 	}, env.Logger())
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -26,10 +27,10 @@ import (
 func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("contended")
-	s, err := NewSubscriber(SubscriberConfig{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	s, err := NewSubscriber(SubscriberConfig{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer s.Close()
-	k, err := NewKiller(KillerConfig{URL: env.URL}, env.Logger())
+	k, err := NewKiller(KillerConfig{Connection: warren.Connection{URL: env.URL}}, env.Logger())
 	require.NoError(t, err)
 
 	var (
@@ -82,7 +83,8 @@ func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
 	var events []KillEvent
 	secret := []byte("s3cret")
 	s := &Subscriber{logger: watermill.NopLogger{}, cfg: SubscriberConfig{
-		KillSecret: secret, OnKill: func(e KillEvent) { events = append(events, e) },
+		KillSecret: secret,
+		OnKill:     func(e KillEvent) { events = append(events, e) },
 	}.WithDefaults()}
 	sub := &subscription{s: s, queue: "q", mode: paused}
 	body := func(at time.Time) []byte {

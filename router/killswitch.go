@@ -92,11 +92,11 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 5 * time.Millisecond
 	b.MaxInterval = 200 * time.Millisecond
-	b.MaxElapsedTime = s.cfg.ConnectTimeout
+	b.MaxElapsedTime = s.cfg.Connection.ConnectTimeout
 	for {
 		got := false
 		err := func() error {
-			opCtx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+			opCtx, cancel := context.WithTimeout(ctx, s.cfg.Connection.ConnectTimeout)
 			defer cancel()
 			unlock, err := lockState(opCtx, conn, sub.queue)
 			if err != nil {
@@ -128,7 +128,7 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 		wait := b.NextBackOff()
 		if wait == backoff.Stop {
 			s.logger.Error("Kill state queue stays empty: taken as never killed", nil,
-				watermill.LogFields{"queue": sub.queue, "state_queue": name, "for": s.cfg.ConnectTimeout})
+				watermill.LogFields{"queue": sub.queue, "state_queue": name, "for": s.cfg.Connection.ConnectTimeout})
 			return c, nil, absent, nil
 		}
 		select {
@@ -323,7 +323,7 @@ func (sub *subscription) command(d amqp.Delivery) {
 	}
 }
 
-// event logs what the subscription did and tells Config.OnKill.
+// event logs what the subscription did and tells SubscriberConfig.OnKill.
 func (sub *subscription) event(state string, d amqp.Delivery, err error) {
 	s := sub.s
 	e := KillEvent{Queue: sub.queue, Handler: s.cfg.HandlerName, State: state, At: time.Now(), Err: err}

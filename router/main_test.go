@@ -15,6 +15,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -43,13 +44,12 @@ func consumerProcess() int {
 		_ = out.Flush()
 	}
 	r, err := router.New(router.Config{
-		URL:           os.Getenv("URL"),
+		Connection: warren.Connection{URL: os.Getenv("URL")},
+		Subscriber: router.SubscriberConfig{KillSecret: []byte(os.Getenv("SECRET")), OnKill: func(e router.KillEvent) {
+			line("event %s %s %d", e.Handler, e.State, e.At.UnixNano())
+		}},
 		Topology:      topology.Config{Delay: topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}},
 		IgnoreSignals: true,
-		KillSecret:    []byte(os.Getenv("SECRET")),
-		OnKill: func(e router.KillEvent) {
-			line("event %s %s %d", e.Handler, e.State, e.At.UnixNano())
-		},
 	}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

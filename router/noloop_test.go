@@ -80,7 +80,7 @@ func drain(t *testing.T, env *testenv.Env, queue string) []amqp.Delivery {
 func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 	env := testenv.New(t)
 	queue, events := env.Queue("in"), env.Exchange("events")
-	r := newRouter(t, env, func(c *router.Config) { c.Route = dlx.ToExchange(events) })
+	r := newRouter(t, env, func(c *router.Config) { c.Publisher.Route = dlx.ToExchange(events) })
 	var n calls
 	require.NoError(t, r.AddHandler(router.HandlerConfig{Queue: queue, PublishTopic: "nobody.listens"},
 		func(msg *message.Message) ([]*message.Message, error) {
@@ -249,7 +249,9 @@ func TestNackedMessageWaitsBeforeItComesBack(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("nacked")
 	sub, err := router.NewSubscriber(router.SubscriberConfig{
-		URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, RequeueDelay: 500 * time.Millisecond,
+		Connection:   warren.Connection{URL: env.URL},
+		Topology:     topology.Config{Delay: env.Delay(topology.Delay{})},
+		RequeueDelay: 500 * time.Millisecond,
 	}, env.Logger())
 	require.NoError(t, err)
 	defer sub.Close()
@@ -280,7 +282,7 @@ func TestCancelledConsumerConsumesAgain(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("cancelled")
 	proxy, url := testenv.ProxyURL(t, env.URL)
-	r := newRouter(t, env, func(c *router.Config) { c.URL = url })
+	r := newRouter(t, env, func(c *router.Config) { c.Connection.URL = url })
 	var n calls
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Name: "h", Queue: queue}, func(msg *message.Message) error {
 		n.add(msg.UUID)
@@ -329,7 +331,7 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("shutdown")
 	r := newRouter(t, env, func(c *router.Config) {
-		c.ShutdownTimeout = time.Second
+		c.Subscriber.ShutdownTimeout = time.Second
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}}
 	})
 	started := make(chan struct{})

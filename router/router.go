@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,109 +19,116 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
-	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
 
-// Config configures a Router.
+// Config configures a Router. The settings of its publishers and subscribers are theirs,
+// held in Publisher and Subscriber; what they share (Connection, Topology, Declare) is set
+// once, here.
 type Config struct {
-	// URL of the broker, or the URLs of a cluster's nodes separated by commas (see
-	// dlx.Config.URL). Required.
-	URL string
+	// Connection says how to reach the broker (URL required); the router's publishers and
+	// every handler's subscriber connect with it.
+	Connection warren.Connection
 	// Topology configures the builder (queue type, delivery limit, delay levels).
 	Topology topology.Config
 	// Declare is declared when the router runs, before the handlers' own queues and
 	// bindings. A handler's queue listed here is declared as listed (type, delivery limit).
 	Declare topology.Topology
-	// Route maps the topics of Publisher and of the messages handlers return to their
-	// destination. Default dlx.ToQueue.
-	Route func(topic string) dlx.Route
-	// Concurrency is how many messages each handler processes at once, unless the handler
-	// says otherwise; the prefetch matches it. Default 64.
-	Concurrency int
+	// Publisher configures Publisher and the publishing of the messages handlers return
+	// (Route, AllowUnroutable, Marshaler, PublishTimeout, PastTolerance), and of retries and
+	// poison copies, which always go to queues and are never unroutable. Leave its
+	// Connection, Topology and Declare empty: the router's are used.
+	Publisher dlx.Config
+	// Subscriber configures every handler's subscriber (Concurrency, which
+	// HandlerConfig.Concurrency overrides; Prefetch; ShutdownTimeout, which also bounds Close;
+	// Marshaler; KillSecret, KillMaxAge, KillClockSkew, OnKill; RequeueDelay). Leave its
+	// Connection, Topology, Queues and HandlerName empty: the router sets them.
+	Subscriber SubscriberConfig
 	// Retry is the retry schedule of handlers that do not set one (its Publisher is set by
 	// the router). Default: exponential from 1s, doubling, capped at 5m, 5 attempts.
 	Retry middleware.BackoffConfig
-	// ShutdownTimeout bounds how long Close waits for the messages in flight. Default 30s.
-	ShutdownTimeout time.Duration
-	// ConnectTimeout and PublishTimeout bound the broker calls, retries included.
-	// Default 30s each.
-	ConnectTimeout time.Duration
-	PublishTimeout time.Duration
 	// TracerProvider traces publishing and processing. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// IgnoreSignals keeps Run from stopping on SIGINT and SIGTERM.
 	IgnoreSignals bool
-	// KillSecret, when set, makes handlers obey only kill commands signed with it (see
-	// Killer); unsigned, wrongly signed and stale ones are refused and logged.
-	KillSecret []byte
-	// KillMaxAge bounds the age of a kill command received, against replays. Default 1m.
-	KillMaxAge time.Duration
-	// KillClockSkew is how far ahead of this clock a kill command may be dated; one dated
-	// further ahead is refused (so that a command dated ahead cannot lock out the commands
-	// that follow it). Default 5s.
-	KillClockSkew time.Duration
-	// OnKill, when set, is told what each handler does about the kill topic: stopped,
-	// resumed, draining, deleted, or refused.
-	OnKill func(KillEvent)
-	// RequeueDelay is how long a nacked message waits before it goes back to its queue (see
-	// SubscriberConfig.RequeueDelay). Default 1s.
-	RequeueDelay time.Duration
 }
 
-// WithDefaults returns c with every unset field set to its default.
+// WithDefaults returns c with every unset field set to its default, Publisher's and
+// Subscriber's included (their shared fields set from the router's).
 func (c Config) WithDefaults() Config {
+	c.Connection = c.Connection.WithDefaults()
 	c.Topology = c.Topology.WithDefaults()
-	if c.Route == nil {
-		c.Route = dlx.ToQueue
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = 64
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 30 * time.Second
-	}
-	if c.PublishTimeout == 0 {
-		c.PublishTimeout = 30 * time.Second
-	}
+	c.Publisher = c.publisher().WithDefaults()
+	prefetch := c.Subscriber.Prefetch
+	c.Subscriber = c.subscriber().WithDefaults()
+	c.Subscriber.Prefetch = prefetch // unset: each handler's default (4×its Concurrency)
 	return c
 }
 
-// Validate reports the first field of c that is not usable. No error contains the password
-// of Config.URL.
+// publisher is c.Publisher with the router's shared fields.
+func (c Config) publisher() dlx.Config {
+	p := c.Publisher
+	p.Connection, p.Topology, p.Declare = c.Connection, c.Topology, c.Declare
+	return p
+}
+
+// subscriber is c.Subscriber with the router's shared fields.
+func (c Config) subscriber() SubscriberConfig {
+	s := c.Subscriber
+	s.Connection, s.Topology, s.Queues = c.Connection, c.Topology, c.Declare.Queues
+	return s
+}
+
+// Validate reports the first field of c that is not usable, named as the user wrote it
+// ("router: Config.Subscriber.Prefetch ..."). No error contains a password of
+// Config.Connection.URL.
 func (c Config) Validate() error {
-	if c.URL == "" {
-		return errors.New("router: Config.URL is empty")
-	}
-	if err := amqpx.CheckURL(c.URL); err != nil {
-		return fmt.Errorf("router: Config.URL: %w", err)
-	}
-	if err := validConcurrency("Config.Concurrency", c.Concurrency); err != nil {
-		return fmt.Errorf("router: %w", err)
-	}
-	if err := validRetry("Config.Retry", c.Retry); err != nil {
-		return fmt.Errorf("router: %w", err)
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("router: Config.%w", err)
 	}
 	for _, f := range []struct {
 		name string
-		d    time.Duration
+		set  bool
 	}{
-		{"ShutdownTimeout", c.ShutdownTimeout}, {"ConnectTimeout", c.ConnectTimeout},
-		{"PublishTimeout", c.PublishTimeout}, {"KillMaxAge", c.KillMaxAge},
-		{"RequeueDelay", c.RequeueDelay}, {"KillClockSkew", c.KillClockSkew},
+		{"Publisher.Connection", !reflect.ValueOf(c.Publisher.Connection).IsZero()},
+		{"Publisher.Topology", !reflect.ValueOf(c.Publisher.Topology).IsZero()},
+		{"Publisher.Declare", !reflect.ValueOf(c.Publisher.Declare).IsZero()},
+		{"Subscriber.Connection", !reflect.ValueOf(c.Subscriber.Connection).IsZero()},
+		{"Subscriber.Topology", !reflect.ValueOf(c.Subscriber.Topology).IsZero()},
+		{"Subscriber.Queues", c.Subscriber.Queues != nil},
+		{"Subscriber.HandlerName", c.Subscriber.HandlerName != ""},
 	} {
-		if f.d < 0 {
-			return fmt.Errorf("router: Config.%s %s is negative", f.name, f.d)
+		if f.set {
+			return fmt.Errorf("router: Config.%s is set: the router sets it (from Config.Connection, "+
+				"Config.Topology, Config.Declare and the handler)", f.name)
 		}
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return err
 	}
 	if err := c.Declare.Validate(); err != nil {
 		return fmt.Errorf("router: Config.Declare: %w", err)
 	}
-	return c.Topology.Validate()
+	if err := c.publisher().Validate(); err != nil {
+		return renamed(err, "dlx: Config.", "router: Config.Publisher.")
+	}
+	if err := c.subscriber().Validate(); err != nil {
+		return renamed(err, "router: SubscriberConfig.", "router: Config.Subscriber.")
+	}
+	if err := validRetry("Config.Retry", c.Retry); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	return nil
+}
+
+// renamed returns err with the prefix from of its text replaced by to, so that it names the
+// field as the user wrote it, or err itself when its text does not start with from.
+func renamed(err error, from, to string) error {
+	if rest, ok := strings.CutPrefix(err.Error(), from); ok {
+		return errors.New(to + rest)
+	}
+	return err
 }
 
 // validConcurrency checks a handler's concurrency, which is also its prefetch (0: default).
@@ -141,8 +149,8 @@ func validRetry(field string, c middleware.BackoffConfig) error {
 	if err == nil {
 		return nil
 	}
-	if rest, ok := strings.CutPrefix(err.Error(), "middleware: BackoffConfig."); ok {
-		return fmt.Errorf("%s.%s", field, rest)
+	if renamed := renamed(err, "middleware: BackoffConfig.", field+"."); renamed != err {
+		return renamed
 	}
 	return fmt.Errorf("%s: %w", field, err)
 }
@@ -184,7 +192,7 @@ type HandlerConfig struct {
 	// compete). An exchange not listed in Config.Declare is of kind Topology.ExchangeKind.
 	Exchange string
 	Keys     []string
-	// Concurrency overrides Config.Concurrency.
+	// Concurrency overrides Config.Subscriber.Concurrency.
 	Concurrency int
 	// Retry overrides Config.Retry.
 	Retry *middleware.BackoffConfig
@@ -215,13 +223,13 @@ type HandlerConfig struct {
 // Publishing (Publisher, and the messages handlers return) goes through warren's DLX
 // publisher, traced. A retry or poison copy that cannot be published, and a handler error
 // caused by the shutdown, are no failures of the handler: the message goes back to its queue
-// (see middleware.RequeueError), after Config.RequeueDelay.
+// (see middleware.RequeueError), after Config.Subscriber.RequeueDelay.
 type Router struct {
 	cfg      Config
 	logger   watermill.LoggerAdapter
 	wm       *message.Router
 	tracing  *middleware.Tracing
-	out      *dlx.Publisher // Publisher and handler outputs, routed by Config.Route
+	out      *dlx.Publisher // Publisher and handler outputs, routed by Config.Publisher.Route
 	retries  *dlx.Publisher // retries and poison messages, routed to queues
 	pub      message.Publisher
 	retryPub message.Publisher
@@ -246,7 +254,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: config.ShutdownTimeout + 5*time.Second}, logger)
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: config.Subscriber.ShutdownTimeout + 5*time.Second}, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -254,15 +262,12 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	pcfg := dlx.Config{
-		URL: config.URL, Topology: config.Topology, Declare: config.Declare, Route: config.Route,
-		ConnectTimeout: config.ConnectTimeout, PublishTimeout: config.PublishTimeout,
-	}
+	pcfg := config.Publisher
 	out, err := dlx.NewPublisher(pcfg, logger)
 	if err != nil {
 		return nil, err
 	}
-	pcfg.Route, pcfg.Declare = retryRoute, topology.Topology{}
+	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, false
 	retries, err := dlx.NewPublisher(pcfg, logger)
 	if err != nil {
 		_ = out.Close()
@@ -287,7 +292,7 @@ func retryRoute(topic string) dlx.Route {
 }
 
 // Publisher publishes through warren's DLX publisher (delays, confirms), traced, to the
-// destinations of Config.Route. Closing it does nothing: the router closes it.
+// destinations of Config.Publisher.Route. Closing it does nothing: the router closes it.
 func (r *Router) Publisher() message.Publisher { return nonClosing{r.pub} }
 
 // AddHandler registers fn on h.Queue; the messages fn returns are published to
@@ -313,15 +318,11 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	concurrency := h.Concurrency
 	if concurrency == 0 {
-		concurrency = r.cfg.Concurrency
+		concurrency = r.cfg.Subscriber.Concurrency
 	}
-	sub, err := NewSubscriber(SubscriberConfig{
-		URL: r.cfg.URL, Topology: r.cfg.Topology, Queues: r.cfg.Declare.Queues,
-		Concurrency: concurrency, ShutdownTimeout: r.cfg.ShutdownTimeout,
-		ConnectTimeout: r.cfg.ConnectTimeout, HandlerName: h.Name,
-		KillSecret: r.cfg.KillSecret, KillMaxAge: r.cfg.KillMaxAge, KillClockSkew: r.cfg.KillClockSkew,
-		OnKill: r.cfg.OnKill, RequeueDelay: r.cfg.RequeueDelay,
-	}, r.logger)
+	scfg := r.cfg.Subscriber
+	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
+	sub, err := NewSubscriber(scfg, r.logger)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
 	}
@@ -531,7 +532,7 @@ func (r *Router) Run(ctx context.Context) error {
 // Running is closed once the handlers run.
 func (r *Router) Running() chan struct{} { return r.wm.Running() }
 
-// Close stops every handler from taking messages, waits up to Config.ShutdownTimeout for
+// Close stops every handler from taking messages, waits up to Config.Subscriber.ShutdownTimeout for
 // those in flight to be processed and acked, returns the rest to their queues, and closes
 // the connections. A message whose handler finished in time is never processed again.
 // Close on a router whose handlers never ran closes its connections at once; Close may be

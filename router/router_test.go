@@ -38,10 +38,10 @@ import (
 func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router.Router {
 	t.Helper()
 	cfg := router.Config{
-		URL:             env.URL,
-		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
-		ShutdownTimeout: 10 * time.Second,
-		IgnoreSignals:   true,
+		Connection:    warren.Connection{URL: env.URL},
+		Subscriber:    router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
+		Topology:      topology.Config{Delay: env.Delay(topology.Delay{})},
+		IgnoreSignals: true,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -104,7 +104,7 @@ func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	delays := []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1200 * time.Millisecond}
 	r := newRouter(t, env, func(c *router.Config) {
-		c.Route = dlx.ToExchange(events)
+		c.Publisher.Route = dlx.ToExchange(events)
 		c.TracerProvider = tp
 		c.Retry = middleware.BackoffConfig{Delays: delays}
 	})
@@ -216,7 +216,7 @@ func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 	events := env.Exchange("events")
 	failing, other := env.Queue("billing"), env.Queue("audit")
 	r := newRouter(t, env, func(c *router.Config) {
-		c.Route = dlx.ToExchange(events)
+		c.Publisher.Route = dlx.ToExchange(events)
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{200 * time.Millisecond}}
 	})
 	var billing, audit atomic.Int32
@@ -362,7 +362,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	require.NoError(t, pub.Publish(queue, msgs...))
 
-	first := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
+	first := newRouter(t, env, func(c *router.Config) { c.Subscriber.Concurrency = 16 })
 	require.NoError(t, first.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	done := start(t, first)
 	require.Eventually(t, func() bool { return processed() >= 200 }, 20*time.Second, 5*time.Millisecond)
@@ -375,7 +375,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	assert.Less(t, afterFirst, total, "closed before the end")
 	assert.Equal(t, total, afterFirst+remaining, "processed + in the queue = published")
 
-	second := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
+	second := newRouter(t, env, func(c *router.Config) { c.Subscriber.Concurrency = 16 })
 	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	start(t, second)
 	require.Eventually(t, func() bool { return processed() == total }, 30*time.Second, 10*time.Millisecond)
@@ -391,7 +391,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 }
 
 func newPublisherFor(t *testing.T, env *testenv.Env) *dlx.Publisher {
-	p, err := dlx.NewPublisher(dlx.Config{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
+	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
@@ -403,8 +403,10 @@ func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("undecodable")
 	sub, err := router.NewSubscriber(router.SubscriberConfig{
-		URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
-		Marshaler: pickyMarshaler{}, HandlerName: "picky",
+		Connection:  warren.Connection{URL: env.URL},
+		Topology:    topology.Config{Delay: env.Delay(topology.Delay{})},
+		Marshaler:   pickyMarshaler{},
+		HandlerName: "picky",
 	}, env.Logger())
 	require.NoError(t, err)
 	defer sub.Close()
@@ -440,10 +442,10 @@ func (m pickyMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 
 func TestConfigErrorsNameTheField(t *testing.T) {
 	_, err := router.New(router.Config{}, nil)
-	assert.ErrorContains(t, err, "Config.URL")
-	_, err = router.New(router.Config{URL: "amqp://x/", Concurrency: -1}, nil)
-	assert.ErrorContains(t, err, "Config.Concurrency")
-	_, err = router.NewSubscriber(router.SubscriberConfig{URL: "amqp://x/", Concurrency: 70000}, nil)
+	assert.ErrorContains(t, err, "Config.Connection.URL")
+	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Subscriber: router.SubscriberConfig{Concurrency: -1}}, nil)
+	assert.ErrorContains(t, err, "Config.Subscriber.Concurrency")
+	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: 70000}, nil)
 	assert.ErrorContains(t, err, "Concurrency")
 	_, err = middleware.NewBackoff(middleware.BackoffConfig{}, nil)
 	assert.ErrorContains(t, err, "BackoffConfig.Publisher")
@@ -491,7 +493,7 @@ func TestSignalStopsRunGracefully(t *testing.T) {
 func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("deleted")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer sub.Close()
 	msgs, err := sub.Subscribe(context.Background(), queue)

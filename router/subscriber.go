@@ -24,9 +24,9 @@ import (
 
 // SubscriberConfig configures a Subscriber.
 type SubscriberConfig struct {
-	// URL of the broker, or the URLs of a cluster's nodes separated by commas (see
-	// dlx.Config.URL). Required.
-	URL string
+	// Connection says how to reach the broker (URL required); its ConnectTimeout bounds
+	// connecting and declaring in Subscribe.
+	Connection warren.Connection
 	// Topology configures the builder that declares the queues subscribed to.
 	Topology topology.Config
 	// Queues lists queues with options of their own (type, delivery limit); any other
@@ -44,8 +44,6 @@ type SubscriberConfig struct {
 	// ShutdownTimeout bounds how long closing waits for the messages handed out to be
 	// acked. Default 30s.
 	ShutdownTimeout time.Duration
-	// ConnectTimeout bounds connecting and declaring in Subscribe. Default 30s.
-	ConnectTimeout time.Duration
 	// Marshaler defaults to warren.Marshaler{}. A delivery it cannot unmarshal goes to the
 	// poison queue with the reason.
 	Marshaler wamqp.Marshaler
@@ -71,6 +69,7 @@ type SubscriberConfig struct {
 
 // WithDefaults returns c with every unset field set to its default.
 func (c SubscriberConfig) WithDefaults() SubscriberConfig {
+	c.Connection = c.Connection.WithDefaults()
 	c.Topology = c.Topology.WithDefaults()
 	if c.Concurrency == 0 {
 		c.Concurrency = 64
@@ -80,9 +79,6 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = 30 * time.Second
 	}
 	if c.Marshaler == nil {
 		c.Marshaler = warren.Marshaler{}
@@ -99,14 +95,11 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	return c
 }
 
-// Validate reports the first field of c that is not usable. No error contains the password
-// of SubscriberConfig.URL.
+// Validate reports the first field of c that is not usable. No error contains a password
+// of SubscriberConfig.Connection.URL.
 func (c SubscriberConfig) Validate() error {
-	if c.URL == "" {
-		return errors.New("router: SubscriberConfig.URL is empty")
-	}
-	if err := amqpx.CheckURL(c.URL); err != nil {
-		return fmt.Errorf("router: SubscriberConfig.URL: %w", err)
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("router: SubscriberConfig.%w", err)
 	}
 	if c.Concurrency < 0 || c.Concurrency > 65535 {
 		return fmt.Errorf("router: SubscriberConfig.Concurrency %d is outside 1..65535", c.Concurrency)
@@ -117,7 +110,7 @@ func (c SubscriberConfig) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"ShutdownTimeout", c.ShutdownTimeout}, {"ConnectTimeout", c.ConnectTimeout}, {"KillMaxAge", c.KillMaxAge},
+	}{{"ShutdownTimeout", c.ShutdownTimeout}, {"KillMaxAge", c.KillMaxAge},
 		{"KillClockSkew", c.KillClockSkew}, {"RequeueDelay", c.RequeueDelay}} {
 		if f.d < 0 {
 			return fmt.Errorf("router: SubscriberConfig.%s %s is negative", f.name, f.d)
@@ -170,6 +163,7 @@ type Subscriber struct {
 	cfg     SubscriberConfig
 	logger  watermill.LoggerAdapter
 	builder *topology.Builder
+	dialer  *amqpx.Dialer
 	listed  map[string]topology.Queue
 	// viaDelay starts the name of every delay level exchange: a delivery from one came
 	// through the delay levels.
@@ -212,6 +206,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	}
 	s := &Subscriber{
 		cfg: config, logger: logger, builder: builder,
+		dialer:  amqpx.NewDialer(config.Connection, "warren subscriber "+config.HandlerName, logger),
 		listed:  map[string]topology.Queue{},
 		closing: make(chan struct{}),
 		dialing: make(chan struct{}, 1),
@@ -253,9 +248,9 @@ func (s *Subscriber) connection(ctx context.Context) (*amqp.Connection, error) {
 	if conn != nil && !conn.IsClosed() {
 		return conn, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Connection.ConnectTimeout)
 	defer cancel()
-	conn, err := amqpx.Dial(ctx, s.cfg.URL, "warren subscriber "+s.cfg.HandlerName)
+	conn, err := s.dialer.Dial(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dial: %w", err)
 	}
@@ -284,7 +279,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 
 // SubscribeInitialize declares queue without consuming it.
 func (s *Subscriber) SubscribeInitialize(queue string) error {
-	return amqpx.Retry(context.Background(), s.cfg.ConnectTimeout, "router: declare "+queue, func(ctx context.Context) error {
+	return amqpx.Retry(context.Background(), s.cfg.Connection.ConnectTimeout, "router: declare "+queue, func(ctx context.Context) error {
 		conn, err := s.connection(ctx)
 		if err != nil {
 			return err
@@ -877,7 +872,7 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 // declaring the queue's topology first (its poison queue may have been deleted), and returns
 // nil once the broker has confirmed it and not returned it.
 func (sub *subscription) publishPoison(conn *amqp.Connection, pub amqp.Publishing) error {
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
 	defer cancel()
 	pc, err := conn.Channel()
 	if err != nil {

@@ -2,15 +2,18 @@ package router_test
 
 import (
 	"context"
+	"crypto/tls"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -26,17 +29,17 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 	const limit = 2 * time.Second
 	calls := map[string]func(addr string) error{
 		"NewPublisher": func(addr string) error {
-			_, err := dlx.NewPublisher(dlx.Config{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, nil)
+			_, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
 			return err
 		},
 		"Subscriber.SubscribeInitialize": func(addr string) error {
-			s, err := router.NewSubscriber(router.SubscriberConfig{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, nil)
+			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
 			require.NoError(t, err)
 			defer s.Close()
 			return s.SubscribeInitialize("q")
 		},
 		"2 concurrent Subscriber.Subscribe": func(addr string) error {
-			s, err := router.NewSubscriber(router.SubscriberConfig{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, nil)
+			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
 			require.NoError(t, err)
 			defer s.Close()
 			errs := make([]error, 2)
@@ -61,14 +64,14 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 			return errs[1]
 		},
 		"Killer.Kill": func(addr string) error {
-			k, err := router.NewKiller(router.KillerConfig{URL: "amqp://guest:guest@" + addr + "/", Timeout: limit}, nil)
+			k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/"}, PublishTimeout: limit}, nil)
 			require.NoError(t, err)
 			return k.Kill(context.Background(), "q", router.Stop)
 		},
 		"Builder.Apply": func(addr string) error {
 			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
 			require.NoError(t, err)
-			return b.Apply(context.Background(), "amqp://guest:guest@"+addr+"/", topology.Topology{})
+			return b.Apply(context.Background(), warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}, topology.Topology{})
 		},
 	}
 	for _, broker := range []string{"black hole", "refusing, then black hole"} {
@@ -94,7 +97,7 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 // failed (Watermill waited for handlers that never started). It returns at once, and nil.
 func TestCloseWithoutRun(t *testing.T) {
 	env := testenv.New(t)
-	r := newRouter(t, env, func(c *router.Config) { c.ShutdownTimeout = 2 * time.Second })
+	r := newRouter(t, env, func(c *router.Config) { c.Subscriber.ShutdownTimeout = 2 * time.Second })
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("never-run")}, func(*message.Message) error { return nil }))
 	start := time.Now()
 	require.NoError(t, r.Close())
@@ -108,9 +111,9 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 	env := testenv.New(t)
 	proxy, url := testenv.ProxyURL(t, env.URL)
 	r := newRouter(t, env, func(c *router.Config) {
-		c.URL = url
-		c.ShutdownTimeout = 2 * time.Second
-		c.ConnectTimeout = 20 * time.Second
+		c.Connection.URL = url
+		c.Subscriber.ShutdownTimeout = 2 * time.Second
+		c.Connection.ConnectTimeout = 20 * time.Second
 	})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("declaring")}, func(*message.Message) error { return nil }))
 	proxy.Freeze()
@@ -132,26 +135,32 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 // the user wrote it.
 func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	url := "amqp://guest:guest@127.0.0.1:1/"
+	conn := warren.Connection{URL: url}
 	for field, cfg := range map[string]router.Config{
-		"router: Config.URL":                                                    {},
-		"router: Config.Concurrency -1":                                         {URL: url, Concurrency: -1},
-		"router: Config.Concurrency 70000":                                      {URL: url, Concurrency: 70000},
-		"router: Config.Retry.MaxAttempts -1":                                   {URL: url, Retry: middleware.BackoffConfig{MaxAttempts: -1}},
-		"router: Config.Retry.Delays[1] -1s":                                    {URL: url, Retry: middleware.BackoffConfig{Delays: []time.Duration{time.Second, -time.Second}}},
-		"router: Config.Retry.Multiplier 0.5":                                   {URL: url, Retry: middleware.BackoffConfig{Multiplier: 0.5}},
-		"router: Config.ShutdownTimeout -1s":                                    {URL: url, ShutdownTimeout: -time.Second},
-		"router: Config.ConnectTimeout -1s":                                     {URL: url, ConnectTimeout: -time.Second},
-		"router: Config.PublishTimeout -1s":                                     {URL: url, PublishTimeout: -time.Second},
-		"router: Config.KillMaxAge -1s":                                         {URL: url, KillMaxAge: -time.Second},
-		"router: Config.Declare: topology: Queues[0].Name":                      {URL: url, Declare: topology.Topology{Queues: []topology.Queue{{}}}},
-		"topology: Config.Timeout -1s":                                          {URL: url, Topology: topology.Config{Timeout: -time.Second}},
-		`topology: Delay.Prefix "amq.delay"`:                                    {URL: url, Topology: topology.Config{Delay: topology.Delay{Prefix: "amq.delay"}}},
-		"topology: Delay.Prefix " + `"` + strings.Repeat("p", 250) + `"`:        {URL: url, Topology: topology.Config{Delay: topology.Delay{Prefix: strings.Repeat("p", 250)}}},
-		"router: Config.Declare: topology: Queues[0].Name is 250 bytes long":    {URL: url, Declare: topology.Topology{Queues: []topology.Queue{{Name: strings.Repeat("q", 250)}}}},
-		"router: Config.Declare: topology: Exchanges[0].Name is 256 bytes long": {URL: url, Declare: topology.Topology{Exchanges: []topology.Exchange{{Name: strings.Repeat("x", 256)}}}},
+		"router: Config.Connection.URL is empty":                                {},
+		"router: Config.Connection.ConnectTimeout -1s":                          {Connection: warren.Connection{URL: url, ConnectTimeout: -time.Second}},
+		"router: Config.Connection.AMQP.TLSClientConfig is set":                 {Connection: warren.Connection{URL: url, AMQP: amqp.Config{TLSClientConfig: &tls.Config{}}}},
+		"router: Config.Subscriber.Concurrency -1":                              {Connection: conn, Subscriber: router.SubscriberConfig{Concurrency: -1}},
+		"router: Config.Subscriber.Concurrency 70000":                           {Connection: conn, Subscriber: router.SubscriberConfig{Concurrency: 70000}},
+		"router: Config.Subscriber.Prefetch 8 is outside Concurrency":           {Connection: conn, Subscriber: router.SubscriberConfig{Prefetch: 8}},
+		"router: Config.Subscriber.Connection is set":                           {Connection: conn, Subscriber: router.SubscriberConfig{Connection: conn}},
+		"router: Config.Publisher.Declare is set":                               {Connection: conn, Publisher: dlx.Config{Declare: topology.Topology{Queues: []topology.Queue{{Name: "q"}}}}},
+		"router: Config.Retry.MaxAttempts -1":                                   {Connection: conn, Retry: middleware.BackoffConfig{MaxAttempts: -1}},
+		"router: Config.Retry.Delays[1] -1s":                                    {Connection: conn, Retry: middleware.BackoffConfig{Delays: []time.Duration{time.Second, -time.Second}}},
+		"router: Config.Retry.Multiplier 0.5":                                   {Connection: conn, Retry: middleware.BackoffConfig{Multiplier: 0.5}},
+		"router: Config.Subscriber.ShutdownTimeout -1s":                         {Connection: conn, Subscriber: router.SubscriberConfig{ShutdownTimeout: -time.Second}},
+		"router: Config.Publisher.PublishTimeout -1s":                           {Connection: conn, Publisher: dlx.Config{PublishTimeout: -time.Second}},
+		"router: Config.Publisher.PastTolerance -1s":                            {Connection: conn, Publisher: dlx.Config{PastTolerance: -time.Second}},
+		"router: Config.Subscriber.KillMaxAge -1s":                              {Connection: conn, Subscriber: router.SubscriberConfig{KillMaxAge: -time.Second}},
+		"router: Config.Declare: topology: Queues[0].Name":                      {Connection: conn, Declare: topology.Topology{Queues: []topology.Queue{{}}}},
+		"topology: Config.Timeout -1s":                                          {Connection: conn, Topology: topology.Config{Timeout: -time.Second}},
+		`topology: Delay.Prefix "amq.delay"`:                                    {Connection: conn, Topology: topology.Config{Delay: topology.Delay{Prefix: "amq.delay"}}},
+		"topology: Delay.Prefix " + `"` + strings.Repeat("p", 250) + `"`:        {Connection: conn, Topology: topology.Config{Delay: topology.Delay{Prefix: strings.Repeat("p", 250)}}},
+		"router: Config.Declare: topology: Queues[0].Name is 250 bytes long":    {Connection: conn, Declare: topology.Topology{Queues: []topology.Queue{{Name: strings.Repeat("q", 250)}}}},
+		"router: Config.Declare: topology: Exchanges[0].Name is 256 bytes long": {Connection: conn, Declare: topology.Topology{Exchanges: []topology.Exchange{{Name: strings.Repeat("x", 256)}}}},
 	} {
-		if cfg.ConnectTimeout == 0 {
-			cfg.ConnectTimeout = 500 * time.Millisecond // a config wrongly accepted fails soon
+		if cfg.Connection.ConnectTimeout == 0 {
+			cfg.Connection.ConnectTimeout = 500 * time.Millisecond // a config wrongly accepted fails soon
 		}
 		_, err := router.New(cfg, nil)
 		if assert.Error(t, err, field) {
@@ -160,10 +169,14 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	}
 
 	for field, cfg := range map[string]router.SubscriberConfig{
-		"router: SubscriberConfig.URL":                 {},
-		"router: SubscriberConfig.ShutdownTimeout -1s": {URL: url, ShutdownTimeout: -time.Second},
-		"router: SubscriberConfig.ConnectTimeout -1s":  {URL: url, ConnectTimeout: -time.Second},
-		"router: SubscriberConfig.KillMaxAge -1s":      {URL: url, KillMaxAge: -time.Second},
+		"router: SubscriberConfig.Connection.URL is empty":          {},
+		"router: SubscriberConfig.ShutdownTimeout -1s":              {Connection: conn, ShutdownTimeout: -time.Second},
+		"router: SubscriberConfig.Connection.ConnectTimeout -1s":    {Connection: warren.Connection{URL: url, ConnectTimeout: -time.Second}},
+		"router: SubscriberConfig.KillMaxAge -1s":                   {Connection: conn, KillMaxAge: -time.Second},
+		"router: SubscriberConfig.Connection.AMQP.Dial is set":      {Connection: warren.Connection{URL: url, AMQP: amqp.Config{Dial: amqp.DefaultDial(time.Second)}}},
+		"router: SubscriberConfig.Connection.AMQP.Heartbeat -1s":    {Connection: warren.Connection{URL: url, AMQP: amqp.Config{Heartbeat: -time.Second}}},
+		"router: SubscriberConfig.Connection.AMQP.FrameSize is set": {Connection: warren.Connection{URL: url, AMQP: amqp.Config{FrameSize: 4096}}},
+		"router: SubscriberConfig.Connection.URL: parse":            {Connection: warren.Connection{URL: "127.0.0.1:5672"}},
 	} {
 		_, err := router.NewSubscriber(cfg, nil)
 		if assert.Error(t, err, field) {
@@ -172,9 +185,9 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	}
 
 	for field, cfg := range map[string]dlx.Config{
-		"dlx: Config.ConnectTimeout -1s": {URL: url, ConnectTimeout: -time.Second, PublishTimeout: -time.Second, PastTolerance: -time.Second},
-		"dlx: Config.PublishTimeout -1s": {URL: url, PublishTimeout: -time.Second, PastTolerance: -time.Second},
-		"dlx: Config.PastTolerance -1s":  {URL: url, PastTolerance: -time.Second},
+		"dlx: Config.Connection.ConnectTimeout -1s": {Connection: warren.Connection{URL: url, ConnectTimeout: -time.Second}, PublishTimeout: -time.Second, PastTolerance: -time.Second},
+		"dlx: Config.PublishTimeout -1s":            {Connection: conn, PublishTimeout: -time.Second, PastTolerance: -time.Second},
+		"dlx: Config.PastTolerance -1s":             {Connection: conn, PastTolerance: -time.Second},
 	} {
 		for range 10 { // the first field, every time
 			_, err := dlx.NewPublisher(cfg, nil)
@@ -184,8 +197,10 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 		}
 	}
 
-	_, err := router.NewKiller(router.KillerConfig{URL: url, Timeout: -time.Second}, nil)
-	assert.ErrorContains(t, err, "router: KillerConfig.Timeout -1s")
+	_, err := router.NewKiller(router.KillerConfig{Connection: conn, PublishTimeout: -time.Second}, nil)
+	assert.ErrorContains(t, err, "router: KillerConfig.PublishTimeout -1s")
+	_, err = router.NewKiller(router.KillerConfig{}, nil)
+	assert.ErrorContains(t, err, "router: KillerConfig.Connection.URL is empty")
 
 	env := testenv.New(t)
 	r := newRouter(t, env, nil)
@@ -215,7 +230,7 @@ func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
 	env := testenv.New(t)
 	calls := map[string]func(url string) (func() error, error){
 		"Subscriber.SubscribeInitialize": func(url string) (func() error, error) {
-			s, err := router.NewSubscriber(router.SubscriberConfig{URL: url, ConnectTimeout: limit}, nil)
+			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: url, ConnectTimeout: limit}}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -224,7 +239,7 @@ func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
 			return func() error { return s.SubscribeInitialize(q) }, s.SubscribeInitialize(q)
 		},
 		"Publisher.Declare": func(url string) (func() error, error) {
-			p, err := dlx.NewPublisher(dlx.Config{URL: url, ConnectTimeout: limit, Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, nil)
+			p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: url, ConnectTimeout: limit}, Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -235,7 +250,7 @@ func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
 			}, nil
 		},
 		"Publisher.Publish to a new queue": func(url string) (func() error, error) {
-			p, err := dlx.NewPublisher(dlx.Config{URL: url, PublishTimeout: limit, Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, nil)
+			p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: url}, PublishTimeout: limit, Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, nil)
 			if err != nil {
 				return nil, err
 			}

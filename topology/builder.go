@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -106,14 +107,16 @@ func (b *Builder) objects(t Topology) []object {
 	return objs
 }
 
-// Apply dials url and declares t (and the delay levels), retrying transient failures with
-// backoff until Config.Timeout. No error contains url's password.
-func (b *Builder) Apply(ctx context.Context, url string, t Topology) error {
-	if err := amqpx.CheckURL(url); err != nil {
-		return fmt.Errorf("topology: apply: url: %w", err)
+// Apply connects as conn says and declares t (and the delay levels), retrying transient
+// failures with backoff until conn.ConnectTimeout. No error contains a password of conn.URL.
+func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology) error {
+	if err := conn.Validate(); err != nil {
+		return fmt.Errorf("topology: apply: %w", err)
 	}
-	return amqpx.Retry(ctx, b.cfg.Timeout, "topology: apply", func(ctx context.Context) error {
-		conn, err := amqpx.Dial(ctx, url, "warren topology")
+	conn = conn.WithDefaults()
+	dialer := amqpx.NewDialer(conn, "warren topology", b.logger)
+	return amqpx.Retry(ctx, conn.ConnectTimeout, "topology: apply", func(ctx context.Context) error {
+		conn, err := dialer.Dial(ctx)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -34,7 +35,7 @@ func crashWhileDelayed(t *testing.T, cfg topology.Config, n int, at time.Duratio
 	const q = "crash.dest"
 	b, err := topology.NewBuilder(cfg, nil)
 	require.NoError(t, err)
-	require.NoError(t, b.Apply(context.Background(), node.URL(), topology.Topology{Queues: []topology.Queue{{Name: q}}}))
+	require.NoError(t, b.Apply(context.Background(), warren.Connection{URL: node.URL()}, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
 
 	conn, err := amqp.Dial(node.URL())
 	require.NoError(t, err)

@@ -3,8 +3,8 @@
 //	warren kill QUEUE [--delete]   stop every consumer of QUEUE, in every process
 //	warren resume QUEUE            let them consume again
 //
-// The broker is --url, else $WARREN_AMQP_URL, else the local one (guest); no output shows
-// its password. --timeout (default 30s) bounds each command. The kill secret, when consumers
+// The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
+// $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password. --timeout (default 30s) bounds each command. The kill secret, when consumers
 // require signed commands, is read from $WARREN_KILL_SECRET (never from the command line,
 // where other users of the machine could see it).
 //
@@ -18,11 +18,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/router"
 )
 
@@ -44,13 +46,13 @@ func newRoot() *cobra.Command {
 	// The URL is resolved when a command runs: a default read from the environment would be
 	// printed, password and all, by --help.
 	var (
-		url     string
+		urls    []string
 		timeout time.Duration
 	)
-	root.PersistentFlags().StringVar(&url, "url", "", "broker URL, or URLs of a cluster's nodes separated by commas (default "+urlDefault()+")")
+	root.PersistentFlags().StringArrayVar(&urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	killer := func() (*router.Killer, error) {
-		u := url
+		u := strings.Join(urls, ",")
 		if u == "" {
 			u = os.Getenv("WARREN_AMQP_URL")
 		}
@@ -60,7 +62,11 @@ func newRoot() *cobra.Command {
 		if timeout <= 0 {
 			return nil, fmt.Errorf("--timeout %s is not positive", timeout)
 		}
-		return router.NewKiller(router.KillerConfig{URL: u, Secret: []byte(os.Getenv("WARREN_KILL_SECRET")), Timeout: timeout}, nil)
+		return router.NewKiller(router.KillerConfig{
+			Connection:     warren.Connection{URL: u},
+			KillSecret:     []byte(os.Getenv("WARREN_KILL_SECRET")),
+			PublishTimeout: timeout,
+		}, nil)
 	}
 
 	var del bool
@@ -121,7 +127,7 @@ func report(out io.Writer, err error, action router.Action, queue string) error 
 // $WARREN_AMQP_URL replaced.
 func urlDefault() string {
 	if u := os.Getenv("WARREN_AMQP_URL"); u != "" {
-		return "$WARREN_AMQP_URL: " + amqpx.RedactURL(u)
+		return "$WARREN_AMQP_URL: " + amqpurl.Redact(u)
 	}
-	return "$WARREN_AMQP_URL, else " + amqpx.RedactURL(defaultURL)
+	return "$WARREN_AMQP_URL, else " + amqpurl.Redact(defaultURL)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
@@ -36,8 +37,10 @@ func TestKillResumeDelete(t *testing.T) {
 		states []string
 	)
 	r, err := router.New(router.Config{
-		URL: env.URL, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, IgnoreSignals: true,
-		OnKill: func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() },
+		Connection:    warren.Connection{URL: env.URL},
+		Subscriber:    router.SubscriberConfig{OnKill: func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() }},
+		Topology:      topology.Config{Delay: env.Delay(topology.Delay{})},
+		IgnoreSignals: true,
 	}, env.Logger())
 	require.NoError(t, err)
 	defer r.Close()

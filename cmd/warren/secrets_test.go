@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
@@ -127,26 +128,26 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 					assert.Contains(t, err.Error(), "gave up after "+limit.String(), "%s %q", what, raw)
 				}
 			}
-			_, err := router.New(router.Config{URL: raw, ConnectTimeout: limit}, nil)
-			check("router.New", "router: Config.URL", err)
-			_, err = dlx.NewPublisher(dlx.Config{URL: raw, ConnectTimeout: limit}, nil)
-			check("dlx.NewPublisher", "dlx: Config.URL", err)
-			sub, err := router.NewSubscriber(router.SubscriberConfig{URL: raw, ConnectTimeout: limit}, nil)
+			_, err := router.New(router.Config{Connection: warren.Connection{URL: raw, ConnectTimeout: limit}}, nil)
+			check("router.New", "router: Config.Connection.URL", err)
+			_, err = dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: raw, ConnectTimeout: limit}}, nil)
+			check("dlx.NewPublisher", "dlx: Config.Connection.URL", err)
+			sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: raw, ConnectTimeout: limit}}, nil)
 			if err == nil {
 				err = sub.SubscribeInitialize("q")
 				_ = sub.Close()
 			}
-			check("router.NewSubscriber", "router: SubscriberConfig.URL", err)
-			k, err := router.NewKiller(router.KillerConfig{URL: raw, Timeout: limit}, nil)
+			check("router.NewSubscriber", "router: SubscriberConfig.Connection.URL", err)
+			k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: raw}, PublishTimeout: limit}, nil)
 			if err == nil {
 				err = k.Kill(context.Background(), "q", router.Stop)
 			}
-			check("router.NewKiller", "router: KillerConfig.URL", err)
+			check("router.NewKiller", "router: KillerConfig.Connection.URL", err)
 			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
 			require.NoError(t, err)
-			check("Builder.Apply", "topology: apply: url", b.Apply(context.Background(), raw, topology.Topology{}))
+			check("Builder.Apply", "topology: apply: Connection.URL", b.Apply(context.Background(), warren.Connection{URL: raw, ConnectTimeout: limit}, topology.Topology{}))
 			out, err := cli("--url", raw, "--timeout", limit.String(), "kill", "q")
-			check("warren kill", "KillerConfig.URL", err)
+			check("warren kill", "KillerConfig.Connection.URL", err)
 			for _, part := range secretParts {
 				assert.NotContains(t, out, part, "warren --url %q: %s", raw, out)
 			}

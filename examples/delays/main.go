@@ -58,7 +58,7 @@ func run(url string) error {
 		}
 		return dlx.ToQueue(topic)
 	}
-	pub, err := dlx.NewPublisher(dlx.Config{URL: url, Topology: tcfg, Declare: top, Route: route}, logger)
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: url}, Topology: tcfg, Declare: top, Route: route}, logger)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/router"
 )
@@ -44,10 +45,11 @@ func main() {
 // worker runs 4 consumers until SIGTERM and prints what they do about the kill topic.
 func worker(url string) error {
 	r, err := router.New(router.Config{
-		URL: url, IgnoreSignals: true,
-		OnKill: func(e router.KillEvent) {
+		Connection: warren.Connection{URL: url},
+		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) {
 			fmt.Printf("%s %s %d\n", e.Handler, e.State, e.At.UnixNano())
-		},
+		}},
+		IgnoreSignals: true,
 	}, watermill.NopLogger{})
 	if err != nil {
 		return err
@@ -129,12 +131,12 @@ func demo(url string) error {
 		}
 	}()
 
-	pub, err := dlx.NewPublisher(dlx.Config{URL: url}, watermill.NopLogger{})
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: url}}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	killer, err := router.NewKiller(router.KillerConfig{URL: url}, watermill.NopLogger{})
+	killer, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: url}}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}

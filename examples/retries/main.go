@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
@@ -51,8 +52,8 @@ func main() {
 
 func run(url string, delays []time.Duration) error {
 	r, err := router.New(router.Config{
-		URL:   url,
-		Retry: middleware.BackoffConfig{Delays: delays}, // then poison: len(delays)+1 attempts
+		Connection: warren.Connection{URL: url},
+		Retry:      middleware.BackoffConfig{Delays: delays}, // then poison: len(delays)+1 attempts
 	}, watermill.NopLogger{})
 	if err != nil {
 		return err

@@ -1,20 +1,27 @@
 // Package amqpx is warren's shared plumbing for talking to RabbitMQ: every call to the broker
-// goes through Retry (cenkalti/backoff/v4 with a time limit), connections are opened by Dial,
-// channel operations that have no context of their own are bounded by Do, and RedactURL and
-// RedactError keep a URL's password out of every error, log line and help text.
+// goes through Retry (cenkalti/backoff/v4 with a time limit), connections are opened by Dial
+// (or a Dialer, which reports them), and channel operations that have no context of their own
+// are bounded by Do.
 package amqpx
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	neturl "net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpurl"
 )
 
 // Permanent marks err as not worth retrying: Retry returns it at once.
@@ -93,73 +100,108 @@ const FrameSize = 131072
 // DialTimeout bounds Dial when its context has no earlier deadline.
 const DialTimeout = 30 * time.Second
 
-// Dial opens a connection to url: one AMQP URL, or several separated by commas (the nodes
-// of a cluster), tried in a random order until one answers, each with an equal share of
-// the time left. The TCP connect and the AMQP handshake (TLS included) are bounded
-// together by ctx's deadline or DialTimeout, whichever is earlier, and end at once when ctx
-// is cancelled; name is shown in the broker's connection list. An error never contains a
-// password; a url that does not parse is a Permanent error. The connection is guarded (see
-// GuardConn): no message can make the client library close it; and its writes are
-// gathered (see BatchConn).
-func Dial(ctx context.Context, url, name string) (*amqp.Connection, error) {
-	if err := CheckURL(url); err != nil {
-		return nil, Permanent(err)
+// Dial opens a connection as c says: to one of the nodes of c.URL, tried in a random order
+// until one answers, each with an equal share of the time left. The TCP connect and the AMQP
+// handshake (TLS included) are bounded together by ctx's deadline or DialTimeout, whichever
+// is earlier, and end at once when ctx is cancelled; name is shown in the broker's connection
+// list. It returns the address of the node connected to. An error never contains a password;
+// a c.URL that does not parse is a Permanent error. The connection is guarded (see
+// GuardConn): no message can make the client library close it; and its writes are gathered
+// (see BatchConn).
+func Dial(ctx context.Context, c warren.Connection, name string) (conn *amqp.Connection, node string, err error) {
+	if err := amqpurl.Check(c.URL); err != nil {
+		return nil, "", Permanent(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	urls := SplitURLs(url)
+	urls := amqpurl.Split(c.URL)
 	if len(urls) == 1 {
-		return dialOne(ctx, url, name)
+		return dialOne(ctx, c, urls[0], name)
 	}
 	deadline, _ := ctx.Deadline()
 	var errs []error
 	for i, n := range rand.Perm(len(urls)) {
 		share := time.Until(deadline) / time.Duration(len(urls)-i)
 		attempt, cancelAttempt := context.WithTimeout(ctx, share)
-		conn, err := dialOne(attempt, urls[n], name)
+		conn, node, err := dialOne(attempt, c, urls[n], name)
 		cancelAttempt()
 		if err == nil {
-			return conn, nil
+			return conn, node, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", RedactURL(urls[n]), err))
+		errs = append(errs, fmt.Errorf("%s: %w", amqpurl.Redact(urls[n]), err))
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
+	return nil, "", fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
 }
 
 // dialOne is Dial for one URL; ctx has a deadline.
-func dialOne(ctx context.Context, url, name string) (*amqp.Connection, error) {
+func dialOne(ctx context.Context, c warren.Connection, url, name string) (*amqp.Connection, string, error) {
 	deadline, _ := ctx.Deadline()
-	props := amqp.NewConnectionProperties()
-	props.SetClientConnectionName(name)
+	uri, err := amqp.ParseURI(url)
+	if err != nil {
+		return nil, "", Permanent(amqpurl.RedactError(url, err))
+	}
+	cfg := c.AMQP
+	cfg.Properties = amqp.Table{}
+	for k, v := range c.AMQP.Properties {
+		cfg.Properties[k] = v
+	}
+	if prefix, ok := cfg.Properties["connection_name"].(string); ok && prefix != "" {
+		name = prefix + " " + name
+	}
+	cfg.Properties.SetClientConnectionName(name)
+	if cfg.Locale == "" {
+		cfg.Locale = "en_US"
+	}
+	cfg.FrameSize = FrameSize
+	var tlsConfig *tls.Config
+	if uri.Scheme == "amqps" {
+		// amqp091 would put TLS around the guarded socket; warren puts it underneath.
+		tlsConfig = &tls.Config{}
+		if c.TLS != nil {
+			tlsConfig = c.TLS.Clone()
+		}
+		if tlsConfig.ServerName == "" {
+			tlsConfig.ServerName = cmp.Or(uri.ServerName, uri.Host)
+		}
+		u, err := neturl.Parse(url) // checked: it parses
+		if err != nil {
+			return nil, "", Permanent(amqpurl.RedactError(url, err))
+		}
+		u.Scheme, u.Host = "amqp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+		url = u.String()
+	}
 	var (
 		addr string
 		stop func() bool // stops cutting the handshake short when ctx ends
 		sock net.Conn    // what amqp091 was given
 	)
-	conn, err := amqp.DialConfig(url, amqp.Config{
-		Heartbeat:  10 * time.Second,
-		Locale:     "en_US",
-		Properties: props,
-		FrameSize:  FrameSize,
-		Dial: func(network, address string) (net.Conn, error) {
-			addr = address
-			c, err := (&net.Dialer{}).DialContext(ctx, network, address)
-			if err != nil {
-				return nil, err
-			}
-			// amqp091 clears the deadline once the handshake is complete.
-			if err := c.SetDeadline(deadline); err != nil {
+	cfg.Dial = func(network, address string) (net.Conn, error) {
+		addr = address
+		c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		// amqp091 clears the deadline once the handshake is complete.
+		if err := c.SetDeadline(deadline); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+		if tlsConfig != nil {
+			tc := tls.Client(c, tlsConfig)
+			if err := tc.HandshakeContext(ctx); err != nil {
 				_ = c.Close()
-				return nil, err
+				return nil, fmt.Errorf("TLS handshake with %s: %w", address, err)
 			}
-			stop = context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
-			sock = GuardConn(BatchConn(c), FrameSize)
-			return sock, nil
-		},
-	})
+			c = tc
+		}
+		sock = GuardConn(BatchConn(c), FrameSize)
+		return sock, nil
+	}
+	conn, err := amqp.DialConfig(url, cfg)
 	if err != nil && sock != nil {
 		_ = sock.Close() // amqp091 does not always close it when the handshake fails
 	}
@@ -177,9 +219,9 @@ func dialOne(ctx context.Context, url, name string) (*amqp.Connection, error) {
 		}
 	}
 	if err != nil {
-		return nil, RedactError(url, err)
+		return nil, "", amqpurl.RedactError(url, err)
 	}
-	return conn, nil
+	return conn, addr, nil
 }
 
 // CloseTimeout bounds Close.

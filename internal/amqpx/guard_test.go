@@ -64,7 +64,7 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 				t.Fatal("an unguarded connection survived the hostile header: the fixture is not hostile")
 			}
 
-			conn, err := amqpx.Dial(t.Context(), env.URL, "guard test")
+			conn, _, err := amqpx.Dial(t.Context(), env.Connection(), "guard test")
 			require.NoError(t, err)
 			defer conn.Close()
 			ch, err := conn.Channel()
@@ -99,7 +99,7 @@ func TestGuardedConnectionKeepsReadableHeaders(t *testing.T) {
 	for i, h := range fixtures {
 		publishRaw(t, env, queue, h, strconv.Itoa(i))
 	}
-	conn, err := amqpx.Dial(t.Context(), env.URL, "guard test")
+	conn, _, err := amqpx.Dial(t.Context(), env.Connection(), "guard test")
 	require.NoError(t, err)
 	defer conn.Close()
 	ch, err := conn.Channel()

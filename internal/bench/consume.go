@@ -12,6 +12,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -110,7 +111,7 @@ func consumeWarren(queue string, delay topology.Delay) (time.Duration, error) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 	defer tp.Shutdown(context.Background())
-	r, err := router.New(router.Config{URL: *url, Topology: tcfg, TracerProvider: tp, IgnoreSignals: true}, nil)
+	r, err := router.New(router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, IgnoreSignals: true}, nil)
 	if err != nil {
 		return 0, err
 	}

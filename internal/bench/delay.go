@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
@@ -52,7 +53,7 @@ func runDelay(typ topology.QueueType) delayStats {
 	defer cleanupDelay(layout)
 	defer cleanup(testenv.WorkQueueNames(q))
 
-	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: cfg}, nil)
+	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: *url}, Topology: cfg}, nil)
 	must(err)
 	defer p.Close()
 	must(p.Publish(q)) // declare the destination

@@ -17,6 +17,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
@@ -97,7 +98,7 @@ func benchKill() {
 	}
 	await(func() bool { mu.Lock(); defer mu.Unlock(); return ready == *killProcs })
 
-	pub, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: config(delay)}, nil)
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: *url}, Topology: config(delay)}, nil)
 	must(err)
 	defer pub.Close()
 	stop := make(chan struct{})
@@ -114,7 +115,7 @@ func benchKill() {
 	})
 	defer func() { close(stop); pwg.Wait() }()
 
-	killer, err := router.NewKiller(router.KillerConfig{URL: *url}, nil)
+	killer, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: *url}}, nil)
 	must(err)
 	n := *killProcs * consumers
 	var lat []float64
@@ -151,9 +152,10 @@ func killChild() {
 		fmt.Printf(format+"\n", args...)
 	}
 	r, err := router.New(router.Config{
-		URL: *url, IgnoreSignals: true,
-		Topology: config(topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}),
-		OnKill:   func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) },
+		Connection:    warren.Connection{URL: *url},
+		Subscriber:    router.SubscriberConfig{OnKill: func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) }},
+		IgnoreSignals: true,
+		Topology:      config(topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}),
 	}, nil)
 	must(err)
 	n, _ := strconv.Atoi(os.Getenv("CONSUMERS"))

@@ -17,6 +17,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
@@ -63,10 +65,10 @@ func main() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	conn, err := amqpx.Dial(ctx, *url, "warren bench")
+	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: *url}, "warren bench")
 	cancel()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: no broker at %s (run `make broker`): %v\n", amqpx.RedactURL(*url), err)
+		fmt.Fprintf(os.Stderr, "bench: no broker at %s (run `make broker`): %v\n", amqpurl.Redact(*url), err)
 		os.Exit(1)
 	}
 	conn.Close()
@@ -123,7 +125,7 @@ func name(what string) string {
 
 // dialChannel connects to the broker and opens a channel; closing conn closes both.
 func dialChannel() (*amqp.Connection, *amqp.Channel, error) {
-	conn, err := amqp.Dial(amqpx.SplitURLs(*url)[0]) // raw contenders use the first node
+	conn, err := amqp.Dial(amqpurl.Split(*url)[0]) // raw contenders use the first node
 	if err != nil {
 		return nil, nil, err
 	}

@@ -221,7 +221,7 @@ func publishRawGoroutines(q string, body []byte) (time.Duration, error) {
 }
 
 func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
-	p, err := dlx.NewPublisher(dlx.Config{URL: *url, Topology: config(delay)}, nil)
+	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: *url}, Topology: config(delay)}, nil)
 	if err != nil {
 		return 0, err
 	}

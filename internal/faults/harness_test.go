@@ -27,6 +27,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -126,7 +127,7 @@ func consumerMain() int {
 	}
 	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
 	r, err := router.New(router.Config{
-		URL:           os.Getenv(childURL),
+		Connection:    warren.Connection{URL: os.Getenv(childURL)},
 		Topology:      topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
 		Retry:         middleware.BackoffConfig{Delays: retryDelays},
 		IgnoreSignals: true,
@@ -502,7 +503,7 @@ func (h *harness) mark() {
 // the test process, with the default configuration: h.size messages, or more while the
 // stream is held (see hold).
 func (h *harness) stream() {
-	pub, err := dlx.NewPublisher(dlx.Config{URL: h.node.URL(), Topology: topology.Config{Delay: h.delay}},
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: h.node.URL()}, Topology: topology.Config{Delay: h.delay}},
 		h.logger("publisher"))
 	if err != nil {
 		h.t.Fatalf("dlx.NewPublisher: %v", err)
@@ -795,7 +796,7 @@ func (h *harness) finish() {
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	inFlight := router.Config{}.WithDefaults().Concurrency * consumers
+	inFlight := router.Config{}.WithDefaults().Subscriber.Concurrency * consumers
 	r := result{
 		published: len(h.published), processed: len(h.oks), poisoned: len(poisonIDs), poisonDups: poisonDups,
 		inFlight: inFlight, faults: len(h.marks), dupLimit: inFlight * len(h.marks),

@@ -15,6 +15,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/topology"
 )
@@ -53,9 +55,9 @@ func NewAt(t testing.TB, url string) *Env {
 	// not answer still fails the test.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	conn, err := amqpx.Dial(ctx, url, "warren test "+t.Name())
+	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: url}, "warren test "+t.Name())
 	if err != nil {
-		t.Fatalf("no RabbitMQ at %s (start it with `make broker`): %v", amqpx.RedactURL(url), err)
+		t.Fatalf("no RabbitMQ at %s (start it with `make broker`): %v", amqpurl.Redact(url), err)
 	}
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -63,6 +65,9 @@ func NewAt(t testing.TB, url string) *Env {
 	t.Cleanup(e.cleanup)
 	return e
 }
+
+// Connection is the Connection to the Env's broker.
+func (e *Env) Connection() warren.Connection { return warren.Connection{URL: e.URL} }
 
 // Name returns a name of this test's own, registered for nothing.
 func (e *Env) Name(what string) string {
@@ -167,7 +172,7 @@ func (e *Env) cleanup() {
 func DeleteAt(url string, queues, exchanges []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := amqpx.Dial(ctx, url, "warren cleanup")
+	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: url}, "warren cleanup")
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,6 @@
-package amqpx
+// Package amqpurl is the grammar of warren's broker addresses: one AMQP URL, or several
+// separated by commas, checked, split, and shown without their passwords.
+package amqpurl
 
 import (
 	"errors"
@@ -30,10 +32,10 @@ func secretSpan(raw string) (start, end int, ok bool) {
 	return from + colon + 1, at, true
 }
 
-// SplitURLs returns the URLs of raw: one AMQP URL, or several separated by commas. A comma
+// Split returns the URLs of raw: one AMQP URL, or several separated by commas. A comma
 // starts a new URL only where "amqp://" or "amqps://" follows it (spaces between allowed),
 // so that a password may hold commas.
-func SplitURLs(raw string) []string {
+func Split(raw string) []string {
 	var urls []string
 	for _, part := range strings.Split(raw, ",") {
 		start := strings.ToLower(strings.TrimSpace(part))
@@ -46,11 +48,11 @@ func SplitURLs(raw string) []string {
 	return urls
 }
 
-// RedactURL returns raw with every password replaced by "xxxxx", whether or not raw parses:
+// Redact returns raw with every password replaced by "xxxxx", whether or not raw parses:
 // "amqp://guest:xxxxx@host:5672/". A URL without a password is returned as it is; a list
-// (see SplitURLs) is returned as a list, each URL redacted.
-func RedactURL(raw string) string {
-	urls := SplitURLs(raw)
+// (see Split) is returned as a list, each URL redacted.
+func Redact(raw string) string {
+	urls := Split(raw)
 	for i, u := range urls {
 		if start, end, ok := secretSpan(u); ok {
 			urls[i] = u[:start] + redacted + u[end:]
@@ -59,16 +61,16 @@ func RedactURL(raw string) string {
 	return strings.Join(urls, ",")
 }
 
-// CheckURL returns nil if raw is a usable AMQP URL, and otherwise the reason, which never
+// Check returns nil if raw is a usable AMQP URL, and otherwise the reason, which never
 // contains raw's password. Unlike amqp091's ParseURI, it refuses a URL without "//" after
 // the scheme ("amqp:user:pass@host"), which ParseURI takes for the local broker as guest,
 // a password whose unescaped '/' made the rest of it a path ("amqp://u:12/x@host", which
 // ParseURI takes for host "u", port 12), and a host with two ports ("host:5672:5672").
-func CheckURL(raw string) error {
-	urls := SplitURLs(raw)
+func Check(raw string) error {
+	urls := Split(raw)
 	if len(urls) > 1 {
 		for i, u := range urls {
-			if err := CheckURL(u); err != nil {
+			if err := Check(u); err != nil {
 				return fmt.Errorf("URL %d of %d: %w", i+1, len(urls), err)
 			}
 		}
@@ -79,14 +81,14 @@ func CheckURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Opaque != "" || !strings.Contains(raw, "://") {
-		return errors.New(`URL must start with "amqp://" or "amqps://": ` + RedactURL(raw))
+		return errors.New(`URL must start with "amqp://" or "amqps://": ` + Redact(raw))
 	}
 	if u.User == nil && strings.Contains(raw[strings.Index(raw, "://"):], "@") {
 		return fmt.Errorf(`URL %s: the user and password end before the '@' (a '/', '?' or '#' in them must be `+
-			`percent-encoded)`, RedactURL(raw))
+			`percent-encoded)`, Redact(raw))
 	}
 	if strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "[") {
-		return fmt.Errorf("URL %s: host %q has more than one port", RedactURL(raw), u.Host)
+		return fmt.Errorf("URL %s: host %q has more than one port", Redact(raw), u.Host)
 	}
 	return nil
 }
@@ -102,7 +104,7 @@ func RedactError(raw string, err error) error {
 		return nil
 	}
 	text := err.Error()
-	for _, u := range SplitURLs(raw) {
+	for _, u := range Split(raw) {
 		if start, end, ok := secretSpan(u); ok {
 			text = redactText(text, u[start:end])
 		}

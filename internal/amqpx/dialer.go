@@ -1,0 +1,67 @@
+package amqpx
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+)
+
+// Dialer opens the connections of one component (one after the other: a connection, then
+// another once it is lost) and reports them: to Connection.OnEvent and to the logger,
+// connected, reconnecting (lost) and failed over (connected again, to another node).
+type Dialer struct {
+	conn   warren.Connection
+	name   string
+	logger watermill.LoggerAdapter
+
+	mu   sync.Mutex
+	last string // the node of the last connection
+}
+
+// NewDialer returns a Dialer of the connections named name (see Dial), opened as c says.
+func NewDialer(c warren.Connection, name string, logger watermill.LoggerAdapter) *Dialer {
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Dialer{conn: c, name: name, logger: logger}
+}
+
+// Dial opens a connection (see the function Dial) and reports it; once it is lost other
+// than by being closed, that is reported too.
+func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
+	conn, node, err := Dial(ctx, d.conn, d.name)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	previous := d.last
+	d.last = node
+	d.mu.Unlock()
+	fields := watermill.LogFields{"connection": d.name, "node": node}
+	ev := warren.ConnectionEvent{State: warren.Connected, Name: d.name, Node: node}
+	if previous != "" && previous != node {
+		ev.State, ev.Previous = warren.FailedOver, previous
+		fields["previous"] = previous
+	}
+	d.logger.Info("Broker "+string(ev.State), fields)
+	d.emit(ev)
+
+	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
+	go func() { // ends when the connection does: amqp091 closes lost then
+		if err, ok := <-lost; ok && err != nil {
+			d.logger.Error("Broker connection lost; reconnecting", err, watermill.LogFields{"connection": d.name, "node": node})
+			d.emit(warren.ConnectionEvent{State: warren.Reconnecting, Name: d.name, Node: node, Err: err})
+		}
+	}()
+	return conn, nil
+}
+
+func (d *Dialer) emit(ev warren.ConnectionEvent) {
+	if d.conn.OnEvent != nil {
+		d.conn.OnEvent(ev)
+	}
+}
