@@ -44,9 +44,9 @@ const (
 	// ClientLocal places the leader on the node the declaring connection is connected to
 	// (RabbitMQ's default).
 	ClientLocal LeaderLocator = "client-local"
-	// Balanced places the leader on the node with the fewest quorum queue leaders (on a
-	// random node once the cluster has 1,000 queues or more: RabbitMQ's
-	// queue_count_start_random_selection).
+	// Balanced places the leader on the running node that leads the fewest queues, or on
+	// a random one once the broker has 1,000 queues or more (RabbitMQ's
+	// queue_count_start_random_selection; so on 3.10.8 and 4.0.5).
 	Balanced LeaderLocator = "balanced"
 )
 
