@@ -235,9 +235,11 @@ func (b *Builder) QueueType(q Queue) QueueType {
 }
 
 // QueueArgs are the arguments warren declares work queue q with. A quorum work queue has an
-// explicit delivery limit and dead-letters into its poison queue at least once (which needs
-// x-overflow reject-publish). A classic one is declared with no x-queue-type, as earlier
-// versions of warren did, so that their queues are declared again unchanged.
+// explicit delivery limit, dead-letters into its poison queue at least once (which needs
+// x-overflow reject-publish) and has Config.LeaderLocator as x-queue-leader-locator, if set
+// (an x-queue-leader-locator in q.Args wins). A classic one is declared with no
+// x-queue-type, as earlier versions of warren did, so that their queues are declared again
+// unchanged.
 func (b *Builder) QueueArgs(q Queue) amqp.Table {
 	limit := q.DeliveryLimit
 	if limit == 0 {
@@ -254,17 +256,36 @@ func (b *Builder) QueueArgs(q Queue) amqp.Table {
 		args["x-delivery-limit"] = int64(limit)
 		args["x-dead-letter-strategy"] = "at-least-once"
 		args[amqp.QueueOverflowArg] = amqp.QueueOverflowRejectPublish
+		args = withLeaderLocator(args, b.leaderLocator(q))
+	}
+	return args
+}
+
+// leaderLocator is the leader locator of quorum work queue q and its poison queue: the
+// x-queue-leader-locator of q.Args, else Config.LeaderLocator.
+func (b *Builder) leaderLocator(q Queue) LeaderLocator {
+	if v, ok := q.Args[leaderLocatorArg].(string); ok {
+		return LeaderLocator(v)
+	}
+	return b.cfg.LeaderLocator
+}
+
+// withLeaderLocator sets x-queue-leader-locator in the arguments of a quorum queue, unless
+// l is "" (the broker's default) or args have one already. It returns args.
+func withLeaderLocator(args amqp.Table, l LeaderLocator) amqp.Table {
+	if _, ok := args[leaderLocatorArg]; !ok && l != "" {
+		args[leaderLocatorArg] = string(l)
 	}
 	return args
 }
 
 // poisonArgs are the arguments of the poison queue of work queue q: of q's type and, quorum,
 // without a delivery limit (see unlimited), not the work queue's: a poison message is there
-// to be browsed and must never be dropped however often it is. A classic one has no
-// arguments, as earlier versions of warren declared it.
+// to be browsed and must never be dropped however often it is; it has the work queue's
+// leader locator. A classic one has no arguments, as earlier versions of warren declared it.
 func (b *Builder) poisonArgs(q Queue) amqp.Table {
 	if b.QueueType(q) == Quorum {
-		return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": unlimited}
+		return withLeaderLocator(amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": unlimited}, b.leaderLocator(q))
 	}
 	return amqp.Table{}
 }
@@ -354,7 +375,7 @@ func declareError(o object, err error) error {
 			m.Argument = "argument " + amqp.QueueTypeArg
 		}
 	}
-	m.Hint = hint(o, m.Existing)
+	m.Hint = hint(o, m.Existing, arg)
 	return m
 }
 
@@ -382,11 +403,19 @@ func existingType(declared QueueType, arg, reason string) QueueType {
 }
 
 // hint says what to do about object o existing with other arguments (of type existing, when
-// that is the difference).
-func hint(o object, existing QueueType) string {
+// that is the difference; arg names the argument that differs, when the broker said).
+func hint(o object, existing QueueType, arg string) string {
 	switch {
 	case o.what == "exchange":
 		return "declare it as it is (Exchange.Kind, Exchange.Args), or delete it and let warren declare it again"
+	case arg == leaderLocatorArg && o.role == levelQueue:
+		return "the leader locator only places a queue when it is created: set Delay.LeaderLocator (or Config.LeaderLocator) " +
+			`to the one the levels have ("" for none; a policy or the node's queue_leader_locator places new queues ` +
+			"without an argument), or delete the delay levels of this name (once empty) and let warren declare them again"
+	case arg == leaderLocatorArg:
+		return "the leader locator only places a queue when it is created: set Config.LeaderLocator (or x-queue-leader-locator " +
+			`in Queue.Args) to the one the queue has ("" for none; a policy or the node's queue_leader_locator places new ` +
+			"queues without an argument); `rabbitmq-queues rebalance quorum` moves existing leaders"
 	case o.role == levelQueue && existing != "":
 		return fmt.Sprintf("set Delay.QueueType to topology.%s, or choose another Delay.Prefix", constName(existing))
 	case o.role == levelQueue:

@@ -70,6 +70,14 @@ type Delay struct {
 	// dead-letter at most once: a broker crash loses messages that were moving between
 	// levels (see Config.QueueType).
 	QueueType QueueType
+	// LeaderLocator of the quorum level and parking queues: Balanced spreads their leaders
+	// over a cluster, so that one node does not carry every hop of every delayed message.
+	// Within a Config it defaults to Config.LeaderLocator, on its own to "" (no
+	// x-queue-leader-locator: the broker's default, client-local unless a policy or the
+	// node's queue_leader_locator setting says otherwise). Levels that exist without it
+	// (or with another value) are refused when declared with it: see Config.LeaderLocator.
+	// Not set on classic levels.
+	LeaderLocator LeaderLocator
 	// Disabled declares no delay levels; delayed publishing is then an error.
 	Disabled bool
 }
@@ -112,6 +120,9 @@ func (d Delay) Validate() error {
 		return fmt.Errorf("topology: Delay.Levels %d is less than 1", d.Levels)
 	case d.QueueType != Classic && d.QueueType != Quorum:
 		return fmt.Errorf("topology: Delay.QueueType %q is neither %q nor %q", d.QueueType, Classic, Quorum)
+	}
+	if err := validLeaderLocator("Delay.LeaderLocator", d.LeaderLocator); err != nil {
+		return err
 	}
 	top := float64(d.Radix-1) * math.Pow(float64(d.Radix), float64(d.Levels-1)) * float64(d.Unit.Milliseconds())
 	if top > maxTTL {
@@ -202,10 +213,10 @@ const unlimited = int64(math.MaxInt32)
 // explicitly, whatever the broker's default queue type. Classic ones are version 2
 // (x-queue-version, RabbitMQ 3.10+; the only version from 4.3): on version 1, measured here,
 // level queues stalled for hundreds of milliseconds at a time and delivered late by up to
-// 2 s (see the README).
+// 2 s (see the README). Quorum ones carry the leader locator, if any.
 func (d Delay) typeArgs() amqp.Table {
 	if d.QueueType == Quorum {
-		return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
+		return withLeaderLocator(amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}, d.LeaderLocator)
 	}
 	return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic, amqp.QueueVersionArg: int32(2)}
 }

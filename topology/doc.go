@@ -20,6 +20,19 @@
 // levels. Classic gives up what Config.QueueType lists: delayed messages and retries lost
 // when the broker crashes (measured: 195 of 400), no delivery limit, one node.
 //
+// # Leader placement
+//
+// A quorum queue's leader is placed once, when the queue is created: by default on the node
+// the declaring connection is connected to (client-local), so one process declaring
+// everything puts every leader on one node. Config.LeaderLocator Balanced (Delay.LeaderLocator
+// for the levels alone) declares x-queue-leader-locator: balanced on the quorum queues
+// warren declares, which places each new leader on the node with the fewest. It is off by
+// default: RabbitMQ (3.10.8 and 4.0.5, measured) refuses to declare a queue again with
+// another x-queue-leader-locator than it has, including none, so queues that exist would be
+// refused. For those, a queue-leader-locator policy or the node setting
+// queue_leader_locator = balanced spreads new queues without an argument, and
+// `rabbitmq-queues rebalance quorum` moves existing leaders. Classic queues never get it.
+//
 // # Work queues
 //
 // Declaring a work queue Q declares:

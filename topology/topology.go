@@ -31,6 +31,28 @@ const (
 	Quorum  QueueType = amqp.QueueTypeQuorum
 )
 
+// LeaderLocator says on which node of a cluster RabbitMQ places the leader of a quorum queue
+// when it creates the queue: the queue argument x-queue-leader-locator. It applies to the
+// quorum queues warren declares (work, poison, delay level and parking queues), never to
+// classic ones; see Config.LeaderLocator.
+type LeaderLocator string
+
+// Leader locators. The empty LeaderLocator, the default, declares no x-queue-leader-locator:
+// the broker decides (a queue-leader-locator policy, else the node's queue_leader_locator
+// setting, else client-local).
+const (
+	// ClientLocal places the leader on the node the declaring connection is connected to
+	// (RabbitMQ's default).
+	ClientLocal LeaderLocator = "client-local"
+	// Balanced places the leader on the running node that leads the fewest queues, or on
+	// a random one once the broker has 1,000 queues or more (RabbitMQ's
+	// queue_count_start_random_selection; so on 3.10.8 and 4.0.5).
+	Balanced LeaderLocator = "balanced"
+)
+
+// leaderLocatorArg is the queue argument of a LeaderLocator.
+const leaderLocatorArg = "x-queue-leader-locator"
+
 // Exchange is a durable exchange.
 type Exchange struct {
 	Name string
@@ -139,6 +161,29 @@ type Config struct {
 	// queue this many times is dead-lettered into the poison queue. Default 20 (declared
 	// explicitly: RabbitMQ 4.0 applies 20 by default, earlier versions none).
 	DeliveryLimit int
+	// LeaderLocator of the quorum queues warren declares: work queues (unless Queue.Args set
+	// x-queue-leader-locator), their poison queues, and the delay level and parking queues
+	// unless Delay.LeaderLocator is set. Balanced spreads the leaders over a cluster (on
+	// one node it changes nothing); ClientLocal puts them on the node the declaring
+	// connection is connected to. Default "": no x-queue-leader-locator, the broker decides
+	// (a queue-leader-locator policy, else the node's queue_leader_locator setting in
+	// rabbitmq.conf, else client-local; a policy wins over the argument too).
+	//
+	// Default "" because the broker compares the argument when a queue is declared again:
+	// measured on RabbitMQ 3.10.8 and 4.0.5, a quorum queue that exists without it is
+	// refused (PRECONDITION_FAILED, inequivalent arg 'x-queue-leader-locator') when declared
+	// with it, and one that exists with it when declared without it or with the other
+	// value, so a default would break every deployment whose queues already exist. With
+	// queues that already exist, leave it "" and spread new queues with the node setting
+	// queue_leader_locator = balanced, or a policy (neither is an argument, so neither is
+	// compared); `rabbitmq-queues rebalance quorum` moves the leaders of existing queues. A
+	// queue refused for it gives a *MismatchError naming x-queue-leader-locator.
+	//
+	// Classic queues are declared without it: RabbitMQ 3.10.8 refuses x-queue-leader-locator
+	// on a classic queue, and warren does not set the classic x-queue-master-locator either
+	// (a classic queue lives on one node; 3.10.8 answers x-queue-master-locator balanced
+	// with a connection error).
+	LeaderLocator LeaderLocator
 	// ExchangeKind of exchanges that do not set one. Default topic.
 	ExchangeKind Kind
 	// Timeout bounds each call to the broker. Default 30s.
@@ -152,6 +197,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Delay.QueueType == "" {
 		c.Delay.QueueType = c.QueueType
+	}
+	if c.Delay.LeaderLocator == "" {
+		c.Delay.LeaderLocator = c.LeaderLocator
 	}
 	c.Delay = c.Delay.WithDefaults()
 	if c.DeliveryLimit == 0 {
@@ -168,6 +216,10 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first field of c (with defaults applied) that is not usable.
 func (c Config) Validate() error {
+	// Config.LeaderLocator first: Delay.LeaderLocator inherits it.
+	if err := validLeaderLocator("Config.LeaderLocator", c.LeaderLocator); err != nil {
+		return err
+	}
 	c = c.WithDefaults()
 	if err := c.Delay.Validate(); err != nil {
 		return err
@@ -243,6 +295,14 @@ func validKind(field string, k Kind) error {
 		return nil
 	}
 	return fmt.Errorf("topology: %s %q is not one of direct, fanout, topic, headers", field, k)
+}
+
+func validLeaderLocator(field string, l LeaderLocator) error {
+	switch l {
+	case "", ClientLocal, Balanced:
+		return nil
+	}
+	return fmt.Errorf("topology: %s %q is not one of \"\" (the broker's default), %q, %q", field, l, ClientLocal, Balanced)
 }
 
 func validQueueType(field string, t QueueType) error {
