@@ -73,14 +73,20 @@ func (g *guardConn) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// fill moves the bytes not looked at yet to the front of arr and reads after them.
+// fill reads after the bytes not looked at yet (raw, a part of arr). When arr has no room
+// for a read after them, they move to its front, in an arr with room for as many again and a
+// read: the bytes a move copies are paid for by as many read since the last one, so that a
+// large frame arriving a few bytes at a time costs linear time, not quadratic.
 func (g *guardConn) fill() error {
-	if need := len(g.raw) + readSize; len(g.arr) < need {
-		g.arr = make([]byte, max(need, 2*len(g.arr)))
+	if cap(g.raw)-len(g.raw) < readSize {
+		if need := 2*len(g.raw) + readSize; len(g.arr) < need {
+			g.arr = make([]byte, max(need, 2*len(g.arr)))
+		}
+		g.raw = g.arr[:copy(g.arr, g.raw)]
 	}
-	k := copy(g.arr, g.raw)
-	n, err := g.Conn.Read(g.arr[k : k+readSize])
-	g.raw = g.arr[:k+n]
+	k := len(g.raw)
+	n, err := g.Conn.Read(g.raw[k : k+readSize])
+	g.raw = g.raw[:k+n]
 	return err
 }
 
