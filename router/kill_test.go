@@ -524,7 +524,7 @@ func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
 
 func TestKillClockSkewIsValidated(t *testing.T) {
 	_, err := router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Subscriber: router.SubscriberConfig{KillClockSkew: -time.Second}}, nil)
-	assert.ErrorContains(t, err, "Config.KillClockSkew")
+	assert.ErrorContains(t, err, "Config.Subscriber.KillClockSkew")
 	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
 	assert.ErrorContains(t, err, "SubscriberConfig.KillClockSkew")
 }
