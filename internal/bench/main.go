@@ -25,7 +25,7 @@ import (
 )
 
 var (
-	url      = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL")
+	url      = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL, or the URLs of a cluster's nodes separated by commas (raw contenders use the first)")
 	publish  = flag.Int("publish", 20000, "messages per publish run")
 	rounds   = flag.Int("rounds", 5, "publish and consume runs per contender (the median is reported)")
 	window   = flag.Int("window", 256, "messages in flight (raw) / publishing goroutines (warren, watermill-amqp)")
