@@ -80,9 +80,7 @@ func newClusterHarness(t *testing.T, name string) *harness {
 	h.stopConsumer(declarer)
 	h.event("topology declared")
 
-	for range consumers {
-		h.placeConsumer(n2)
-	}
+	h.placeConsumers(n2)
 	for try := 1; ; try++ {
 		pub := h.newPublisher(h.pubURL, fmt.Sprintf("publisher%d", try))
 		at := h.placementNow().publisherNode()
@@ -100,18 +98,28 @@ func newClusterHarness(t *testing.T, name string) *harness {
 	return h
 }
 
-// placeConsumer starts consumer processes on h.routerURL until one has its subscriber
-// connection on node want (placeTries at most; the last one stays wherever it is).
-func (h *harness) placeConsumer(want *testenv.Node) {
-	for try := 1; ; try++ {
-		c := h.startConsumer()
-		c.awaitReady(h.t)
-		at := h.subscriberNode(c)
-		if at == want || try == placeTries {
-			return
+// placeConsumers starts consumer processes on h.routerURL, a batch of consumers+1 at a
+// time, until `consumers` of them have their subscriber connection on node want, and stops
+// the others; after placeTries batches, it keeps the last ones wherever they are.
+func (h *harness) placeConsumers(want *testenv.Node) {
+	kept := 0
+	for try := 1; kept < consumers; try++ {
+		batch := make([]*consumer, consumers+1)
+		for i := range batch {
+			batch[i] = h.startConsumer()
 		}
-		h.t.Logf("consumer %s subscribes on %s, not %s: stopped", c.name, h.label(at), h.label(want))
-		h.stopConsumer(c)
+		for _, c := range batch {
+			c.awaitReady(h.t)
+		}
+		for _, c := range batch {
+			at := h.subscriberNode(c)
+			if kept < consumers && (at == want || try == placeTries) {
+				kept++
+				continue
+			}
+			h.t.Logf("consumer %s subscribes on %s (%s wanted, %d of %d placed): stopped", c.name, h.label(at), h.label(want), kept, consumers)
+			h.stopConsumer(c)
+		}
 	}
 }
 
