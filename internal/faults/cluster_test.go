@@ -66,7 +66,11 @@ func TestClusterKillPublisherNode(t *testing.T) {
 func newClusterHarness(t *testing.T, name string) *harness {
 	h := newLedger(t, name, streamSize)
 	h.cluster = testenv.StartCluster(t, clusterSize)
-	fmt.Printf("cluster case=%s cluster_start_ms=%d\n", name, h.cluster.Started.Milliseconds())
+	version, err := h.cluster.Ctl("version")
+	if err != nil {
+		t.Fatalf("rabbitmqctl version: %v\n%s", err, version)
+	}
+	fmt.Printf("cluster case=%s rabbitmq=%s cluster_start_ms=%d\n", name, strings.TrimSpace(version), h.cluster.Started.Milliseconds())
 	n1, n2, n3 := h.cluster.Nodes[0], h.cluster.Nodes[1], h.cluster.Nodes[2]
 	h.routerURL, h.pubURL = h.cluster.URL(), h.cluster.URL()
 	h.start = time.Now()
@@ -194,12 +198,27 @@ func (h *harness) killDuringStream(role string, victim func(placement) *testenv.
 	pauseDown := h.pauseIn(killed, booting)
 	pauseBoot := h.pauseIn(booting, h.streamEnd)
 	late := h.lateness()
+	// How many of the messages that were published with a delay (into the delay levels) and
+	// that do not always fail were never processed, and how many failed to publish.
+	lostDelayed, errDelayed := 0, 0
+	for id := range h.published {
+		i, _ := parseStreamID(id)
+		if _, ok := h.oks[id]; !ok && delayed(i) && fateOf(i) != failsAlway {
+			lostDelayed++
+		}
+	}
+	for id, ev := range h.history {
+		i, ok := parseStreamID(id)
+		if ok && delayed(i) && !h.published[id] && slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, "publish failed") }) {
+			errDelayed++
+		}
+	}
 	fmt.Printf("cluster case=%s victim=%s(%s) published=%d lost=%d duplicates=%d max_calls=%d resume_max_ms=%d "+
-		"pause_down_ms=%d pause_boot_ms=%d publish_errors=%d publish_max_ms=%d boot_ms=%d "+
+		"lost_delayed=%d pause_down_ms=%d pause_boot_ms=%d publish_errors=%d publish_errors_delayed=%d publish_max_ms=%d boot_ms=%d "+
 		"late_max_ms=%d late_delayed_max_ms=%d late_retry_max_ms=%d late_over_1s=%d late_over_4s=%d "+
 		"leaders_before=%s leaders_after=%s\n",
 		h.name, role, h.label(v), r.published, r.lost, r.duplicates, r.maxCalls, r.resumeMaxMs,
-		pauseDown.Milliseconds(), pauseBoot.Milliseconds(), r.publishErrors, h.pubMax.Milliseconds(),
+		lostDelayed, pauseDown.Milliseconds(), pauseBoot.Milliseconds(), r.publishErrors, errDelayed, h.pubMax.Milliseconds(),
 		booted.Sub(booting).Milliseconds(),
 		late.max.Milliseconds(), late.delayedMax.Milliseconds(), late.retryMax.Milliseconds(), late.over1s, late.over4s,
 		before.leaderCounts(h), after.leaderCounts(h))
