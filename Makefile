@@ -3,7 +3,7 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 FAULTS_TIMEOUT ?= 30m
 
-.PHONY: all broker broker4 demo test test-rabbitmq4 faults bench vet fmt
+.PHONY: all broker broker4 demo test test-rabbitmq4 faults cluster bench vet fmt
 
 all: vet test
 
@@ -35,6 +35,14 @@ test-rabbitmq4: broker4 vet
 faults: broker
 	$(GO) vet -tags faults ./internal/faults/
 	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
+
+## cluster: the cluster cases of the fault suite (internal/faults, build tag cluster): on a 3-node
+## cluster of throwaway nodes, the stream flows from a publisher on one node to routers on another
+## while the work queue's leader, the routers' node or the publisher's node is killed; one line per
+## case, fails on any loss, a failed Publish or a pause over 2 s
+cluster: broker
+	$(GO) vet -tags cluster ./internal/faults/
+	$(GO) test -tags cluster -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
 
 ## bench: throughput and delay accuracy, side by side with raw amqp091-go and watermill-amqp
 bench: broker

@@ -12,5 +12,8 @@
 // a handler was called more than MaxAttempts+1 times for one message, processing did not
 // resume within 2 s of the fault, or duplicates exceed the messages in flight at the faults.
 //
-// The tests are behind the build tag "faults" so that `go test ./...` does not run them.
+// The tests are behind the build tag "faults" so that `go test ./...` does not run them. The
+// cluster cases (`make cluster`, build tag "cluster") run the same stream on a 3-node cluster
+// (testenv.StartCluster) and kill the work queue's leader, the consumers' node or the
+// publisher's node.
 package faults

@@ -1,4 +1,4 @@
-//go:build faults
+//go:build faults || cluster
 
 package faults
 
@@ -183,15 +183,20 @@ func consumerMain() int {
 // harness is one case: a node, consumer processes, the stream, and the ledger of what the
 // consumers did.
 type harness struct {
-	t      *testing.T
-	name   string
-	node   *testenv.Node
-	queue  string
-	delay  topology.Delay
-	logDir string
-	start  time.Time
-	seed   uint64
-	size   int // messages in the stream
+	t       *testing.T
+	name    string
+	node    *testenv.Node    // the node of a single-node case
+	cluster *testenv.Cluster // the cluster of a cluster case (node is nil)
+	// routerURL and pubURL are the URLs the consumer processes and the stream's publisher
+	// are given: the node's, or the cluster's.
+	routerURL, pubURL string
+	pub               *dlx.Publisher // the stream's, when made before stream (see newPublisher)
+	queue             string
+	delay             topology.Delay
+	logDir            string
+	start             time.Time
+	seed              uint64
+	size              int // messages in the stream
 
 	sent        atomic.Int64  // publishes started
 	held        atomic.Bool   // see hold
@@ -211,8 +216,12 @@ type harness struct {
 	successes []success
 	lastOK    time.Time
 	lastCall  time.Time
-	marks     []time.Time // resume is measured from each
-	hostile   []string    // ids of the injected messages
+	pubMax    time.Duration                // the longest Publish call
+	pubAt     map[string]time.Time         // id → when its Publish returned nil
+	delays    map[string]time.Duration     // id → the delay it was published with
+	callFirst map[string]map[int]time.Time // id → attempt → its first handler call
+	marks     []time.Time                  // resume is measured from each
+	hostile   []string                     // ids of the injected messages
 }
 
 type success struct{ called, ok time.Time }
@@ -220,6 +229,23 @@ type success struct{ called, ok time.Time }
 // newHarness starts a node and the consumer processes, and waits until they consume. The
 // stream will have size messages.
 func newHarness(t *testing.T, name string, size int) *harness {
+	h := newLedger(t, name, size)
+	h.node = testenv.StartNode(t)
+	h.routerURL, h.pubURL = h.node.URL(), h.node.URL()
+	h.start = time.Now()
+	t.Logf("logs in %s; delay seed %d", h.logDir, h.seed)
+	for range consumers {
+		h.startConsumer()
+	}
+	for _, c := range h.live() {
+		c.awaitReady(t)
+	}
+	return h
+}
+
+// newLedger returns a harness with its names, empty ledger and log directory, and nothing
+// started.
+func newLedger(t *testing.T, name string, size int) *harness {
 	h := &harness{
 		t: t, name: name, size: size,
 		queue:      "faults." + name,
@@ -232,6 +258,9 @@ func newHarness(t *testing.T, name string, size int) *harness {
 		history:    map[string][]string{},
 		callers:    map[string][]string{},
 		callAt:     map[string]time.Time{},
+		pubAt:      map[string]time.Time{},
+		delays:     map[string]time.Duration{},
+		callFirst:  map[string]map[int]time.Time{},
 	}
 	h.logDir = t.TempDir()
 	if dir := os.Getenv("FAULTS_LOGDIR"); dir != "" { // keep the logs
@@ -239,15 +268,6 @@ func newHarness(t *testing.T, name string, size int) *harness {
 		if err := os.MkdirAll(h.logDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-	h.node = testenv.StartNode(t)
-	h.start = time.Now()
-	t.Logf("logs in %s; delay seed %d", h.logDir, h.seed)
-	for range consumers {
-		h.startConsumer()
-	}
-	for _, c := range h.live() {
-		c.awaitReady(t)
 	}
 	return h
 }
@@ -274,8 +294,13 @@ type consumer struct {
 	waitErr error
 }
 
-// startConsumer starts a consumer process; it does not wait until it consumes.
-func (h *harness) startConsumer() *consumer {
+// startConsumer starts a consumer process on h.routerURL; it does not wait until it
+// consumes.
+func (h *harness) startConsumer() *consumer { return h.startConsumerAt(h.routerURL) }
+
+// startConsumerAt starts a consumer process whose router is given url; it does not wait
+// until it consumes.
+func (h *harness) startConsumerAt(url string) *consumer {
 	h.mu.Lock()
 	c := &consumer{name: fmt.Sprintf("c%d", len(h.consumers)+1), ready: make(chan struct{}), done: make(chan struct{})}
 	h.consumers = append(h.consumers, c)
@@ -292,7 +317,7 @@ func (h *harness) startConsumer() *consumer {
 		h.t.Fatal(err)
 	}
 	c.cmd = exec.Command(exe)
-	c.cmd.Env = append(os.Environ(), childEnv+"="+childValue, childURL+"="+h.node.URL(),
+	c.cmd.Env = append(os.Environ(), childEnv+"="+childValue, childURL+"="+url,
 		childQueue+"="+h.queue, childDelayName+"="+h.delay.Prefix)
 	c.cmd.Stderr = stderr
 	stdout, err := c.cmd.StdoutPipe()
@@ -338,6 +363,14 @@ func (h *harness) record(c *consumer, line string) {
 		close(c.ready)
 	case len(f) == 3 && f[0] == "call":
 		id := f[1]
+		if attempt, err := strconv.Atoi(f[2]); err == nil {
+			if h.callFirst[id] == nil {
+				h.callFirst[id] = map[int]time.Time{}
+			}
+			if _, seen := h.callFirst[id][attempt]; !seen {
+				h.callFirst[id][attempt] = now
+			}
+		}
 		h.calls[id]++
 		h.callAt[c.name+" "+id] = now
 		h.callers[id] = append(h.callers[id], c.name+" "+f[2])
@@ -503,10 +536,9 @@ func (h *harness) mark() {
 // the test process, with the default configuration: h.size messages, or more while the
 // stream is held (see hold).
 func (h *harness) stream() {
-	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: h.node.URL()}, Topology: topology.Config{Delay: h.delay}},
-		h.logger("publisher"))
-	if err != nil {
-		h.t.Fatalf("dlx.NewPublisher: %v", err)
+	pub := h.pub
+	if pub == nil {
+		pub = h.newPublisher(h.pubURL, "publisher")
 	}
 	h.streamStart = time.Now()
 	var next atomic.Int64
@@ -530,10 +562,13 @@ func (h *harness) stream() {
 					d = minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)))
 					dlx.Delay(msg, d)
 				}
+				called := time.Now()
 				err := pub.Publish(h.queue, msg)
 				h.mu.Lock()
+				h.pubMax = max(h.pubMax, time.Since(called))
 				if err == nil {
 					h.published[id] = true
+					h.pubAt[id], h.delays[id] = time.Now(), d
 					h.history[id] = append(h.history[id], fmt.Sprintf("%s published (delay %s)", h.since(), d.Round(time.Millisecond)))
 				} else {
 					h.pubErrs = append(h.pubErrs, err.Error())
@@ -549,6 +584,42 @@ func (h *harness) stream() {
 		h.streamEnd = time.Now()
 		close(h.streamDone)
 	}()
+}
+
+// newPublisher returns a DLX publisher of the test process on url, with the default
+// configuration, logging into <logName>.log.
+func (h *harness) newPublisher(url, logName string) *dlx.Publisher {
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: url}, Topology: topology.Config{Delay: h.delay}},
+		h.logger(logName))
+	if err != nil {
+		h.t.Fatalf("dlx.NewPublisher: %v", err)
+	}
+	return pub
+}
+
+// dialAny opens a connection with amqp091-go alone to the node, or to the first node of the
+// cluster that answers.
+func (h *harness) dialAny() (*amqp.Connection, error) {
+	if h.cluster == nil {
+		return amqp.Dial(h.node.URL())
+	}
+	var errs []error
+	for _, n := range h.cluster.Up() {
+		conn, err := amqp.DialConfig(n.URL(), amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+	}
+	return nil, fmt.Errorf("no node answers: %w", errors.Join(errs...))
+}
+
+// ctl runs rabbitmqctl args... on the node, or on a node of the cluster that is up.
+func (h *harness) ctl(args ...string) (string, error) {
+	if h.cluster == nil {
+		return h.node.Ctl(args...)
+	}
+	return h.cluster.Ctl(args...)
 }
 
 // hold keeps the stream going past its size until the returned function is called, so that
@@ -583,7 +654,7 @@ type monitor struct {
 func (m *monitor) count(queue string) (int, error) {
 	if m.ch == nil || m.ch.IsClosed() {
 		if m.conn == nil || m.conn.IsClosed() {
-			conn, err := amqp.Dial(m.h.node.URL())
+			conn, err := m.h.dialAny()
 			if err != nil {
 				return 0, err
 			}
@@ -679,7 +750,7 @@ func (h *harness) settle(m *monitor) string {
 // broker's full count (ready, unacknowledged, and held by a quorum queue's dead-letter
 // worker).
 func (h *harness) inQueues() map[string]int {
-	out, err := h.node.Ctl("list_queues", "--quiet", "--no-table-headers", "name", "messages")
+	out, err := h.ctl("list_queues", "--quiet", "--no-table-headers", "name", "messages")
 	if err != nil {
 		h.t.Fatalf("list_queues: %v\n%s", err, out)
 	}
@@ -704,7 +775,7 @@ func (h *harness) drainPoison() (stream map[string]string, copies int, others []
 	stream = map[string]string{}
 	queue := topology.PoisonQueue(h.queue)
 	for {
-		conn, err := amqp.Dial(h.node.URL())
+		conn, err := h.dialAny()
 		if err != nil {
 			h.t.Fatalf("drain %s: %v", queue, err)
 		}
@@ -783,8 +854,9 @@ func (r result) line(name string) string {
 }
 
 // finish waits for the case to settle, stops the consumers, counts where every message
-// ended, prints the case's line and fails the test on what the suite forbids.
-func (h *harness) finish() {
+// ended, prints the case's line, fails the test on what the suite forbids, and returns the
+// line's figures.
+func (h *harness) finish() result {
 	t := h.t
 	m := &monitor{h: h}
 	defer m.close()
@@ -921,6 +993,7 @@ func (h *harness) finish() {
 	if t.Failed() {
 		h.logSummary()
 	}
+	return r
 }
 
 // resumeMax is the longest time from a mark to the next successful handler call that

@@ -33,6 +33,9 @@ type Node struct {
 	port int    // AMQP
 	bin  string // directory holding rabbitmq-server and rabbitmqctl
 	env  []string
+	// cookie is the Erlang cookie (the nodes of a cluster share one); "" until prepare
+	// chooses one of the node's own.
+	cookie string
 
 	mu      sync.Mutex
 	stopped bool
@@ -50,17 +53,31 @@ const (
 // removes its files when t ends.
 func StartNode(t testing.TB) *Node {
 	t.Helper()
+	n := newNode(t, "")
+	start := time.Now()
+	if err := n.launch(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("RabbitMQ node %s on port %d started in %v", n.name, n.port, time.Since(start).Round(time.Millisecond))
+	return n
+}
+
+// newNode prepares a node's directory and files (cookie, if not empty, is its Erlang cookie;
+// else it gets one of its own) without launching it, and arranges for it to be stopped and
+// its files removed when t ends; it fails the test on error.
+func newNode(t testing.TB, cookie string) *Node {
+	t.Helper()
 	bin, err := rabbitmqBin()
 	if err != nil {
 		t.Fatalf("testenv.StartNode needs a local RabbitMQ installation (rabbitmq-server and "+
-			"rabbitmqctl; e.g. `apt-get install rabbitmq-server`): %v", err)
+			"rabbitmqctl; e.g. `apt-get install rabbitmq-server`, or $%s): %v", BinEnv, err)
 	}
 	sweepStaleNodes()
 	dir, err := os.MkdirTemp("", nodeDirPrefix)
 	if err != nil {
 		t.Fatalf("node: %v", err)
 	}
-	n := &Node{t: t, dir: dir, bin: bin}
+	n := &Node{t: t, dir: dir, bin: bin, cookie: cookie}
 	// The node is stopped before its directory goes, also when starting fails.
 	t.Cleanup(func() {
 		n.Stop()
@@ -71,34 +88,37 @@ func StartNode(t testing.TB) *Node {
 	if err := n.prepare(); err != nil {
 		t.Fatalf("node: %v", err)
 	}
+	return n
+}
 
+// launch boots the prepared node for the first time, within nodeStartLimit, on other ports
+// when the chosen ones were taken meanwhile (twice at most). It does not fail the test, so
+// that several nodes can be launched at once.
+func (n *Node) launch() error {
 	ctx, cancel := context.WithTimeout(context.Background(), nodeStartLimit)
 	defer cancel()
-	start := time.Now()
 	for attempt := 1; ; attempt++ {
-		err = n.boot(ctx)
+		err := n.boot(ctx)
 		if err == nil {
-			break
+			return nil
 		}
 		_ = n.kill(5 * time.Second) // and let it finish writing its logs
 		logs := n.logTail()
 		// A port taken between choosing it and the node binding it: try other ports.
 		if attempt < 3 && ctx.Err() == nil && n.portClash() {
-			t.Logf("node %s: port taken, retrying with other ports", n.name)
-			_ = os.RemoveAll(filepath.Join(dir, "mnesia"))
-			_ = os.RemoveAll(filepath.Join(dir, "log"))
-			_ = os.Remove(filepath.Join(dir, "erl_crash.dump"))
-			_ = os.Remove(filepath.Join(dir, "pid"))
-			_ = os.Remove(filepath.Join(dir, "startup.log"))
+			n.t.Logf("node %s: port taken, retrying with other ports", n.name)
+			_ = os.RemoveAll(filepath.Join(n.dir, "mnesia"))
+			_ = os.RemoveAll(filepath.Join(n.dir, "log"))
+			_ = os.Remove(filepath.Join(n.dir, "erl_crash.dump"))
+			_ = os.Remove(filepath.Join(n.dir, "pid"))
+			_ = os.Remove(filepath.Join(n.dir, "startup.log"))
 			if err := n.choosePorts(); err != nil {
-				t.Fatalf("node: %v", err)
+				return fmt.Errorf("node: %w", err)
 			}
 			continue
 		}
-		t.Fatalf("start RabbitMQ node %s on port %d: %v\n%s", n.name, n.port, err, logs)
+		return fmt.Errorf("start RabbitMQ node %s on port %d: %w\n%s", n.name, n.port, err, logs)
 	}
-	t.Logf("RabbitMQ node %s on port %d started in %v", n.name, n.port, time.Since(start).Round(time.Millisecond))
-	return n
 }
 
 // URL is the node's AMQP URL: amqp://guest:guest@127.0.0.1:<port>/.
@@ -106,6 +126,9 @@ func (n *Node) URL() string { return "amqp://guest:guest@" + n.Addr() + "/" }
 
 // Addr is the node's AMQP host:port (a target for NewProxy).
 func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// Port is the node's AMQP port.
+func (n *Node) Port() int { return n.port }
 
 // Name is the node's Erlang node name.
 func (n *Node) Name() string { return n.name }
@@ -149,14 +172,23 @@ func (n *Node) Restart() {
 // directory and returns once it answers; fails the test on error.
 func (n *Node) Crash() {
 	n.t.Helper()
+	n.Kill()
+	n.Boot()
+}
+
+// Kill kills every process of the node with SIGKILL (kill -9: no clean shutdown, only what
+// the broker had written survives) and returns once they are gone; the node stays down until
+// Boot. It fails the test on error.
+func (n *Node) Kill() {
+	n.t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.stopped {
-		n.t.Fatalf("node %s: Crash after Stop", n.name)
+		n.t.Fatalf("node %s: Kill after Stop", n.name)
 	}
 	pids := n.processes()
 	if len(pids) == 0 {
-		n.t.Fatalf("node %s: Crash: no process is running", n.name)
+		n.t.Fatalf("node %s: Kill: no process is running", n.name)
 	}
 	for _, pid := range pids {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -169,6 +201,20 @@ func (n *Node) Crash() {
 	// The killed node's pid file would make boot think the new one died.
 	if err := os.Remove(filepath.Join(n.dir, "pid")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		n.t.Fatalf("node %s: %v", n.name, err)
+	}
+}
+
+// Boot starts a node that Kill left down, on the same ports and data directory (a node of a
+// cluster rejoins it), and returns once it answers; fails the test on error.
+func (n *Node) Boot() {
+	n.t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopped {
+		n.t.Fatalf("node %s: Boot after Stop", n.name)
+	}
+	if pids := n.processes(); len(pids) > 0 {
+		n.t.Fatalf("node %s: Boot: processes %v still run", n.name, pids)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), nodeStartLimit)
 	defer cancel()
@@ -225,14 +271,22 @@ func (n *Node) prepare() error {
 			return err
 		}
 	}
-	// A cookie of the node's own; rabbitmqctl finds it through HOME as well.
-	cookie := make([]byte, 20)
-	_, _ = rand.Read(cookie)
-	if err := os.WriteFile(filepath.Join(n.dir, ".erlang.cookie"),
-		[]byte(strings.ToUpper(hex.EncodeToString(cookie))), 0o400); err != nil {
+	// A cookie of the node's own (or its cluster's); rabbitmqctl finds it through HOME as
+	// well.
+	if n.cookie == "" {
+		n.cookie = newCookie()
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, ".erlang.cookie"), []byte(n.cookie), 0o400); err != nil {
 		return err
 	}
 	return n.choosePorts()
+}
+
+// newCookie returns a random Erlang cookie.
+func newCookie() string {
+	b := make([]byte, 20)
+	_, _ = rand.Read(b)
+	return strings.ToUpper(hex.EncodeToString(b))
 }
 
 // choosePorts picks free AMQP and distribution ports and sets the environment to match.
@@ -459,9 +513,14 @@ func (n *Node) portClash() bool {
 	return false
 }
 
-// rabbitmqBin finds the directory of the rabbitmq-server and rabbitmqctl scripts. Debian's
-// /usr/sbin ones switch to the rabbitmq user (which could not use a test's directory), so
-// the scripts they wrap are preferred.
+// BinEnv names the environment variable that, when set, is the directory of the
+// rabbitmq-server and rabbitmqctl that throwaway nodes run (another RabbitMQ installation
+// than the system's, e.g. scripts/rabbitmq4.sh's PREFIX/bin).
+const BinEnv = "WARREN_RABBITMQ_BIN"
+
+// rabbitmqBin finds the directory of the rabbitmq-server and rabbitmqctl scripts: $BinEnv,
+// else the system's. Debian's /usr/sbin ones switch to the rabbitmq user (which could not
+// use a test's directory), so the scripts they wrap are preferred.
 func rabbitmqBin() (string, error) {
 	ok := func(dir string) bool {
 		for _, f := range []string{"rabbitmq-server", "rabbitmqctl"} {
@@ -470,6 +529,12 @@ func rabbitmqBin() (string, error) {
 			}
 		}
 		return true
+	}
+	if dir := os.Getenv(BinEnv); dir != "" {
+		if !ok(dir) {
+			return "", fmt.Errorf("$%s=%s holds no rabbitmq-server and rabbitmqctl", BinEnv, dir)
+		}
+		return dir, nil
 	}
 	if ok("/usr/lib/rabbitmq/bin") {
 		return "/usr/lib/rabbitmq/bin", nil
