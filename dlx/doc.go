@@ -24,8 +24,9 @@
 //
 // Publish returns nil only when the broker has confirmed every message. Messages are
 // published with the mandatory flag (unless Config.AllowUnroutable): a message no queue
-// takes is returned by the broker and Publish fails with a *ReturnedError; a nack fails it
-// with ErrNacked. Many messages are in flight on one channel at once, from one Publish call
+// takes is returned by the broker and Publish fails with a *ReturnedError; a nacked message
+// is published again, with backoff, until Config.PublishTimeout, and then fails it with
+// ErrNacked. Many messages are in flight on one channel at once, from one Publish call
 // or from many goroutines. Every broker call (dial, declare, publish) is retried with
 // backoff until a time limit, then fails with an error that says so.
 //

@@ -118,8 +118,9 @@ func (c Config) Validate() error {
 // A message without delay metadata is published at once. A delayed one (Delay, DeliverAt,
 // or Watermill's components/delay metadata) travels through the delay levels of
 // topology.Delay and reaches its destination with its routing key. Publish returns nil only
-// once the broker has confirmed every message; a nack, a return (no queue took the message)
-// or the time limit is an error. Many messages are in flight on the channel at once,
+// once the broker has confirmed every message; a return (no queue took the message) is an
+// error at once, and a nack is published again until the time limit, then an error that
+// wraps ErrNacked. Many messages are in flight on the channel at once,
 // whether from one Publish call or from many goroutines.
 type Publisher struct {
 	cfg     Config
@@ -475,8 +476,8 @@ func messagesContext(msgs []*message.Message) (context.Context, context.CancelFu
 	}
 }
 
-// publishAll sends every message not yet confirmed, then waits for all of them. A nack or a
-// return is final; a closed channel is retried by the caller. A broker refusal that closes
+// publishAll sends every message not yet confirmed, then waits for all of them. A return is
+// final; a nack and a closed channel are retried by the caller. A broker refusal that closes
 // the channel (access refused, a message size over the broker's limit) cannot be told apart
 // from the messages in flight with it: those are marked suspect and sent alone next time.
 func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route, out []outgoing, confirmed, suspect []bool) error {
@@ -510,9 +511,15 @@ func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route
 		switch {
 		case err == nil:
 			confirmed[s.i] = true
-		case errors.Is(err, ErrNacked) || errors.As(err, &ret):
+		case errors.As(err, &ret):
 			if final == nil {
 				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
+			}
+		case errors.Is(err, ErrNacked):
+			// Published again after a backoff, until the time limit: the broker did not take it
+			// (a full queue that rejects publishes, a quorum queue without a leader for a moment).
+			if sendErr == nil {
+				sendErr = fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err)
 			}
 		default:
 			suspect[s.i] = amqpx.IsPermanentBrokerError(err)
@@ -569,7 +576,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 		if err == nil {
 			err = f.wait(ctx)
 		}
-		if errors.Is(err, ErrNacked) || IsPermanent(err) {
+		if IsPermanent(err) {
 			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
 		}
 		return err

@@ -291,11 +291,13 @@ func TestReturnInBatchNamesTheMessage(t *testing.T) {
 	assert.Equal(t, 2, len(consume(t, env, q, 2, 5*time.Second)))
 }
 
-// A queue that rejects publishes when full makes the broker nack: Publish fails.
-func TestNackIsAnError(t *testing.T) {
+// A queue that rejects publishes when full makes the broker nack: Publish publishes again
+// until its time limit, then fails; once there is room, it succeeds.
+func TestNackIsRetriedUntilTheTimeLimit(t *testing.T) {
 	env := testenv.New(t)
 	q := env.Queue("full")
 	p := newPublisher(t, env, func(c *dlx.Config) {
+		c.PublishTimeout = time.Second
 		// Classic: a quorum queue on RabbitMQ 4.0 takes a message more than x-max-length
 		// before it rejects publishes.
 		c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q, Type: topology.Classic, Args: amqp.Table{
@@ -306,6 +308,20 @@ func TestNackIsAnError(t *testing.T) {
 	err := p.Publish(q, message.NewMessage("second", nil))
 	require.ErrorIs(t, err, dlx.ErrNacked)
 	assert.Contains(t, err.Error(), "second")
+	assert.Contains(t, err.Error(), "gave up after 1s")
+	assert.False(t, dlx.IsPermanent(err))
+
+	// Published while the queue is full, it waits (nacked and published again) and is
+	// confirmed once there is room.
+	published := make(chan error, 1)
+	go func() { published <- p.Publish(q, message.NewMessage("third", nil)) }()
+	require.Never(t, func() bool { return len(published) > 0 }, 200*time.Millisecond, 10*time.Millisecond)
+	d, ok, err := env.Channel().Get(q, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "first", d.MessageId)
+	require.NoError(t, <-published)
+	assert.Equal(t, "third", consume(t, env, q, 1, 5*time.Second)[0].msg.UUID)
 }
 
 func TestUnreachableBrokerGivesUpWithAClearError(t *testing.T) {

@@ -99,12 +99,14 @@ func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 
 // A failure to publish what the handler returns is a failure of the handler: retried on the
 // schedule. Here the output queue is full (a classic one with x-max-length 1, reject-publish:
-// the broker nacks; a quorum queue's limit is not exact) until the third attempt makes room.
+// the broker nacks; a quorum queue's limit is not exact) until the third attempt makes room;
+// the publisher gives up on a nacked message after its PublishTimeout.
 func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 	env := testenv.New(t)
 	queue, out := env.Queue("in"), env.Queue("out")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}}
+		c.Publisher.PublishTimeout = 300 * time.Millisecond
 		c.Declare.Queues = []topology.Queue{{Name: out, Type: topology.Classic,
 			Args: amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}}}
 	})

@@ -515,7 +515,9 @@ func (n *Node) portClash() bool {
 
 // BinEnv names the environment variable that, when set, is the directory of the
 // rabbitmq-server and rabbitmqctl that throwaway nodes run (another RabbitMQ installation
-// than the system's, e.g. scripts/rabbitmq4.sh's PREFIX/bin).
+// than the system's, e.g. PREFIX/root/usr/lib/rabbitmq/bin of scripts/rabbitmq4.sh, with
+// PREFIX/root/usr/lib/erlang/bin first in PATH: see the Makefile's cluster target; not
+// PREFIX/bin, whose wrappers reset the RABBITMQ_* variables a node is set up with).
 const BinEnv = "WARREN_RABBITMQ_BIN"
 
 // rabbitmqBin finds the directory of the rabbitmq-server and rabbitmqctl scripts: $BinEnv,
