@@ -165,7 +165,7 @@ func run(url string) error {
 // cleanup removes the demo's queues and exchange; the delay levels stay, as they would in
 // production.
 func cleanup(url string) error {
-	conn, err := amqp.Dial(url)
+	conn, err := amqp.Dial(firstNode(url))
 	if err != nil {
 		return err
 	}
@@ -185,4 +185,11 @@ func cleanup(url string) error {
 		}
 	}
 	return ch.ExchangeDelete(events, false, false)
+}
+
+// firstNode is the first URL of a list of a cluster's nodes (warren's components take the
+// whole list; amqp091's Dial one URL).
+func firstNode(url string) string {
+	first, _, _ := strings.Cut(url, ",")
+	return first
 }

@@ -113,7 +113,7 @@ func run(url string, delays []time.Duration) error {
 }
 
 func waitPoison(url string, start time.Time) (amqp.Delivery, error) {
-	conn, err := amqp.Dial(url)
+	conn, err := amqp.Dial(firstNode(url))
 	if err != nil {
 		return amqp.Delivery{}, err
 	}
@@ -137,7 +137,7 @@ func waitPoison(url string, start time.Time) (amqp.Delivery, error) {
 
 // cleanup removes the example's queue; the delay levels stay, as in production.
 func cleanup(url string) {
-	conn, err := amqp.Dial(url)
+	conn, err := amqp.Dial(firstNode(url))
 	if err != nil {
 		return
 	}
@@ -149,4 +149,11 @@ func cleanup(url string) {
 	_, _ = ch.QueueDelete(queue, false, false, false)
 	_, _ = ch.QueueDelete(topology.PoisonQueue(queue), false, false, false)
 	_ = ch.ExchangeDelete(topology.KillExchange(queue), false, false)
+}
+
+// firstNode is the first URL of a list of a cluster's nodes (warren's components take the
+// whole list; amqp091's Dial one URL).
+func firstNode(url string) string {
+	first, _, _ := strings.Cut(url, ",")
+	return first
 }
