@@ -137,7 +137,7 @@ func consumeWatermill(queue string) (time.Duration, error) {
 	if err := fill(queue, plainQueue(queue)); err != nil {
 		return 0, err
 	}
-	cfg := wamqp.NewDurableQueueConfig(*url)
+	cfg := wamqp.NewDurableQueueConfig(firstNode())
 	cfg.Queue.Arguments = queueArgs(queue)
 	sub, err := wamqp.NewSubscriber(cfg, watermill.NopLogger{})
 	if err != nil {

@@ -125,7 +125,7 @@ func name(what string) string {
 
 // dialChannel connects to the broker and opens a channel; closing conn closes both.
 func dialChannel() (*amqp.Connection, *amqp.Channel, error) {
-	conn, err := amqp.Dial(amqpurl.Split(*url)[0]) // raw contenders use the first node
+	conn, err := amqp.Dial(firstNode())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -190,3 +190,7 @@ func consumeAll(ctx context.Context, queue string, n int, fn func(d amqp.Deliver
 	}
 	return nil
 }
+
+// firstNode is the first URL of -url: the raw and watermill-amqp contenders, which take one
+// URL, use that node (warren's take the whole list).
+func firstNode() string { return amqpurl.Split(*url)[0] }

@@ -238,7 +238,7 @@ func publishWatermill(q string, body []byte) (time.Duration, error) {
 	if err := declareQueue(q); err != nil {
 		return 0, err
 	}
-	cfg := wamqp.NewDurableQueueConfig(*url)
+	cfg := wamqp.NewDurableQueueConfig(firstNode())
 	cfg.Publish.ConfirmDelivery = true
 	cfg.Publish.ChannelPoolSize = *window
 	cfg.Marshaler = warren.Marshaler{}
