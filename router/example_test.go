@@ -72,7 +72,12 @@ func ExampleKiller() {
 		Connection: warren.Connection{URL: testenv.URL()},
 		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) {
 			fmt.Println(e.Queue, e.State)
-			map[string]chan struct{}{"stopped": stopped, "resumed": resumed}[e.State] <- struct{}{}
+			switch e.State { // (any other state must not block: OnKill runs in the consumer)
+			case "stopped":
+				stopped <- struct{}{}
+			case "resumed":
+				resumed <- struct{}{}
+			}
 		}},
 		Topology:      topology.Config{Delay: delay},
 		IgnoreSignals: true,
