@@ -273,7 +273,10 @@ func take(ctx context.Context, slot chan struct{}, what string) (release func(),
 	}
 }
 
-var errPublisherClosed = amqpx.Permanent(errors.New("dlx: publisher is closed"))
+// ErrClosed is wrapped by the error of a call on a closed Publisher.
+var ErrClosed = errors.New("closed")
+
+var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", ErrClosed))
 
 // current returns the open confirm channel, or nil if there is none; the error is set once
 // the publisher is closed.

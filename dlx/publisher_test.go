@@ -427,6 +427,14 @@ func TestInvalidDelaysAreErrorsNamingTheValue(t *testing.T) {
 	assert.ErrorContains(t, err, "NOT_FOUND")
 }
 
+func TestPublishAfterCloseIsErrClosed(t *testing.T) {
+	env := testenv.New(t)
+	p := newPublisher(t, env, nil)
+	require.NoError(t, p.Close())
+	err := p.Publish(env.Queue("after-close"), message.NewMessage("m", nil))
+	assert.ErrorIs(t, err, dlx.ErrClosed)
+}
+
 func TestConfigErrorsNameTheField(t *testing.T) {
 	_, err := dlx.NewPublisher(dlx.Config{}, nil)
 	assert.ErrorContains(t, err, "Config.Connection.URL")

@@ -122,6 +122,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// ErrClosed is wrapped by the error of a call on a closed Router or Subscriber.
+var ErrClosed = errors.New("closed")
+
 // renamed returns err with the prefix from of its text replaced by to, so that it names the
 // field as the user wrote it, or err itself when its text does not start with from.
 func renamed(err error, from, to string) error {
@@ -307,7 +310,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return errors.New("router: AddHandler after Close")
+		return fmt.Errorf("router: AddHandler after Close: router is %w", ErrClosed)
 	}
 	if r.names[h.Name] {
 		return fmt.Errorf("router: a handler named %q exists already", h.Name)
@@ -470,7 +473,7 @@ func (r *Router) Run(ctx context.Context) error {
 	switch {
 	case r.closed:
 		r.mu.Unlock()
-		return errors.New("router: Run after Close")
+		return fmt.Errorf("router: Run after Close: router is %w", ErrClosed)
 	case r.runDone != nil:
 		r.mu.Unlock()
 		return errors.New("router: Run called twice")

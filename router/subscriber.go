@@ -185,6 +185,10 @@ type Subscriber struct {
 	seen seenIDs // publish ids of the deliveries acked lately
 }
 
+// errSubscriberClosed is the error of a call on a closed Subscriber: permanent, so that no
+// retry waits for the time limit.
+var errSubscriberClosed = amqpx.Permanent(fmt.Errorf("router: subscriber is %w", ErrClosed))
+
 // errShutdownTimeout ends the context of the messages still in flight when ShutdownTimeout
 // has passed.
 var errShutdownTimeout = errors.New("shutdown timeout: the message goes back to its queue")
@@ -243,7 +247,7 @@ func (s *Subscriber) connection(ctx context.Context) (*amqp.Connection, error) {
 	conn, closed := s.conn, s.closed
 	s.mu.Unlock()
 	if closed {
-		return nil, errors.New("router: subscriber is closed")
+		return nil, errSubscriberClosed
 	}
 	if conn != nil && !conn.IsClosed() {
 		return conn, nil
@@ -258,7 +262,7 @@ func (s *Subscriber) connection(ctx context.Context) (*amqp.Connection, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		_ = conn.Close()
-		return nil, errors.New("router: subscriber is closed")
+		return nil, errSubscriberClosed
 	}
 	s.conn = conn
 	return conn, nil

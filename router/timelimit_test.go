@@ -104,6 +104,18 @@ func TestCloseWithoutRun(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second)
 	require.NoError(t, r.Close(), "twice")
 	assert.ErrorContains(t, r.Run(context.Background()), "after Close")
+	assert.ErrorIs(t, r.Run(context.Background()), router.ErrClosed)
+	assert.ErrorIs(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("later")}, func(*message.Message) error { return nil }), router.ErrClosed)
+}
+
+// A closed Subscriber refuses at once, with ErrClosed (it retried until ConnectTimeout).
+func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
+	env := testenv.New(t)
+	s, err := router.NewSubscriber(router.SubscriberConfig{Connection: env.Connection()}, env.Logger())
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	_, err = s.Subscribe(context.Background(), env.Queue("after-close"))
+	assert.ErrorIs(t, err, router.ErrClosed)
 }
 
 // Close while Run still declares (the broker hangs) ends Run at once too.
