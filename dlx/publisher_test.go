@@ -28,7 +28,7 @@ import (
 // newPublisher starts a publisher with delay levels of the test's own.
 func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Publisher {
 	t.Helper()
-	cfg := dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
+	cfg := dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -43,7 +43,7 @@ func TestPubSubSuiteQueues(t *testing.T) {
 	route := func(topic string) dlx.Route { return dlx.ToQueue(env.TrackQueue(topic)) }
 	declareDelay(t, env, tcfg)
 	tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
-		pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: tcfg, Route: route}, env.Logger())
+		pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: tcfg, Route: route}, env.Logger())
 		require.NoError(t, err)
 		cfg := wamqp.NewDurableQueueConfig(env.URL)
 		cfg.Queue.GenerateName = env.TrackQueue
@@ -65,7 +65,7 @@ func TestPubSubSuiteConsumerGroups(t *testing.T) {
 	exchange := func(topic string) string { env.Remove(nil, []string{topic}); return topic }
 	route := func(topic string) dlx.Route { return dlx.ExchangePerTopic(exchange(topic)) }
 	newPubSub := func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
-		pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: tcfg, Route: route}, env.Logger())
+		pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: tcfg, Route: route}, env.Logger())
 		require.NoError(t, err)
 		cfg := wamqp.NewDurablePubSubConfig(env.URL, func(topic string) string {
 			return env.TrackQueue(topic + "_" + group)

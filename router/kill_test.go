@@ -146,7 +146,7 @@ type publisher struct {
 }
 
 func publish(t *testing.T, env *testenv.Env, queue string, every time.Duration) *publisher {
-	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
 	require.NoError(t, err)
 	p := &publisher{stop: make(chan struct{}), done: make(chan int, 1)}
 	go func() {
@@ -176,7 +176,7 @@ func (p *publisher) halt() int {
 }
 
 func newKiller(t *testing.T, env *testenv.Env, secret string) *router.Killer {
-	k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: env.URL}, KillSecret: []byte(secret)}, nil)
+	k, err := router.NewKiller(router.KillerConfig{Connection: env.Connection(), KillSecret: []byte(secret)}, nil)
 	require.NoError(t, err)
 	return k
 }
@@ -535,15 +535,7 @@ func TestKillClockSkewIsValidated(t *testing.T) {
 func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("session-ctx")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{
-		Connection:      warren.Connection{URL: env.URL},
-		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
-		ShutdownTimeout: 200 * time.Millisecond,
-	}, env.Logger())
-	require.NoError(t, err)
-	defer sub.Close()
-	msgs, err := sub.Subscribe(context.Background(), queue)
-	require.NoError(t, err)
+	msgs := subscribe(t, env, queue, router.SubscriberConfig{ShutdownTimeout: 200 * time.Millisecond})
 	ch := env.Channel()
 	receive := func(what string) *message.Message {
 		t.Helper()

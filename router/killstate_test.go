@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -27,10 +26,10 @@ import (
 func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("contended")
-	s, err := NewSubscriber(SubscriberConfig{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer s.Close()
-	k, err := NewKiller(KillerConfig{Connection: warren.Connection{URL: env.URL}}, env.Logger())
+	k, err := NewKiller(KillerConfig{Connection: env.Connection()}, env.Logger())
 	require.NoError(t, err)
 
 	var (

@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -256,15 +255,7 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 func TestNackedMessageWaitsBeforeItComesBack(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("nacked")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{
-		Connection:   warren.Connection{URL: env.URL},
-		Topology:     topology.Config{Delay: env.Delay(topology.Delay{})},
-		RequeueDelay: 500 * time.Millisecond,
-	}, env.Logger())
-	require.NoError(t, err)
-	defer sub.Close()
-	msgs, err := sub.Subscribe(context.Background(), queue)
-	require.NoError(t, err)
+	msgs := subscribe(t, env, queue, router.SubscriberConfig{RequeueDelay: 500 * time.Millisecond})
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m"})
 	deliveries := 0
 	deadline := time.After(2 * time.Second)

@@ -8,7 +8,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
@@ -36,7 +35,7 @@ func TestPubSubSuite(t *testing.T) {
 			}
 			route := func(topic string) dlx.Route { return dlx.ToQueue(env.TrackQueue(topic)) }
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
-				pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: tcfg, Route: route}, env.Logger())
+				pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: tcfg, Route: route}, env.Logger())
 				require.NoError(t, err)
 				sub, err := router.NewSubscriber(router.SubscriberConfig{
 					Connection: env.Connection(), Topology: tcfg, Concurrency: c.concurrency, Prefetch: c.concurrency,

@@ -38,7 +38,7 @@ import (
 func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router.Router {
 	t.Helper()
 	cfg := router.Config{
-		Connection:    warren.Connection{URL: env.URL},
+		Connection:    env.Connection(),
 		Subscriber:    router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
 		Topology:      topology.Config{Delay: env.Delay(topology.Delay{})},
 		IgnoreSignals: true,
@@ -50,6 +50,19 @@ func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
 	return r
+}
+
+// subscribe consumes queue with a Subscriber of cfg on env's broker and delay levels, closed
+// when the test ends.
+func subscribe(t *testing.T, env *testenv.Env, queue string, cfg router.SubscriberConfig) <-chan *message.Message {
+	t.Helper()
+	cfg.Connection, cfg.Topology = env.Connection(), topology.Config{Delay: env.Delay(topology.Delay{})}
+	sub, err := router.NewSubscriber(cfg, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	msgs, err := sub.Subscribe(context.Background(), queue)
+	require.NoError(t, err)
+	return msgs
 }
 
 // start runs r until the test ends and returns once its handlers run.
@@ -391,7 +404,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 }
 
 func newPublisherFor(t *testing.T, env *testenv.Env) *dlx.Publisher {
-	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
+	p, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
@@ -402,16 +415,7 @@ func newPublisherFor(t *testing.T, env *testenv.Env) *dlx.Publisher {
 func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("undecodable")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{
-		Connection:  warren.Connection{URL: env.URL},
-		Topology:    topology.Config{Delay: env.Delay(topology.Delay{})},
-		Marshaler:   pickyMarshaler{},
-		HandlerName: "picky",
-	}, env.Logger())
-	require.NoError(t, err)
-	defer sub.Close()
-	msgs, err := sub.Subscribe(context.Background(), queue)
-	require.NoError(t, err)
+	msgs := subscribe(t, env, queue, router.SubscriberConfig{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
 
 	ch := env.Channel()
 	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "bad", Body: []byte("x"), Headers: amqp.Table{"encoding": "rot13"}}))
@@ -493,7 +497,7 @@ func TestSignalStopsRunGracefully(t *testing.T) {
 func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("deleted")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: env.URL}, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer sub.Close()
 	msgs, err := sub.Subscribe(context.Background(), queue)

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
@@ -37,7 +36,7 @@ func TestKillResumeDelete(t *testing.T) {
 		states []string
 	)
 	r, err := router.New(router.Config{
-		Connection:    warren.Connection{URL: env.URL},
+		Connection:    env.Connection(),
 		Subscriber:    router.SubscriberConfig{OnKill: func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() }},
 		Topology:      topology.Config{Delay: env.Delay(topology.Delay{})},
 		IgnoreSignals: true,

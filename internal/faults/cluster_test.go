@@ -4,7 +4,6 @@ package faults
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -329,7 +328,7 @@ func (h *harness) placementNow() placement {
 		PeerPort int `json:"peer_port"`
 		Props    any `json:"client_properties"`
 	}
-	if err := json.Unmarshal([]byte(jsonPart(out)), &rows); err != nil {
+	if err := testenv.DecodeCtlJSON(out, &rows); err != nil {
 		h.t.Fatalf("list_connections: %v\n%s", err, out)
 	}
 	pids := []int{os.Getpid()}
@@ -349,7 +348,7 @@ func (h *harness) placementNow() placement {
 	var queues []struct {
 		Name, Type, Leader string
 	}
-	if err := json.Unmarshal([]byte(jsonPart(out)), &queues); err != nil {
+	if err := testenv.DecodeCtlJSON(out, &queues); err != nil {
 		h.t.Fatalf("list_queues: %v\n%s", err, out)
 	}
 	for _, q := range queues {
@@ -358,14 +357,6 @@ func (h *harness) placementNow() placement {
 		}
 	}
 	return p
-}
-
-// jsonPart drops what rabbitmqctl prints before a JSON document.
-func jsonPart(out string) string {
-	if i := strings.IndexAny(out, "[{"); i > 0 {
-		return out[i:]
-	}
-	return out
 }
 
 // connectionName finds connection_name in a connection's client properties, as rabbitmqctl's

@@ -171,18 +171,23 @@ func (n *Node) runningNodes() ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w\n%s", n.name, err, out)
 	}
-	// rabbitmqctl may print lines before the JSON document.
-	if i := strings.Index(out, "{"); i > 0 {
-		out = out[i:]
-	}
 	var st struct {
 		Running []string `json:"running_nodes"`
 	}
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
+	if err := DecodeCtlJSON(out, &st); err != nil {
 		return nil, fmt.Errorf("node %s: cluster_status: %w\n%s", n.name, err, out)
 	}
 	slices.Sort(st.Running)
 	return st.Running, nil
+}
+
+// DecodeCtlJSON decodes into v the JSON document that rabbitmqctl ... --formatter json
+// printed in out, after whatever lines it printed before it.
+func DecodeCtlJSON(out string, v any) error {
+	if i := strings.IndexAny(out, "[{"); i > 0 {
+		out = out[i:]
+	}
+	return json.Unmarshal([]byte(out), v)
 }
 
 // halt kills every node of the cluster at once (SIGKILL) and marks them stopped; the nodes'
