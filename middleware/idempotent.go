@@ -1,0 +1,248 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/warrenmq/warren"
+)
+
+// ClaimState is what IdempotencyStore.Claim found.
+type ClaimState int
+
+const (
+	// Claimed: the caller holds the key now, and processes the message.
+	Claimed ClaimState = iota
+	// Processed: the key was processed within its retention; the message is skipped.
+	Processed
+	// Busy: a holder that is alive holds the key (a copy is being processed, in this process
+	// or another); the message is to be tried again later.
+	Busy
+)
+
+// IdempotencyStore remembers, for Idempotent, which keys are being processed and which were
+// processed. A claim whose holder is gone (a process killed while it processed the message)
+// must not block the key for ever: a store frees it after a lease (see redisstore).
+//
+// NewMemoryStore is a store for one process; redisstore.New one that the processes of a
+// service share.
+type IdempotencyStore interface {
+	// Claim takes key, unless it is held or was processed.
+	Claim(ctx context.Context, key string) (ClaimState, error)
+	// Done records that key was processed, for retention; the claim ends.
+	Done(ctx context.Context, key string, retention time.Duration) error
+	// Release gives a claimed key up without recording it: the next Claim takes it.
+	Release(ctx context.Context, key string) error
+}
+
+// IdempotentConfig configures Idempotent.
+type IdempotentConfig struct {
+	// Store holds the claims and the processed keys. Required.
+	Store IdempotencyStore
+	// Key returns the key of msg; a message whose key is "" is handled without the store.
+	// Default CopyKey.
+	Key func(msg *message.Message) string
+	// Retention is how long a processed key is remembered. Default 10m.
+	Retention time.Duration
+	// Timeout bounds each call to the Store. Default 5s.
+	Timeout time.Duration
+}
+
+// WithDefaults returns c with every unset field set to its default.
+func (c IdempotentConfig) WithDefaults() IdempotentConfig {
+	if c.Key == nil {
+		c.Key = CopyKey
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultIdempotentRetention
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultIdempotentTimeout
+	}
+	return c
+}
+
+// Defaults of IdempotentConfig.
+const (
+	DefaultIdempotentRetention = 10 * time.Minute
+	DefaultIdempotentTimeout   = 5 * time.Second
+)
+
+// Validate reports the first field of c that is not usable.
+func (c IdempotentConfig) Validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("middleware: IdempotentConfig.Store is nil")
+	case c.Retention < 0:
+		return fmt.Errorf("middleware: IdempotentConfig.Retention %s is negative", c.Retention)
+	case c.Timeout < 0:
+		return fmt.Errorf("middleware: IdempotentConfig.Timeout %s is negative", c.Timeout)
+	}
+	return nil
+}
+
+// Idempotent handles a message at most once per key (within Retention): it claims the
+// message's key in the Store before calling the handler, records it as processed when the
+// handler returns no error, and gives the claim up when it returns one (so that a retry, or
+// a copy, may take it). A message whose key was processed is acked without calling the
+// handler; one whose key another holder is processing goes back to its queue, as a
+// *RequeueError, to be tried again once that holder is done.
+//
+// What "processed" means depends on where Idempotent sits. Around the handler alone, it is
+// success: a business operation happens once (a failed attempt releases the key). Outside
+// Poison and Backoff, as router.Config.CopyStore places it, it is "settled for good":
+// processed, retried or poisoned; with CopyKey, every copy of one delivery of one attempt
+// (a publisher's re-send after a lost confirm, a redelivery after a lost ack) is then
+// handled once, in whichever process it arrives.
+//
+// The store is never a reason to lose a message or hold up a queue: when it fails, the
+// message is handled as if there were no store, and the failure is logged.
+type Idempotent struct {
+	cfg    IdempotentConfig
+	logger watermill.LoggerAdapter
+}
+
+// NewIdempotent returns an Idempotent, or an error naming the first invalid field of config.
+func NewIdempotent(config IdempotentConfig, logger watermill.LoggerAdapter) (*Idempotent, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Idempotent{cfg: config.WithDefaults(), logger: logger}, nil
+}
+
+// Middleware is the message.HandlerMiddleware.
+func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		key := i.cfg.Key(msg)
+		if key == "" {
+			return h(msg)
+		}
+		fields := watermill.LogFields{"message_uuid": msg.UUID, "key": key}
+		ctx, cancel := i.storeContext(msg)
+		state, err := i.cfg.Store.Claim(ctx, key)
+		cancel()
+		switch {
+		case err != nil:
+			i.logger.Error("Idempotency store failed: the message is handled without it", err, fields)
+			return h(msg)
+		case state == Processed:
+			i.logger.Info("Message processed already: acked", fields)
+			return nil, nil
+		case state == Busy:
+			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder", key)}
+		}
+		out, herr := h(msg)
+		ctx, cancel = i.storeContext(msg)
+		defer cancel()
+		if herr != nil {
+			if err := i.cfg.Store.Release(ctx, key); err != nil {
+				i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, fields)
+			}
+			return out, herr
+		}
+		if err := i.cfg.Store.Done(ctx, key, i.cfg.Retention); err != nil {
+			i.logger.Error("Idempotency store cannot record a processed key: a copy may be handled again", err, fields)
+		}
+		return out, nil
+	}
+}
+
+// storeContext bounds a store call by Timeout, and is not ended by the message's own context:
+// a claim taken must be settled even when the consumer is stopping.
+func (i *Idempotent) storeContext(msg *message.Message) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(msg.Context()), i.cfg.Timeout)
+}
+
+// CopyKey is the key of one delivery of one attempt of a message published by warren: the
+// queue it was consumed from and its publish id (warren.Delivery.PublishID, the same on
+// every copy, derived for retries and outputs); "" for a message warren did not publish.
+func CopyKey(msg *message.Message) string {
+	d, ok := warren.DeliveryFrom(msg.Context())
+	if !ok || d.PublishID == "" {
+		return ""
+	}
+	return d.Queue + "\x00" + d.PublishID
+}
+
+// MemoryStore is an IdempotencyStore in the memory of one process: it recognises what this
+// process processed. It holds at most MaxKeys processed keys; past that, the oldest go
+// first.
+type MemoryStore struct {
+	max int
+
+	mu    sync.Mutex
+	held  map[string]struct{}
+	done  map[string]time.Time // key → when it is forgotten
+	order []memoryEntry        // processed keys in the order they were recorded
+}
+
+type memoryEntry struct {
+	key   string
+	until time.Time
+}
+
+// DefaultMemoryStoreMaxKeys is the default bound of a MemoryStore.
+const DefaultMemoryStoreMaxKeys = 1_000_000
+
+// NewMemoryStore returns a MemoryStore that remembers at most maxKeys processed keys
+// (DefaultMemoryStoreMaxKeys when 0).
+func NewMemoryStore(maxKeys int) (*MemoryStore, error) {
+	if maxKeys < 0 {
+		return nil, fmt.Errorf("middleware: NewMemoryStore: maxKeys %d is negative", maxKeys)
+	}
+	if maxKeys == 0 {
+		maxKeys = DefaultMemoryStoreMaxKeys
+	}
+	return &MemoryStore{max: maxKeys, held: map[string]struct{}{}, done: map[string]time.Time{}}, nil
+}
+
+// Claim implements IdempotencyStore.
+func (s *MemoryStore) Claim(_ context.Context, key string) (ClaimState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if until, ok := s.done[key]; ok && time.Now().Before(until) {
+		return Processed, nil
+	}
+	if _, ok := s.held[key]; ok {
+		return Busy, nil
+	}
+	s.held[key] = struct{}{}
+	return Claimed, nil
+}
+
+// Done implements IdempotencyStore.
+func (s *MemoryStore) Done(_ context.Context, key string, retention time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, key)
+	now := time.Now()
+	until := now.Add(retention)
+	s.done[key] = until
+	s.order = append(s.order, memoryEntry{key, until})
+	for len(s.order) > 0 && (len(s.done) > s.max || !now.Before(s.order[0].until)) {
+		e := s.order[0]
+		s.order[0] = memoryEntry{}
+		s.order = s.order[1:]
+		if s.done[e.key] == e.until { // not recorded again since
+			delete(s.done, e.key)
+		}
+	}
+	return nil
+}
+
+// Release implements IdempotencyStore.
+func (s *MemoryStore) Release(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, key)
+	return nil
+}
