@@ -3,13 +3,18 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 FAULTS_TIMEOUT ?= 30m
 
-.PHONY: all broker broker4 demo test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis demo test test-rabbitmq4 faults cluster bench vet fmt
 
 all: vet test
 
 ## broker: make sure RabbitMQ answers on 127.0.0.1:5672 (start or install it if needed)
 broker:
 	@./scripts/broker.sh
+
+## redis: make sure Redis answers on 127.0.0.1:6379 (start or install it if needed): the tests of
+## middleware/redisstore and the fault suite's shared CopyStore use it
+redis:
+	@./scripts/redis.sh
 
 ## broker4: make sure a RabbitMQ 4.0.5 node answers on 127.0.0.1:5680, beside the system's broker
 ## (scripts/rabbitmq4.sh: Debian trixie's packages unpacked into ~/.cache/warren/rabbitmq4)
@@ -21,18 +26,18 @@ demo: broker
 	$(GO) run ./examples/delays
 
 ## test: vet, then every test (race detector on) against the real broker
-test: broker vet
+test: broker redis vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-rabbitmq4: every test again, against RabbitMQ 4.0.5 (the throwaway nodes that the fault
 ## tests start run the system's version)
-test-rabbitmq4: broker4 vet
+test-rabbitmq4: broker4 redis vet
 	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is
 ## killed and unparseable messages arrive; one line per case, fails on any loss or stall
-faults: broker
+faults: broker redis
 	$(GO) vet -tags faults ./internal/faults/
 	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
 
@@ -44,7 +49,7 @@ faults: broker
 ## (3.10.8 loses confirmed delayed messages when the publisher's node dies: see the README).
 CLUSTER_RABBITMQ ?= 4.0
 RMQ4_PREFIX ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/rabbitmq4
-cluster:
+cluster: redis
 	$(GO) vet -tags cluster ./internal/faults/
 ifeq ($(CLUSTER_RABBITMQ),system)
 	$(GO) test -tags cluster -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
@@ -55,7 +60,7 @@ else
 endif
 
 ## bench: throughput and delay accuracy, side by side with raw amqp091-go and watermill-amqp
-bench: broker
+bench: broker redis
 	$(GO) run ./internal/bench
 
 vet:
