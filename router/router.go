@@ -48,6 +48,14 @@ type Config struct {
 	// Retry is the retry schedule of handlers that do not set one (its Publisher is set by
 	// the router). Default: exponential from 1s, doubling, capped at 5m, 5 attempts.
 	Retry middleware.BackoffConfig
+	// CopyStore, when set, is where the router's processes recognise copies of a message
+	// that reach different processes (see middleware.Idempotent with middleware.CopyKey,
+	// which the router then runs outermost): a publisher's re-send after a lost confirm, or a
+	// redelivery after an ack lost with its connection, is then acked without being handled
+	// again. Without it, each subscriber recognises the copies that reach its own process
+	// only, and a copy that reaches another one is handled again, with attempts of its own.
+	// Use a store the processes share, such as redisstore's; the router does not close it.
+	CopyStore middleware.IdempotencyStore
 	// TracerProvider traces publishing and processing. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// IgnoreSignals keeps Run from stopping on SIGINT and SIGTERM.
@@ -211,6 +219,9 @@ type HandlerConfig struct {
 // Router runs handlers on RabbitMQ queues on top of Watermill's message.Router, with warren's
 // default middleware chain on every handler, in this order (outermost first):
 //
+//  0. with Config.CopyStore only, middleware.Idempotent keyed by middleware.CopyKey: a copy
+//     of a delivery that a process settled already (processed, retried or poisoned) is acked
+//     without being handled; one that a process is handling now goes back to the queue;
 //  1. middleware.RetryCount: the attempt number, from warren's header, for all below;
 //  2. Tracing.Middleware: the consumer span, around everything below, so that retries and
 //     poison messages are published inside it and stay in the same trace;
@@ -373,14 +384,22 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	chain := []message.HandlerMiddleware{
+	var chain []message.HandlerMiddleware
+	if r.cfg.CopyStore != nil {
+		copies, err := middleware.NewIdempotent(middleware.IdempotentConfig{Store: r.cfg.CopyStore}, r.logger)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, copies.Middleware)
+	}
+	chain = append(chain,
 		middleware.RetryCount,
 		r.tracing.Middleware,
 		poison.Middleware,
 		backoff.Middleware,
 		publishOutputs(r.pub, h.PublishTopic),
 		middleware.Recoverer,
-	}
+	)
 	return append(chain, h.Middleware...), nil
 }
 

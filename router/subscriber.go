@@ -141,8 +141,8 @@ func (c SubscriberConfig) Validate() error {
 //
 // A copy of a message this subscriber acked in the last minutes (same warren.PublishIDHeader:
 // a publisher's re-send after a lost confirm, a redelivery after a lost ack) is acked at once
-// and not handed out again. Copies that reach different processes are not recognised: an
-// idempotency store shared by the processes is the answer to those.
+// and not handed out again. Copies that reach different processes are recognised only by a
+// store the processes share: see Config.CopyStore.
 //
 // A message is handed out with warren.Delivery and warren.DeadLetter in its context. warren's
 // bookkeeping headers (see middleware.IsBookkeeping) are kept only on a message that came the
