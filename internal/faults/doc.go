@@ -2,7 +2,7 @@
 //
 // Each case starts a throwaway RabbitMQ node of its own (testenv.StartNode) and two consumer
 // processes (the test binary started again as a child, running a warren router with the
-// default configuration), and publishes a stream of messages through warren's DLX publisher
+// default configuration and a CopyStore in Redis that the two share), and publishes a stream of messages through warren's DLX publisher
 // at a steady rate, some delayed, 5% failing their first attempt and 1% failing always,
 // while a fault happens: the broker is killed with SIGKILL and restarted, every connection is
 // closed 20 times, a consumer process is killed with SIGKILL, or messages that the client
