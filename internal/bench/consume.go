@@ -10,9 +10,12 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/middleware/redisstore"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -24,17 +27,45 @@ func benchConsume() {
 	delay := config(topology.Delay{Prefix: name("delay")}).Delay
 	defer cleanupDelay(delay)
 
+	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
+	defer rdb.Close()
+	prefix := "warren:bench:" + name("copies") + ":"
+	defer deleteKeys(rdb, prefix)
+	copies, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: prefix}, nil)
+	must(err)
+	defer copies.Close()
+
 	cmp := compare(*consume, []contender{
 		{"raw amqp091-go", consumeRaw},
-		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay) }},
+		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay, nil) }},
 		{"watermill-amqp", consumeWatermill},
+		{"warren+CopyStore", func(q string) (time.Duration, error) { return consumeWarren(q, delay, copies) }},
 	})
-	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter; watermill-amqp: default router and config, prefetch 1)\n")
+	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s)\n", *redisAddr)
 	result("ratio consume_vs_raw", "%.2f", cmp.ratio(1, 0))
 	result("ratio consume_vs_watermill", "%.2f", cmp.ratio(1, 2))
+	result("ratio consume_copystore_vs_warren", "%.2f", cmp.ratio(3, 1))
 }
 
-// fill publishes *consume messages to queue (declared by declare) with pipelined confirms.
+// deleteKeys deletes the Redis keys that start with prefix.
+func deleteKeys(rdb *redis.Client, prefix string) {
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 10000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+		if len(keys) == 10000 {
+			rdb.Del(ctx, keys...)
+			keys = keys[:0]
+		}
+	}
+	if len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
+}
+
+// fill publishes *consume messages to queue (declared by declare) with pipelined confirms,
+// each with a publish id (warren.PublishIDHeader) as warren's publisher gives it.
 func fill(queue string, declare func(ch *amqp.Channel) error) error {
 	conn, ch, err := confirmChannel(declare)
 	if err != nil {
@@ -44,8 +75,10 @@ func fill(queue string, declare func(ch *amqp.Channel) error) error {
 	body := make([]byte, 256)
 	var last *amqp.DeferredConfirmation
 	for i := 0; i < *consume; i++ {
+		id := watermill.NewUUID()
 		last, err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, amqp.Publishing{
-			Body: body, DeliveryMode: amqp.Persistent, MessageId: watermill.NewUUID(),
+			Body: body, DeliveryMode: amqp.Persistent, MessageId: id,
+			Headers: amqp.Table{warren.PublishIDHeader: id},
 		})
 		if err != nil {
 			return err
@@ -98,7 +131,7 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-func consumeWarren(queue string, delay topology.Delay) (time.Duration, error) {
+func consumeWarren(queue string, delay topology.Delay, copies middleware.IdempotencyStore) (time.Duration, error) {
 	tcfg := config(delay)
 	b, err := topology.NewBuilder(tcfg, nil)
 	if err != nil {
@@ -111,7 +144,9 @@ func consumeWarren(queue string, delay topology.Delay) (time.Duration, error) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 	defer tp.Shutdown(context.Background())
-	r, err := router.New(router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, IgnoreSignals: true}, nil)
+	r, err := router.New(router.Config{
+		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies, IgnoreSignals: true,
+	}, nil)
 	if err != nil {
 		return 0, err
 	}
