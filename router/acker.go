@@ -12,12 +12,19 @@ import (
 // multiple ack: under load the broker gets a fraction of the ack frames; when idle, every ack
 // goes out at once, as before. Nothing waits on a slower handler: acks out of order go out
 // one by one.
+//
+// Once hold is called (the consumer is stopping and its channel will close), settlements are
+// kept and go out together at close, as few frames as they can: a quorum queue's channel
+// that has more than 32 commands unapplied stashes the settlements that follow, and drops
+// them if the channel closes before it sends them (rabbitmq/rabbitmq-server#10327, seen on
+// 3.10.8: messages acked just before a graceful shutdown delivered again).
 type acker struct {
-	ch     *amqp.Channel
-	logger watermill.LoggerAdapter
-	reqs   chan settlement
-	stop   chan struct{}
-	done   chan struct{}
+	ch      *amqp.Channel
+	logger  watermill.LoggerAdapter
+	reqs    chan settlement
+	holding chan struct{} // closed by hold
+	stop    chan struct{}
+	done    chan struct{}
 
 	target  int             // settlements worth one write
 	next    uint64          // the lowest delivery tag not settled
@@ -45,7 +52,7 @@ const lingerFor = time.Millisecond
 func newAcker(ch *amqp.Channel, prefetch int, logger watermill.LoggerAdapter) *acker {
 	a := &acker{
 		ch: ch, logger: logger, target: max(1, prefetch/4),
-		reqs: make(chan settlement, 256), stop: make(chan struct{}), done: make(chan struct{}),
+		reqs: make(chan settlement, 256), holding: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 		next: 1, settled: map[uint64]bool{},
 	}
 	go a.run()
@@ -61,6 +68,15 @@ func (a *acker) settle(tag uint64, how settleAs) {
 	}
 }
 
+// hold keeps the settlements asked for from now on, for close to send together.
+func (a *acker) hold() {
+	select {
+	case <-a.holding:
+	default:
+		close(a.holding)
+	}
+}
+
 // close settles what was asked for so far and stops.
 func (a *acker) close() {
 	close(a.stop)
@@ -69,6 +85,7 @@ func (a *acker) close() {
 
 func (a *acker) run() {
 	defer close(a.done)
+	var held []settlement // since hold
 	batch := make([]settlement, 0, cap(a.reqs))
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
@@ -89,13 +106,19 @@ func (a *acker) run() {
 				}
 			}
 			linger.Stop()
-			a.apply(batch)
+			select {
+			case <-a.holding:
+				held = append(held, batch...)
+			default:
+				a.apply(batch)
+			}
 		case <-a.stop:
 			for {
 				select {
 				case s := <-a.reqs:
-					a.apply([]settlement{s})
+					held = append(held, s)
 				default:
+					a.apply(held)
 					return
 				}
 			}

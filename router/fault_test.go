@@ -134,7 +134,11 @@ func TestRouterFailsOverToAnotherNode(t *testing.T) {
 
 	const sub = "warren subscriber h"
 	first, ok := seen(sub, warren.Connected)
-	require.True(t, ok, "the subscriber's connection is reported: %v", events)
+	if !ok {
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("the subscriber's connection is not reported: %v", events)
+	}
 	gone := a
 	if first.Node == b.Addr() {
 		gone = b

@@ -128,10 +128,10 @@ func (c SubscriberConfig) Validate() error {
 // drops its connection. The topic of Subscribe is the name of the queue to consume.
 //
 // Closing (or cancelling Subscribe's context) stops taking messages: the consumer is
-// cancelled, messages received but not handed out go back to the queue at once, and the
-// messages handed out are waited for, up to ShutdownTimeout, to be acked or nacked before
-// the channel closes. Nothing is lost, and a handler that finishes in time never sees its
-// message again.
+// cancelled, the messages handed out are waited for, up to ShutdownTimeout, to be acked or
+// nacked, their settlements go out together, and the channel closes, which returns what was
+// received but not handed out to the queue. Nothing is lost, and a handler that finishes in
+// time never sees its message again.
 //
 // A queue deleted under a consumer stops that subscription (its channel of messages is
 // closed, and Err reports it): the queue is not declared again and no empty message is
@@ -620,15 +620,13 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				cs.inflight.add()
 				go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
 			case <-ctx.Done():
-				done()
+				done() // not handed out: back to the queue when the channel closes
 				cs.dups.release(id, false)
-				cs.acks.settle(d.DeliveryTag, requeue)
 				stop()
 				return closed, nil
 			case <-s.closing:
 				done()
 				cs.dups.release(id, false)
-				cs.acks.settle(d.DeliveryTag, requeue)
 				stop()
 				return closed, nil
 			}
@@ -701,15 +699,17 @@ func (f *flights) done() {
 
 var consumerSeq atomic.Uint64
 
-// stop cancels the consumer, returns what was received but not handed out to the queue and
-// waits, up to ShutdownTimeout, for the messages handed out to be settled.
+// stop cancels the consumer and waits, up to ShutdownTimeout, for the messages handed out to
+// be settled; their settlements go out together when the acker closes (see acker.hold). What
+// was received but not handed out goes back to the queue when the channel closes: nacked
+// one by one, it would make the quorum queue's channel stash the settlements that follow.
 func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, cs *channelState) {
 	s := sub.s
+	cs.acks.hold()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }); err == nil {
-		for d := range deliveries { // closed once the broker confirmed the cancel
-			cs.acks.settle(d.DeliveryTag, requeue)
+		for range deliveries { // closed once the broker confirmed the cancel
 		}
 	}
 	done := make(chan struct{})
