@@ -19,7 +19,7 @@ import (
 // them if the channel closes before it sends them (rabbitmq/rabbitmq-server#10327, seen on
 // 3.10.8: messages acked just before a graceful shutdown delivered again).
 type acker struct {
-	ch      *amqp.Channel
+	ch      settler
 	logger  watermill.LoggerAdapter
 	reqs    chan settlement
 	holding chan struct{} // closed by hold
@@ -31,6 +31,14 @@ type acker struct {
 	settled map[uint64]bool // tags above next, settled one by one
 	failed  bool
 }
+
+// settler is what the acker needs of a channel: *amqp.Channel.
+type settler interface {
+	Ack(tag uint64, multiple bool) error
+	Nack(tag uint64, multiple, requeue bool) error
+}
+
+var _ settler = (*amqp.Channel)(nil)
 
 type settlement struct {
 	tag uint64
@@ -49,7 +57,7 @@ const (
 // lingerFor is how long the acker waits for more settlements before it writes.
 const lingerFor = time.Millisecond
 
-func newAcker(ch *amqp.Channel, prefetch int, logger watermill.LoggerAdapter) *acker {
+func newAcker(ch settler, prefetch int, logger watermill.LoggerAdapter) *acker {
 	a := &acker{
 		ch: ch, logger: logger, target: max(1, prefetch/4),
 		reqs: make(chan settlement, 256), holding: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
