@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -172,9 +173,14 @@ func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now
 	dlx.Delay(msg, 0) // not again after Watermill's delay metadata it may carry
 }
 
+// truncate cuts s to at most n bytes, and marks the cut with an ellipsis. The cut falls
+// between characters: a text cut inside a UTF-8 sequence would be invalid.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
