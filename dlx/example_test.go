@@ -2,6 +2,7 @@ package dlx_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -12,15 +13,18 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
-	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
 
 // Publish one message at once and two delayed ones, with warren's API and with Watermill's
 // delay metadata; they arrive in the order they are due.
 func Example() {
+	url := os.Getenv("WARREN_AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
 	pub, err := dlx.NewPublisher(dlx.Config{
-		Connection: warren.Connection{URL: testenv.URL()},
+		Connection: warren.Connection{URL: url},
 		// The default delay levels are named warren.delay.*; this example uses its own.
 		Topology: topology.Config{Delay: topology.Delay{Prefix: "warren.example.dlx.delay"}},
 	}, nil)
@@ -29,7 +33,7 @@ func Example() {
 	}
 	defer pub.Close()
 	const queue = "warren.example.reminders"
-	defer removeExample(pub.Delay(), queue)
+	defer deleteExample(url, pub.Delay(), queue)
 
 	later := message.NewMessage(watermill.NewUUID(), []byte("400ms, warren's API"))
 	dlx.Delay(later, 400*time.Millisecond)
@@ -41,7 +45,7 @@ func Example() {
 	if err := pub.Publish(queue, later, sooner, now); err != nil { // declares the queue first
 		panic(err)
 	}
-	for _, m := range receive(queue, 3) {
+	for _, m := range receive(url, queue, 3) {
 		elapsed := time.Since(start)
 		asked, _ := time.ParseDuration(string(m.Payload[:strings.Index(string(m.Payload), ",")]))
 		fmt.Printf("%-20s arrived early: %v\n", m.Payload, elapsed < asked)
@@ -52,9 +56,10 @@ func Example() {
 	// 400ms, warren's API  arrived early: false
 }
 
-// receive reads n messages from queue.
-func receive(queue string, n int) []*message.Message {
-	conn, err := amqp.Dial(testenv.URL())
+// receive reads n messages from queue with amqp091-go (a warren router would do it in an
+// application).
+func receive(url, queue string, n int) []*message.Message {
+	conn, err := amqp.Dial(url)
 	if err != nil {
 		panic(err)
 	}
@@ -77,9 +82,24 @@ func receive(queue string, n int) []*message.Message {
 	return msgs
 }
 
-// removeExample deletes what the example declared.
-func removeExample(d topology.Delay, queue string) {
-	qs, xs := d.Names()
-	wq, wx := testenv.WorkQueueNames(queue)
-	_ = testenv.DeleteAt(testenv.URL(), append(qs, wq...), append(xs, wx...))
+// deleteExample deletes what the example declared: the queue, its poison queue and kill
+// exchange (the publisher declared it as a work queue), and the delay levels. An application
+// keeps them.
+func deleteExample(url string, delay topology.Delay, queue string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	queues, exchanges := delay.Names()
+	for _, q := range append(queues, queue, topology.PoisonQueue(queue)) {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	for _, x := range append(exchanges, topology.KillExchange(queue)) {
+		_ = ch.ExchangeDelete(x, false, false)
+	}
 }

@@ -3,15 +3,19 @@ package topology_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
 
 // Declare a topic exchange and a work queue bound to it, then verify them.
 func ExampleBuilder() {
+	url := os.Getenv("WARREN_AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
 	top := topology.Topology{
 		Exchanges: []topology.Exchange{{Name: "warren.example.topology.events", Kind: topology.Topic}},
 		Queues:    []topology.Queue{{Name: "warren.example.topology.billing"}},
@@ -25,7 +29,7 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
-	conn, err := amqp.Dial(testenv.URL())
+	conn, err := amqp.Dial(url)
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +38,7 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
-	defer remove(b.Delay(), top)
+	defer deleteExample(ch, b.Delay(), top)
 
 	report, _ := b.Verify(context.Background(), conn, top)
 	fmt.Println("before, missing:", len(report.Missing)) // 131 of the delay levels, 4 of ours
@@ -48,14 +52,21 @@ func ExampleBuilder() {
 	// after: ok
 }
 
-func remove(d topology.Delay, t topology.Topology) {
-	qs, xs := d.Names()
+// deleteExample deletes what the example declared: the delay levels, the exchanges, and the
+// work queues with their poison queues and kill exchanges. An application keeps them.
+func deleteExample(ch *amqp.Channel, delay topology.Delay, t topology.Topology) {
+	queues, exchanges := delay.Names()
 	for _, q := range t.Queues {
-		wq, wx := testenv.WorkQueueNames(q.Name)
-		qs, xs = append(qs, wq...), append(xs, wx...)
+		queues = append(queues, q.Name, topology.PoisonQueue(q.Name))
+		exchanges = append(exchanges, topology.KillExchange(q.Name))
 	}
 	for _, x := range t.Exchanges {
-		xs = append(xs, x.Name)
+		exchanges = append(exchanges, x.Name)
 	}
-	_ = testenv.DeleteAt(testenv.URL(), qs, xs)
+	for _, q := range queues {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+	for _, x := range exchanges {
+		_ = ch.ExchangeDelete(x, false, false)
+	}
 }

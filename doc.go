@@ -1,0 +1,208 @@
+// Package warren runs event-driven pipelines on RabbitMQ, on top of Watermill
+// (github.com/ThreeDotsLabs/watermill): messages published at once or after any delay,
+// without a broker plugin; publishes that return only once the broker has confirmed them;
+// handlers that run concurrently, with retries on a schedule and a poison queue that says
+// why; traces that follow a message across every hop; a switch that stops every consumer of a
+// queue, in every process; and a topology builder that declares it all.
+//
+// This package holds what the others share: the [Connection] to the broker, the [Marshaler]
+// between Watermill messages and AMQP, the [Delivery] a consumed message came from, and the
+// names of the headers warren reads and writes. The work is done by:
+//
+//   - [github.com/warrenmq/warren/topology] declares exchanges, work queues, bindings and the
+//     delay levels;
+//   - [github.com/warrenmq/warren/dlx] publishes, with or without a delay;
+//   - [github.com/warrenmq/warren/router] runs handlers on queues with warren's middleware
+//     chain, and sends kill commands;
+//   - [github.com/warrenmq/warren/middleware] holds that chain's middleware, which work on a
+//     bare Watermill router too;
+//   - [github.com/warrenmq/warren/middleware/redisstore] recognises copies of a message
+//     across processes, in Redis;
+//   - [github.com/warrenmq/warren/handlers] adapts typed functions (JSON) to handlers;
+//   - [github.com/warrenmq/warren/cmd/warren] is the command line: warren kill, warren resume.
+//
+// # Connecting
+//
+// Every part of warren that talks to the broker takes a [Connection], in a field named
+// Connection (dlx.Config, router.Config, router.SubscriberConfig, router.KillerConfig) or,
+// for topology.Builder.Apply, as an argument:
+//
+//	conn := warren.Connection{
+//		URL: "amqp://guest:guest@127.0.0.1:5672/", // or a cluster's nodes, separated by commas
+//	}
+//
+// Every connection tries the nodes in a random order, with backoff, until
+// Connection.ConnectTimeout (30s by default), and a connection that is lost is opened again
+// on whichever node answers. Connection also takes TLS settings, amqp091-go's Config
+// (heartbeat, vhost, connection name) and OnEvent, which hears each connection's
+// [ConnectionEvent]: connected, reconnecting, failed over. No error or log line shows a
+// password.
+//
+// # Declaring
+//
+// A [github.com/warrenmq/warren/topology.Topology] describes exchanges, work queues and
+// bindings; a [github.com/warrenmq/warren/topology.Builder] declares it, idempotently, or
+// only verifies it:
+//
+//	b, err := topology.NewBuilder(topology.Config{}, logger)
+//	err = b.Apply(ctx, conn, topology.Topology{
+//		Exchanges: []topology.Exchange{{Name: "events", Kind: topology.Topic}},
+//		Queues:    []topology.Queue{{Name: "billing"}},
+//		Bindings:  []topology.Binding{{Exchange: "events", Queue: "billing", Key: "order.*"}},
+//	})
+//
+// A work queue Q comes with its poison queue Q.poison and its kill exchange Q.kill. Work,
+// poison and delay level queues are quorum queues unless topology.Config.QueueType (or
+// Queue.Type for one queue) says Classic. Apply and Declare also declare the delay levels
+// (see [github.com/warrenmq/warren/topology.Delay]): by default 120 queues with fixed TTLs
+// that together hold a message for any delay up to 49.7 days, and a parking queue. Declaring
+// is optional: a publisher declares the delay levels when it starts and a destination before
+// its first publish to it, and a router declares its handlers' queues when it runs. An
+// exchange or queue that exists with other arguments is a *topology.MismatchError that says
+// what to do.
+//
+// # Publishing, with or without a delay
+//
+// A [github.com/warrenmq/warren/dlx.Publisher] is a Watermill message.Publisher:
+//
+//	pub, err := dlx.NewPublisher(dlx.Config{Connection: conn}, logger)
+//	msg := message.NewMessage(watermill.NewUUID(), payload)
+//	dlx.Delay(msg, 90*time.Second) // or dlx.DeliverAt(msg, t); without either, at once
+//	err = pub.Publish("billing", msg) // nil: the broker has confirmed it
+//
+// Watermill's own delay metadata (components/delay: delay.Message(msg, delay.For(d))) is
+// honoured too. A delayed message travels through the delay levels and reaches its
+// destination with its routing key; its delay is rounded up to the unit (1ms by default), so
+// it is never early. dlx.Config.Route maps a topic to its destination: dlx.ToQueue (the
+// default, the work queue named like the topic), dlx.ToExchange (the topic is the routing
+// key) or dlx.ExchangePerTopic. Messages are mandatory (unless dlx.Config.AllowUnroutable):
+// one that no queue takes makes Publish fail with a *dlx.ReturnedError. A nacked one is
+// published again until dlx.Config.PublishTimeout (30s), then Publish fails with
+// dlx.ErrNacked.
+//
+// # Running handlers
+//
+// A [github.com/warrenmq/warren/router.Router] runs handlers on queues, on top of Watermill's
+// message.Router:
+//
+//	r, err := router.New(router.Config{
+//		Connection: conn,
+//		Retry:      middleware.BackoffConfig{Delays: []time.Duration{time.Second, 30 * time.Second}},
+//	}, logger)
+//	err = r.AddConsumerHandler(router.HandlerConfig{Queue: "billing"},
+//		handlers.JSON(func(ctx context.Context, o Order) error { return charge(ctx, o) }))
+//	err = r.Run(ctx) // until ctx ends, Close, SIGINT or SIGTERM; then a graceful shutdown
+//
+// Every consumer of a queue, in any process, competes for its messages;
+// HandlerConfig.Exchange and Keys bind the queue to an exchange, which makes it a consumer
+// group of that exchange's topic. A handler processes up to 64 messages at once by default
+// (router.Config.Subscriber.Concurrency, or HandlerConfig.Concurrency). AddHandler takes a
+// handler that returns messages, which are published to HandlerConfig.PublishTopic, and
+// Router.Publisher publishes through the router's DLX publisher. [DeliveryFrom] tells a
+// handler, from its message's context, where the message came from. Shutting down stops
+// taking messages, waits up to router.Config.Subscriber.ShutdownTimeout (30s) for those in
+// flight to be processed and acked, and returns the rest to their queue.
+//
+// Every handler runs inside warren's middleware chain, outermost first:
+//
+//  0. with router.Config.CopyStore only, middleware.Idempotent keyed by middleware.CopyKey
+//     (see Copies across processes);
+//  1. middleware.RetryCount: the attempt number, for everything below;
+//  2. middleware.Tracing's consumer span (see Tracing);
+//  3. middleware.Poison: what is given up on goes to the poison queue, and is acked;
+//  4. middleware.Backoff: a failure is retried later, and acked;
+//  5. publishing the messages the handler returns, so that a failure to publish them is
+//     retried and poisoned like any failure of the handler;
+//  6. middleware.Recoverer: a panic becomes an error, with its stack;
+//  7. HandlerConfig.Middleware, then the handler.
+//
+// # Retries and the poison queue
+//
+// When a handler fails, Backoff republishes the message to the queue that failed (not to its
+// exchange: other consumer groups never see the retry) with the next attempt number and that
+// attempt's wait, through the delay levels, and acks it. The schedule is router.Config.Retry,
+// or HandlerConfig.Retry for one handler: a list of waits (Delays; by default len(Delays)+1
+// attempts) or, by default, exponential from 1s, doubling, capped at 5m, for 5 attempts. The
+// handler reads the attempt with middleware.Attempt(msg) or
+// middleware.AttemptFromContext(ctx).
+//
+// After the last attempt, or at once for a permanent error (middleware.Permanent(err); a
+// payload handlers.JSON cannot decode is one), Poison publishes the message to Q.poison with
+// its body and headers and warren_poison_* headers that say why: the error, the reason, the
+// handler, the attempts, the first and last failure, the trace id, and the stack of a panic.
+// middleware.PoisonReason also explains the messages the broker dead-lettered there itself
+// (past the quorum delivery limit). A retry or poison copy that cannot be published is no
+// failure of the handler: the message goes back to its queue, after
+// router.Config.Subscriber.RequeueDelay (1s).
+//
+// # Copies across processes
+//
+// At-least-once delivery makes copies: a publish whose confirm was lost is sent again, and a
+// message whose ack was lost is delivered again. The DLX publisher gives every message a
+// publish id ([PublishIDHeader]), the same on every copy, and a subscriber acks at once,
+// without handling it, a copy of a message it is handling or acked in the last 5 minutes. For the
+// copies that reach different processes, give the router a store they share, such as
+// [github.com/warrenmq/warren/middleware/redisstore.Store]:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379"}) // github.com/redis/go-redis/v9
+//	store, err := redisstore.New(redisstore.Config{Client: rdb}, logger)
+//	r, err := router.New(router.Config{Connection: conn, CopyStore: store}, logger)
+//
+// The router then runs middleware.Idempotent, keyed by middleware.CopyKey, outermost: a copy
+// of a delivery that a process settled already (processed, retried or poisoned) is acked
+// without being handled, and one that another process is handling goes back to the queue
+// until it is done. A claim of a process that died expires after the store's lease (15s). A
+// store that fails never holds a message up: the message is handled as without one. The
+// router does not close the store. For a business operation done once per key of your own,
+// put middleware.Idempotent around the handler (HandlerConfig.Middleware).
+//
+// # The kill topic
+//
+// A [github.com/warrenmq/warren/router.Killer] stops every consumer of a queue, in every
+// process, and lets them go on:
+//
+//	k, err := router.NewKiller(router.KillerConfig{Connection: conn}, logger)
+//	err = k.Kill(ctx, "billing", router.Stop) // or router.Delete: drain the queue, then delete it
+//	err = k.Resume(ctx, "billing")
+//
+// Every consumer of Q listens to Q.kill. On Stop it finishes and acks what it is handling,
+// returns what it prefetched to the queue and waits for Resume; on Delete the consumers
+// consume until the queue is empty, then delete it with its poison queue (if empty), kill
+// exchange and kill state queue. The last command is remembered in the kill state queue
+// (Q.kill.state), so consumers that start later obey it; when no consumer was listening, Kill
+// and Resume return an error that wraps router.ErrNoListener, and the command is remembered
+// all the same. router.Config.Subscriber.OnKill hears each consumer's stopped, resumed,
+// draining, deleted and refused; it is called from the consumer, and must not block. With a
+// KillSecret (router.Config.Subscriber.KillSecret and router.KillerConfig.KillSecret),
+// consumers obey only commands signed with it. The warren command sends the same commands
+// from a shell:
+//
+//	warren kill billing [--delete]
+//	warren resume billing
+//
+// It reads the broker from --url or $WARREN_AMQP_URL, and the secret from
+// $WARREN_KILL_SECRET.
+//
+// # Tracing
+//
+// A router traces with OpenTelemetry (router.Config.TracerProvider, by default
+// otel.GetTracerProvider()), following the messaging semantic conventions: a producer span
+// for every message it publishes (Router.Publisher, handler outputs, retries, poison copies)
+// and a consumer span around every message it processes. The trace context travels in the
+// message metadata (W3C traceparent), so one trace follows a message from its publish through
+// the delay levels and every retry to success or the poison queue. middleware.TraceID(msg)
+// gives the trace id for logs. On a bare Watermill router, use middleware.NewTracing:
+// Tracing.Middleware and Tracing.Publisher.
+//
+// # Reading more
+//
+// README.md, at the root of the module, is the long-form reference: how the delay levels work
+// and what they cost, what warren guarantees and how (nothing lost, nothing loops), running
+// on a cluster, benchmarks, and the decisions and limits, with measurements. CHANGELOG.md
+// lists what changed between versions. Each package's documentation details its part; router,
+// dlx, topology, middleware and handlers have runnable examples (those of router, dlx and
+// topology use the broker at $WARREN_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/). The
+// programs in examples/ show the parts at work: delays (go run ./examples/delays), retries
+// and then the poison queue (go run ./examples/retries), and the kill topic across processes
+// (go run ./examples/kill).
+package warren
