@@ -3,7 +3,7 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 FAULTS_TIMEOUT ?= 30m
 
-.PHONY: all broker broker4 redis demo test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis demo unit test test-rabbitmq4 faults cluster bench vet fmt
 
 all: vet test
 
@@ -24,6 +24,10 @@ broker4:
 ## demo: declare the topology, publish ordinary and delayed messages, print requested vs actual delay
 demo: broker
 	$(GO) run ./examples/delays
+
+## unit: the unit tests alone (go test -short: no broker, Redis or time limits), in seconds
+unit:
+	$(GO) test -short -race -count=1 ./...
 
 ## test: vet, then every test (race detector on) against the real broker
 test: broker redis vet

@@ -325,6 +325,7 @@ func TestNackIsRetriedUntilTheTimeLimit(t *testing.T) {
 }
 
 func TestUnreachableBrokerGivesUpWithAClearError(t *testing.T) {
+	testenv.Slow(t)
 	// A port nothing listens on, and a listener that accepts but never speaks AMQP.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WARREN_TEST_CHILD") == "consumers" {
 		os.Exit(consumerProcess())
 	}
+	testenv.SkipExamplesIfShort()
 	os.Exit(m.Run())
 }
 

@@ -26,6 +26,7 @@ import (
 // dial that began late ran its full timeout past the call's limit), and for concurrent
 // callers (the subscriber dialled holding its mutex).
 func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
+	testenv.Slow(t)
 	const limit = 2 * time.Second
 	calls := map[string]func(addr string) error{
 		"NewPublisher": func(addr string) error {

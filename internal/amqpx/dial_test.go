@@ -23,6 +23,7 @@ func refusedURL(t *testing.T) string {
 // A list is tried in a random order until a node answers: a node down is passed over
 // whatever its place.
 func TestDialTriesEveryNodeOfAList(t *testing.T) {
+	testenv.NeedsBroker(t)
 	list := refusedURL(t) + "," + testenv.URL() + "," + refusedURL(t)
 	for range 6 {
 		conn, _, err := amqpx.Dial(context.Background(), warren.Connection{URL: list}, "test")

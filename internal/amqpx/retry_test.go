@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // within asserts that elapsed lies in [0.9·limit, 1.1·limit + 150ms].
@@ -25,6 +26,7 @@ func within(t *testing.T, limit, elapsed time.Duration, what string) {
 // A transient failure is retried until the limit, and Retry returns at the limit, not before
 // (cenkalti's MaxElapsedTime stopped before the next wait: 6–42% early).
 func TestRetryKeepsTheLimit(t *testing.T) {
+	testenv.Slow(t)
 	var wg sync.WaitGroup
 	for _, limit := range []time.Duration{700 * time.Millisecond, time.Second, 1500 * time.Millisecond, 2 * time.Second, 3 * time.Second} {
 		wg.Add(1)
@@ -50,6 +52,7 @@ func TestRetryKeepsTheLimit(t *testing.T) {
 // An attempt that blocks until its context ends (a broker that never answers) ends the
 // call at the limit.
 func TestRetryKeepsTheLimitOfABlockingAttempt(t *testing.T) {
+	testenv.Slow(t)
 	start := time.Now()
 	err := amqpx.Retry(context.Background(), time.Second, "op", func(ctx context.Context) error {
 		select {
@@ -113,6 +116,7 @@ func blackHole(t *testing.T) string {
 // The AMQP handshake is bounded by the context, whether it ends by its deadline or is
 // cancelled.
 func TestDialIsBoundedByTheContext(t *testing.T) {
+	testenv.Slow(t)
 	url := "amqp://guest:guest@" + blackHole(t) + "/"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

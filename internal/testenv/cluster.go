@@ -31,6 +31,7 @@ const clusterJoinLimit = 90 * time.Second
 // shutdown is waited for) and their files removed.
 func StartCluster(t testing.TB, size int) *Cluster {
 	t.Helper()
+	NeedsBroker(t)
 	if size < 1 {
 		t.Fatalf("StartCluster: size %d", size)
 	}

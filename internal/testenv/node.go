@@ -53,6 +53,7 @@ const (
 // removes its files when t ends.
 func StartNode(t testing.TB) *Node {
 	t.Helper()
+	NeedsBroker(t)
 	n := newNode(t, "")
 	start := time.Now()
 	if err := n.launch(); err != nil {

@@ -21,6 +21,7 @@ func RedisAddr() string {
 // skip), and deletes, when t ends, every key that starts with prefix.
 func Redis(t testing.TB, prefix string) *redis.Client {
 	t.Helper()
+	NeedsBroker(t)
 	c := redis.NewClient(&redis.Options{Addr: RedisAddr()})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

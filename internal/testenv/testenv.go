@@ -1,11 +1,18 @@
 // Package testenv gives tests a real broker and names of their own, and removes what a test
 // declared when it ends. A broker that does not answer fails the test: it is never a skip.
+//
+// Under `go test -short` every test that needs a broker or Redis (through New, NewAt,
+// StartNode, StartCluster, Redis or NeedsBroker) is skipped, and so is every test that waits
+// out real time limits (Slow), so that the unit tests run alone,
+// in seconds, on a machine without them; SkipExamplesIfShort does the same for a package's
+// Examples.
 package testenv
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"os"
 	"strings"
 	"sync"
@@ -41,16 +48,46 @@ type Env struct {
 	exchanges []string
 }
 
+// NeedsBroker skips t under `go test -short`: it talks to a broker (or Redis, or starts
+// nodes of its own).
+func NeedsBroker(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a broker: not run with -short")
+	}
+}
+
+// Slow skips t under `go test -short`: it needs no broker, but waits out real time limits
+// (seconds).
+func Slow(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("waits out real time limits: not run with -short")
+	}
+}
+
+// SkipExamplesIfShort makes `go test -short` skip the Examples of the package whose TestMain
+// calls it (before m.Run), unless -skip is given: they talk to a broker, and an Example
+// cannot skip itself.
+func SkipExamplesIfShort() {
+	flag.Parse()
+	if testing.Short() && flag.Lookup("test.skip").Value.String() == "" {
+		_ = flag.Set("test.skip", "^Example")
+	}
+}
+
 // New connects to the broker (failing t if it cannot) and removes, when t ends, every queue
 // and exchange registered through the Env.
 func New(t testing.TB) *Env {
 	t.Helper()
+	NeedsBroker(t)
 	return NewAt(t, URL())
 }
 
 // NewAt is New on the broker at url (a Node's, say).
 func NewAt(t testing.TB, url string) *Env {
 	t.Helper()
+	NeedsBroker(t)
 	// Generous: a loaded 2-core machine can take seconds for a handshake; a broker that does
 	// not answer still fails the test.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

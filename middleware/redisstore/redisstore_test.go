@@ -122,6 +122,7 @@ func TestConfigIsValidatedNamingTheField(t *testing.T) {
 // message without the store) within the caller's context; Done is queued, and its failure
 // logged.
 func TestRedisDownIsAnError(t *testing.T) {
+	testenv.Slow(t)
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	defer client.Close()
 	s, err := redisstore.New(redisstore.Config{Client: client}, nil)
