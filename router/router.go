@@ -253,6 +253,7 @@ type Router struct {
 	names     map[string]bool
 	subs      []*Subscriber
 	runDone   chan struct{} // made by Run, closed when Watermill's Run has returned
+	running   chan struct{} // closed once every handler consumes (see Running)
 	closed    bool
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -294,6 +295,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		retryPub: tracing.Publisher(retries),
 		names:    map[string]bool{},
 		closing:  make(chan struct{}),
+		running:  make(chan struct{}),
 	}, nil
 }
 
@@ -499,7 +501,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	runDone := make(chan struct{})
 	r.runDone = runDone
-	topo := r.topo
+	topo, subs := r.topo, r.subs
 	r.mu.Unlock()
 
 	declareCtx, cancel := context.WithCancel(ctx)
@@ -538,6 +540,21 @@ func (r *Router) Run(ctx context.Context) error {
 		case <-runDone:
 		}
 	}()
+	go func() { // Running: Watermill's handlers run, and every subscription consumes
+		select {
+		case <-r.wm.Running():
+		case <-runDone:
+			return
+		}
+		for _, sub := range subs {
+			select {
+			case <-sub.Ready():
+			case <-runDone:
+				return
+			}
+		}
+		close(r.running)
+	}()
 	// Watermill's router stops its handlers when its context ends, without the graceful
 	// close; Close does that, so Watermill's gets a context that does not end.
 	err = r.wm.Run(context.WithoutCancel(ctx))
@@ -551,8 +568,10 @@ func (r *Router) Run(ctx context.Context) error {
 	return err
 }
 
-// Running is closed once the handlers run.
-func (r *Router) Running() chan struct{} { return r.wm.Running() }
+// Running is closed once the handlers run: every handler's subscription listens to its
+// queue's kill topic and consumes (or is paused by a kill command). A message published,
+// or a kill sent, after that is seen at once.
+func (r *Router) Running() chan struct{} { return r.running }
 
 // Close stops every handler from taking messages, waits up to Config.Subscriber.ShutdownTimeout for
 // those in flight to be processed and acked, returns the rest to their queues, and closes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -182,6 +183,9 @@ type Subscriber struct {
 	goneMu sync.Mutex
 	gone   []error // subscriptions ended because their queue was deleted
 
+	readyMu sync.Mutex
+	readies []chan struct{} // one per subscription, closed by its ready
+
 	seen seenIDs // publish ids of the deliveries acked lately
 }
 
@@ -275,10 +279,31 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	sub := &subscription{s: s, queue: queue, out: out}
+	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{})}
+	s.readyMu.Lock()
+	s.readies = append(s.readies, sub.ready)
+	s.readyMu.Unlock()
 	s.subs.Add(1)
 	go sub.run(ctx)
 	return out, nil
+}
+
+// Ready returns a channel that is closed once every subscription made so far listens to its
+// queue's kill topic and consumes (or is paused by a kill command), or has ended. Subscribe
+// returns before that: a message published meanwhile waits in the queue, and a kill command
+// sent meanwhile is found in the kill state when the subscription starts (see Killer).
+func (s *Subscriber) Ready() <-chan struct{} {
+	s.readyMu.Lock()
+	readies := slices.Clone(s.readies)
+	s.readyMu.Unlock()
+	all := make(chan struct{})
+	go func() {
+		for _, r := range readies {
+			<-r
+		}
+		close(all)
+	}()
+	return all
 }
 
 // SubscribeInitialize declares queue without consuming it.
@@ -407,9 +432,11 @@ func (s *Subscriber) Err() error {
 }
 
 type subscription struct {
-	s     *Subscriber
-	queue string
-	out   chan *message.Message
+	s         *Subscriber
+	queue     string
+	out       chan *message.Message
+	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
+	readyOnce sync.Once
 
 	// Set by the kill topic; they outlive a lost connection.
 	mode mode
@@ -442,10 +469,14 @@ var errQueueGone = errors.New("the queue was deleted")
 // (a broker restarting) as a 403 too, and that must be retried.
 var errRefused = errors.New("the broker refuses the consumer")
 
+// markReady closes sub.ready, once.
+func (sub *subscription) markReady() { sub.readyOnce.Do(func() { close(sub.ready) }) }
+
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
 	defer s.subs.Done()
 	defer close(sub.out)
+	defer sub.markReady() // ended: nobody waits for it any more
 	fields := watermill.LogFields{"queue": sub.queue}
 
 	// At most 1s (±50%) between tries: once the broker is back, consuming resumes within
@@ -504,6 +535,7 @@ func (sub *subscription) session(ctx context.Context) (started bool, err error) 
 	}
 	for {
 		if sub.mode == paused {
+			sub.markReady() // listening, paused by a kill
 			select {
 			case d, ok := <-commands:
 				if !ok {
@@ -555,6 +587,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 	if err != nil {
 		return closed, sub.goneOr(conn, err)
 	}
+	sub.markReady()
 
 	cs := &channelState{
 		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
