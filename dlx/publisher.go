@@ -68,8 +68,11 @@ type Config struct {
 	PastTolerance time.Duration
 }
 
-// DefaultPublishTimeout is Config.PublishTimeout's default.
-const DefaultPublishTimeout = 30 * time.Second
+// Defaults of Config.
+const (
+	DefaultPublishTimeout = 30 * time.Second
+	DefaultPastTolerance  = time.Second
+)
 
 // WithDefaults returns c with every unset field set to its default.
 func (c Config) WithDefaults() Config {
@@ -85,7 +88,7 @@ func (c Config) WithDefaults() Config {
 		c.PublishTimeout = DefaultPublishTimeout
 	}
 	if c.PastTolerance == 0 {
-		c.PastTolerance = time.Second
+		c.PastTolerance = DefaultPastTolerance
 	}
 	return c
 }

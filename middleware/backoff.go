@@ -46,18 +46,27 @@ type BackoffConfig struct {
 	Queue func(msg *message.Message) string
 }
 
-func (c BackoffConfig) withDefaults() BackoffConfig {
+// Defaults of BackoffConfig's exponential schedule.
+const (
+	DefaultBackoffInitial     = time.Second
+	DefaultBackoffMultiplier  = 2
+	DefaultBackoffMax         = 5 * time.Minute
+	DefaultBackoffMaxAttempts = 5 // for an explicit schedule: len(Delays)+1
+)
+
+// WithDefaults returns c with every unset field set to its default.
+func (c BackoffConfig) WithDefaults() BackoffConfig {
 	if c.Initial == 0 {
-		c.Initial = time.Second
+		c.Initial = DefaultBackoffInitial
 	}
 	if c.Multiplier == 0 {
-		c.Multiplier = 2
+		c.Multiplier = DefaultBackoffMultiplier
 	}
 	if c.Max == 0 {
-		c.Max = 5 * time.Minute
+		c.Max = DefaultBackoffMax
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 5
+		c.MaxAttempts = DefaultBackoffMaxAttempts
 		if len(c.Delays) > 0 {
 			c.MaxAttempts = len(c.Delays) + 1
 		}
@@ -70,7 +79,7 @@ func (c BackoffConfig) withDefaults() BackoffConfig {
 
 // Validate reports the first field of c that is not usable.
 func (c BackoffConfig) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	switch {
 	case c.Publisher == nil:
 		return errors.New("middleware: BackoffConfig.Publisher is nil")
@@ -126,7 +135,7 @@ func NewBackoff(config BackoffConfig, logger watermill.LoggerAdapter) (*Backoff,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Backoff{cfg: config.withDefaults(), logger: logger}, nil
+	return &Backoff{cfg: config.WithDefaults(), logger: logger}, nil
 }
 
 // MaxAttempts returns the number of attempts a message gets.

@@ -63,6 +63,17 @@ type PoisonConfig struct {
 	Queue func(msg *message.Message) string
 }
 
+// WithDefaults returns c with every unset field set to its default.
+func (c PoisonConfig) WithDefaults() PoisonConfig {
+	if c.Topic == nil {
+		c.Topic = topology.PoisonQueue
+	}
+	if c.Queue == nil {
+		c.Queue = ConsumedQueue
+	}
+	return c
+}
+
 // Validate reports the first field of c that is not usable.
 func (c PoisonConfig) Validate() error {
 	if c.Publisher == nil {
@@ -92,16 +103,10 @@ func NewPoison(config PoisonConfig, logger watermill.LoggerAdapter) (*Poison, er
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	if config.Topic == nil {
-		config.Topic = topology.PoisonQueue
-	}
-	if config.Queue == nil {
-		config.Queue = ConsumedQueue
-	}
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Poison{cfg: config, logger: logger}, nil
+	return &Poison{cfg: config.WithDefaults(), logger: logger}, nil
 }
 
 // Middleware is the message.HandlerMiddleware.

@@ -30,17 +30,16 @@ type TracingConfig struct {
 	Propagator propagation.TextMapPropagator
 }
 
-func (c *TracingConfig) setDefaults() {
+// WithDefaults returns c with every unset field set to its default.
+func (c TracingConfig) WithDefaults() TracingConfig {
 	if c.TracerProvider == nil {
 		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.Propagator == nil {
 		c.Propagator = propagation.TraceContext{}
 	}
+	return c
 }
-
-// Validate checks the configuration. Nothing can be invalid today: it returns nil.
-func (c TracingConfig) Validate() error { return nil }
 
 // Tracing traces messages with OpenTelemetry, following the messaging semantic conventions:
 // a producer span for every message published through Publisher, a consumer span around
@@ -52,12 +51,10 @@ type Tracing struct {
 	propagator propagation.TextMapPropagator
 }
 
-// NewTracing creates a Tracing from config.
+// NewTracing creates a Tracing from config; any config is valid. The error is always nil,
+// and there for the day a field can be invalid.
 func NewTracing(config TracingConfig) (*Tracing, error) {
-	config.setDefaults()
-	if err := config.Validate(); err != nil {
-		return nil, err
-	}
+	config = config.WithDefaults()
 	return &Tracing{
 		tracer:     config.TracerProvider.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL)),
 		propagator: config.Propagator,

@@ -279,7 +279,9 @@ func TestTraceID(t *testing.T) {
 }
 
 func TestTracingZeroConfig(t *testing.T) {
-	require.NoError(t, middleware.TracingConfig{}.Validate())
+	c := middleware.TracingConfig{}.WithDefaults()
+	assert.NotNil(t, c.TracerProvider)
+	assert.NotNil(t, c.Propagator)
 	tr, err := middleware.NewTracing(middleware.TracingConfig{})
 	require.NoError(t, err)
 	// The global provider is a no-op by default: nothing is traced, nothing breaks.

@@ -73,28 +73,39 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	c.Connection = c.Connection.WithDefaults()
 	c.Topology = c.Topology.WithDefaults()
 	if c.Concurrency == 0 {
-		c.Concurrency = 64
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.Prefetch == 0 {
-		c.Prefetch = min(4*c.Concurrency, 65535)
+		c.Prefetch = min(DefaultPrefetchPerHandler*c.Concurrency, 65535)
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Marshaler == nil {
 		c.Marshaler = warren.Marshaler{}
 	}
 	if c.KillMaxAge == 0 {
-		c.KillMaxAge = time.Minute
+		c.KillMaxAge = DefaultKillMaxAge
 	}
 	if c.RequeueDelay == 0 {
-		c.RequeueDelay = time.Second
+		c.RequeueDelay = DefaultRequeueDelay
 	}
 	if c.KillClockSkew == 0 {
-		c.KillClockSkew = 5 * time.Second
+		c.KillClockSkew = DefaultKillClockSkew
 	}
 	return c
 }
+
+// Defaults of SubscriberConfig.
+const (
+	DefaultConcurrency = 64
+	// DefaultPrefetchPerHandler times Concurrency is the default Prefetch (at most 65535).
+	DefaultPrefetchPerHandler = 4
+	DefaultShutdownTimeout    = 30 * time.Second
+	DefaultKillMaxAge         = time.Minute
+	DefaultKillClockSkew      = 5 * time.Second
+	DefaultRequeueDelay       = time.Second
+)
 
 // Validate reports the first field of c that is not usable. No error contains a password
 // of SubscriberConfig.Connection.URL.

@@ -83,15 +83,22 @@ type Delay struct {
 }
 
 // WithDefaults returns d with every unset field set to its default.
+// Defaults of Delay. Levels defaults to the most that RabbitMQ's largest TTL allows.
+const (
+	DefaultDelayPrefix = "warren.delay"
+	DefaultDelayUnit   = time.Millisecond
+	DefaultDelayRadix  = 16
+)
+
 func (d Delay) WithDefaults() Delay {
 	if d.Prefix == "" {
-		d.Prefix = "warren.delay"
+		d.Prefix = DefaultDelayPrefix
 	}
 	if d.Unit == 0 {
-		d.Unit = time.Millisecond
+		d.Unit = DefaultDelayUnit
 	}
 	if d.Radix == 0 {
-		d.Radix = 16
+		d.Radix = DefaultDelayRadix
 	}
 	if d.Levels == 0 && d.Radix >= 2 && d.Unit >= time.Millisecond {
 		// The most positions whose largest queue TTL, (Radix-1)·Radix^(Levels-1)·Unit,

@@ -203,16 +203,22 @@ func (c Config) WithDefaults() Config {
 	}
 	c.Delay = c.Delay.WithDefaults()
 	if c.DeliveryLimit == 0 {
-		c.DeliveryLimit = 20
+		c.DeliveryLimit = DefaultDeliveryLimit
 	}
 	if c.ExchangeKind == "" {
 		c.ExchangeKind = Topic
 	}
 	if c.Timeout == 0 {
-		c.Timeout = 30 * time.Second
+		c.Timeout = DefaultTimeout
 	}
 	return c
 }
+
+// Defaults of Config.
+const (
+	DefaultDeliveryLimit = 20
+	DefaultTimeout       = 30 * time.Second
+)
 
 // Validate reports the first field of c (with defaults applied) that is not usable.
 func (c Config) Validate() error {
