@@ -205,7 +205,7 @@ func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
 		return err
 	}
 	p.list(t)
-	return amqpx.Retry(ctx, p.cfg.Connection.ConnectTimeout, "dlx: declare", func(ctx context.Context) error {
+	return amqpx.RetryLogged(ctx, p.cfg.Connection.ConnectTimeout, "dlx: declare", p.logger, nil, func(ctx context.Context) error {
 		if _, err := p.connect(ctx); err != nil {
 			return err
 		}
@@ -409,7 +409,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	defer cancel()
 	confirmed := make([]bool, len(out))
 	suspect := make([]bool, len(out)) // in flight when a broker refusal closed the channel
-	err := amqpx.Retry(ctx, p.cfg.PublishTimeout, "", func(ctx context.Context) error {
+	err := amqpx.RetryLogged(ctx, p.cfg.PublishTimeout, "", p.logger, func() string { return "dlx: publish to " + topic }, func(ctx context.Context) error {
 		conf, err := p.connect(ctx)
 		if err != nil {
 			return err
@@ -595,7 +595,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 // destination (topology.HeaderDestExchange or HeaderDestQueue).
 func (p *Publisher) Parked(ctx context.Context) (int, error) {
 	var n int
-	err := amqpx.Retry(ctx, p.cfg.Connection.ConnectTimeout, "dlx: count parked messages", func(ctx context.Context) error {
+	err := amqpx.RetryLogged(ctx, p.cfg.Connection.ConnectTimeout, "dlx: count parked messages", p.logger, nil, func(ctx context.Context) error {
 		if _, err := p.connect(ctx); err != nil {
 			return err
 		}

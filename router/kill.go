@@ -201,7 +201,7 @@ func (k *Killer) Resume(ctx context.Context, queue string) error {
 func (k *Killer) send(ctx context.Context, queue string, action Action) error {
 	what := fmt.Sprintf("router: %s %s", action, queue)
 	heard := false
-	err := amqpx.Retry(ctx, k.cfg.PublishTimeout, what, func(ctx context.Context) error {
+	err := amqpx.RetryLogged(ctx, k.cfg.PublishTimeout, what, k.logger, nil, func(ctx context.Context) error {
 		var err error
 		heard, err = k.deliver(ctx, queue, action)
 		return amqpx.PermanentIfRefused(err)

@@ -319,7 +319,7 @@ func (s *Subscriber) Ready() <-chan struct{} {
 
 // SubscribeInitialize declares queue without consuming it.
 func (s *Subscriber) SubscribeInitialize(queue string) error {
-	return amqpx.Retry(context.Background(), s.cfg.Connection.ConnectTimeout, "router: declare "+queue, func(ctx context.Context) error {
+	return amqpx.RetryLogged(context.Background(), s.cfg.Connection.ConnectTimeout, "router: declare "+queue, s.logger, nil, func(ctx context.Context) error {
 		conn, err := s.connection(ctx)
 		if err != nil {
 			return err

@@ -115,7 +115,7 @@ func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology)
 	}
 	conn = conn.WithDefaults()
 	dialer := amqpx.NewDialer(conn, "warren topology", b.logger)
-	return amqpx.Retry(ctx, conn.ConnectTimeout, "topology: apply", func(ctx context.Context) error {
+	return amqpx.RetryLogged(ctx, conn.ConnectTimeout, "topology: apply", b.logger, nil, func(ctx context.Context) error {
 		conn, err := dialer.Dial(ctx)
 		if err != nil {
 			return err

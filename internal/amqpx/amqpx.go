@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -40,6 +41,15 @@ func Permanent(err error) error {
 // with an error that wraps ctx's cause and says what the last failure was. An empty what
 // leaves the errors without it.
 func Retry(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context) error) error {
+	return RetryLogged(ctx, limit, what, nil, nil, op)
+}
+
+// RetryLogged is Retry, telling logger what users need to know (nothing when logger is nil):
+// the first transient failure (Info: retrying, until when), the success after failures
+// (Info: after how many attempts and how long) and the give-up (Error). Later failures are
+// logged at Debug. The log lines name subject() when subject is not nil, else what.
+func RetryLogged(ctx context.Context, limit time.Duration, what string, logger watermill.LoggerAdapter,
+	subject func() string, op func(ctx context.Context) error) error {
 	if limit <= 0 {
 		return prefixed(what, fmt.Errorf("time limit %s is not positive", limit))
 	}
@@ -51,15 +61,21 @@ func Retry(ctx context.Context, limit time.Duration, what string, op func(ctx co
 	defer cancel()
 
 	var b *backoff.ExponentialBackOff // made at the first failure: most calls succeed at once
+	var log *retryLog
 	for {
 		err := op(attemptCtx)
 		if err == nil {
+			log.succeeded()
 			return nil
 		}
 		var perm *backoff.PermanentError
 		if errors.As(err, &perm) {
 			return prefixed(what, perm.Err)
 		}
+		if log == nil && logger != nil {
+			log = &retryLog{logger: logger, what: what, subject: subject, start: time.Now()}
+		}
+		log.failed(err, deadline)
 		if b == nil {
 			b = backoff.NewExponentialBackOff()
 			b.InitialInterval = 50 * time.Millisecond
@@ -80,9 +96,56 @@ func Retry(ctx context.Context, limit time.Duration, what string, op func(ctx co
 			return prefixed(what, fmt.Errorf("%w (last failure: %w)", context.Cause(ctx), err))
 		}
 		if !time.Now().Before(deadline) {
-			return prefixed(what, fmt.Errorf("gave up after %s: %w", limit, err))
+			err = prefixed(what, fmt.Errorf("gave up after %s: %w", limit, err))
+			log.gaveUp(err)
+			return err
 		}
 	}
+}
+
+// retryLog tells a logger about one RetryLogged call; a nil *retryLog says nothing.
+type retryLog struct {
+	logger   watermill.LoggerAdapter
+	what     string
+	subject  func() string
+	start    time.Time
+	attempts int
+}
+
+func (l *retryLog) fields() watermill.LogFields {
+	name := l.what
+	if l.subject != nil {
+		name = l.subject()
+	}
+	return watermill.LogFields{"call": name, "attempts": l.attempts}
+}
+
+func (l *retryLog) failed(err error, deadline time.Time) {
+	if l == nil {
+		return
+	}
+	l.attempts++
+	f := l.fields().Add(watermill.LogFields{"err": err.Error(), "until": deadline.Format(time.RFC3339Nano)})
+	if l.attempts == 1 {
+		l.logger.Info("Broker call failed, retrying", f)
+	} else {
+		l.logger.Debug("Broker call failed again, retrying", f)
+	}
+}
+
+func (l *retryLog) succeeded() {
+	if l == nil {
+		return
+	}
+	l.attempts++
+	l.logger.Info("Broker call succeeded after retrying", l.fields().Add(watermill.LogFields{"after": time.Since(l.start).String()}))
+}
+
+func (l *retryLog) gaveUp(err error) {
+	if l == nil {
+		return
+	}
+	l.logger.Error("Broker call gave up", err, l.fields())
 }
 
 // prefixed returns err with what in front, or err itself when what is empty (a caller that
