@@ -3,9 +3,9 @@ GO ?= go
 TEST_TIMEOUT ?= 40m
 FAULTS_TIMEOUT ?= 30m
 
-.PHONY: all broker broker4 redis demo unit test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis demo unit lint test test-rabbitmq4 faults cluster bench vet fmt
 
-all: vet test
+all: lint test
 
 ## broker: make sure RabbitMQ answers on 127.0.0.1:5672 (start or install it if needed)
 broker:
@@ -28,6 +28,17 @@ demo: broker
 ## unit: the unit tests alone (go test -short: no broker, Redis or time limits), in seconds
 unit:
 	$(GO) test -short -race -count=1 ./...
+
+## lint: golangci-lint (.golangci.yml: vet, staticcheck, errcheck, revive, ...), built from the
+## module proxy into .bin/ the first time (a few minutes), at the version pinned here
+GOLANGCI_LINT_VERSION ?= v2.15.0
+GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(CURDIR)/.bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(CURDIR)/.bin/golangci-lint $@
 
 ## test: vet, then every test (race detector on) against the real broker
 test: broker redis vet

@@ -17,11 +17,11 @@ import (
 type ClaimState int
 
 const (
-	// Claimed: the caller holds the key now, and processes the message.
+	// Claimed means the caller holds the key now, and processes the message.
 	Claimed ClaimState = iota
-	// Processed: the key was processed within its retention; the message is skipped.
+	// Processed means the key was processed within its retention; the message is skipped.
 	Processed
-	// Busy: a holder that is alive holds the key (a copy is being processed, in this process
+	// Busy means a holder that is alive holds the key (a copy is being processed, in this process
 	// or another); the message is to be tried again later.
 	Busy
 )
@@ -232,7 +232,7 @@ func (s *MemoryStore) Done(_ context.Context, key string, retention time.Duratio
 		e := s.order[0]
 		s.order[0] = memoryEntry{}
 		s.order = s.order[1:]
-		if s.done[e.key] == e.until { // not recorded again since
+		if s.done[e.key].Equal(e.until) { // not recorded again since
 			delete(s.done, e.key)
 		}
 	}

@@ -347,7 +347,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	for i := len(chain) - 1; i >= 0; i-- {
 		handle = chain[i](handle)
 	}
-	r.wm.AddNoPublisherHandler(h.Name, h.Queue, sub, func(msg *message.Message) error {
+	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, func(msg *message.Message) error {
 		_, err := handle(msg)
 		return err
 	})

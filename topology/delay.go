@@ -82,7 +82,6 @@ type Delay struct {
 	Disabled bool
 }
 
-// WithDefaults returns d with every unset field set to its default.
 // Defaults of Delay. Levels defaults to the most that RabbitMQ's largest TTL allows.
 const (
 	DefaultDelayPrefix = "warren.delay"
@@ -90,6 +89,7 @@ const (
 	DefaultDelayRadix  = 16
 )
 
+// WithDefaults returns d with every unset field set to its default.
 func (d Delay) WithDefaults() Delay {
 	if d.Prefix == "" {
 		d.Prefix = DefaultDelayPrefix

@@ -222,7 +222,9 @@ func (d *demoState) relay(out interface{ Read([]byte) (int, error) }) {
 			d.states[f[0]] = f[1]
 			if f[1] == "stopped" {
 				var ns int64
-				fmt.Sscan(f[2], &ns)
+				if _, err := fmt.Sscan(f[2], &ns); err != nil {
+					continue
+				}
 				if t := time.Unix(0, ns); t.After(d.lastStop) {
 					d.lastStop = t
 				}

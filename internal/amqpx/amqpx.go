@@ -344,7 +344,8 @@ func Do(ctx context.Context, ch *amqp.Channel, op func() error) error {
 		return err
 	case <-time.After(watchGrace):
 		_ = ch.Close()
-		<-done
+		opErr := <-done
+		_ = opErr // it failed because of the close: ctx's error says why
 		return ctx.Err()
 	}
 }

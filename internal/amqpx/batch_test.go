@@ -94,7 +94,8 @@ func TestBatchConnCloseDoesNotWaitForAPeerThatDoesNotRead(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
 	select {
-	case <-closed:
+	case err := <-closed:
+		_ = err // the peer reads nothing: what Close says of the flush is not the point
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close waited for a peer that does not read")
 	}

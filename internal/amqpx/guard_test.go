@@ -59,7 +59,8 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			closed := plain.NotifyClose(make(chan *amqp.Error, 1))
 			_, _, _ = pch.Get(queue, false)
 			select {
-			case <-closed:
+			case cerr := <-closed:
+				t.Logf("an unguarded connection closes: %v", cerr)
 			case <-time.After(5 * time.Second):
 				t.Fatal("an unguarded connection survived the hostile header: the fixture is not hostile")
 			}

@@ -143,7 +143,7 @@ func consumeWarren(queue string, delay topology.Delay, copies middleware.Idempot
 		return 0, err
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
-	defer tp.Shutdown(context.Background())
+	defer func() { _ = tp.Shutdown(context.Background()) }()
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies, IgnoreSignals: true,
 	}, nil)

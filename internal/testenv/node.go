@@ -599,7 +599,7 @@ func alive(pid int) bool {
 	if err != nil {
 		return false
 	}
-	defer p.Release()
+	defer func() { _ = p.Release() }()
 	if err := p.Signal(syscall.Signal(0)); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
