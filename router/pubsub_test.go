@@ -22,6 +22,7 @@ func TestPubSubSuite(t *testing.T) {
 		ordered     bool
 	}{"one in flight": {1, true}, "64 in flight": {64, false}} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			env := testenv.New(t)
 			// Watermill's TestContinueAfterErrors nacks (with requeue) 300 times over 50
 			// messages and expects them all back; warren's default delivery limit (20)
@@ -42,6 +43,10 @@ func TestPubSubSuite(t *testing.T) {
 					// The suite closes subscribers holding unacked messages and expects
 					// their context to end within 15s: the wait for them is shorter.
 					ShutdownTimeout: 2 * time.Second,
+					// The suite nacks 300 times, one message in flight, and waits for each
+					// to come back: warren's default pause before a requeue (1s, against hot
+					// loops) made that test take 300s.
+					RequeueDelay: 10 * time.Millisecond,
 				}, env.Logger())
 				require.NoError(t, err)
 				return pub, sub
