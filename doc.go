@@ -91,7 +91,7 @@
 //	}, logger)
 //	err = r.AddConsumerHandler(router.HandlerConfig{Queue: "billing"},
 //		handlers.JSON(func(ctx context.Context, o Order) error { return charge(ctx, o) }))
-//	err = r.Run(ctx) // until ctx ends, Close, SIGINT or SIGTERM; then a graceful shutdown
+//	err = r.Run(ctx) // until ctx ends or Close (Config.HandleSignals: SIGINT, SIGTERM too); then a graceful shutdown
 //
 // Every consumer of a queue, in any process, competes for its messages;
 // HandlerConfig.Exchange and Keys bind the queue to an exchange, which makes it a consumer

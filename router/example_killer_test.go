@@ -33,8 +33,7 @@ func ExampleKiller() {
 			}
 		}},
 		// This handler never fails, so it needs no delayed retries, and no delay levels.
-		Topology:      topology.Config{Delay: topology.Delay{Disabled: true}},
-		IgnoreSignals: true,
+		Topology: topology.Config{Delay: topology.Delay{Disabled: true}},
 	}, nil)
 	if err != nil {
 		panic(err)

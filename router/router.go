@@ -58,8 +58,10 @@ type Config struct {
 	CopyStore middleware.IdempotencyStore
 	// TracerProvider traces publishing and processing. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// IgnoreSignals keeps Run from stopping on SIGINT and SIGTERM.
-	IgnoreSignals bool
+	// HandleSignals makes Run stop gracefully on SIGINT and SIGTERM too, for a main function
+	// that runs only the router. Off by default: a router embedded in a larger program stops
+	// when Run's context ends or Close is called, and leaves the signals to the program.
+	HandleSignals bool
 }
 
 // WithDefaults returns c with every unset field set to its default, Publisher's and
@@ -486,7 +488,7 @@ func (r *Router) exchange(name string) topology.Exchange {
 }
 
 // Run declares the handlers' queues, exchanges and bindings and runs the handlers until ctx
-// ends, Close is called or (unless Config.IgnoreSignals) the process gets SIGINT or SIGTERM;
+// ends, Close is called or (with Config.HandleSignals) the process gets SIGINT or SIGTERM;
 // then it shuts down gracefully (see Close). Run returns an error after Close, and when it
 // runs already.
 func (r *Router) Run(ctx context.Context) error {
@@ -527,7 +529,7 @@ func (r *Router) Run(ctx context.Context) error {
 		close(runDone)
 		return fmt.Errorf("router: %w", err)
 	}
-	if !r.cfg.IgnoreSignals {
+	if r.cfg.HandleSignals {
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 		defer stop()

@@ -38,10 +38,9 @@ import (
 func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router.Router {
 	t.Helper()
 	cfg := router.Config{
-		Connection:    env.Connection(),
-		Subscriber:    router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
-		Topology:      topology.Config{Delay: env.Delay(topology.Delay{})},
-		IgnoreSignals: true,
+		Connection: env.Connection(),
+		Subscriber: router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
+		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -466,7 +465,7 @@ func (nopPublisher) Close() error                              { return nil }
 func TestSignalStopsRunGracefully(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("signal")
-	r := newRouter(t, env, func(c *router.Config) { c.IgnoreSignals = false })
+	r := newRouter(t, env, func(c *router.Config) { c.HandleSignals = true })
 	started, finished := make(chan struct{}), make(chan struct{})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 		close(started)

@@ -36,10 +36,9 @@ func TestKillResumeDelete(t *testing.T) {
 		states []string
 	)
 	r, err := router.New(router.Config{
-		Connection:    env.Connection(),
-		Subscriber:    router.SubscriberConfig{OnKill: func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() }},
-		Topology:      topology.Config{Delay: env.Delay(topology.Delay{})},
-		IgnoreSignals: true,
+		Connection: env.Connection(),
+		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() }},
+		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
 	}, env.Logger())
 	require.NoError(t, err)
 	defer r.Close()

@@ -49,7 +49,6 @@ func worker(url string) error {
 		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) {
 			fmt.Printf("%s %s %d\n", e.Handler, e.State, e.At.UnixNano())
 		}},
-		IgnoreSignals: true,
 	}, watermill.NopLogger{})
 	if err != nil {
 		return err

@@ -145,7 +145,7 @@ func consumeWarren(queue string, delay topology.Delay, copies middleware.Idempot
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	r, err := router.New(router.Config{
-		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies, IgnoreSignals: true,
+		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies,
 	}, nil)
 	if err != nil {
 		return 0, err

@@ -152,10 +152,9 @@ func killChild() {
 		fmt.Printf(format+"\n", args...)
 	}
 	r, err := router.New(router.Config{
-		Connection:    warren.Connection{URL: *url},
-		Subscriber:    router.SubscriberConfig{OnKill: func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) }},
-		IgnoreSignals: true,
-		Topology:      config(topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}),
+		Connection: warren.Connection{URL: *url},
+		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) }},
+		Topology:   config(topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}),
 	}, nil)
 	must(err)
 	n, _ := strconv.Atoi(os.Getenv("CONSUMERS"))

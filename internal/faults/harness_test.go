@@ -139,11 +139,10 @@ func consumerMain() int {
 	}
 	defer copies.Close()
 	r, err := router.New(router.Config{
-		Connection:    warren.Connection{URL: os.Getenv(childURL)},
-		Topology:      topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
-		Retry:         middleware.BackoffConfig{Delays: retryDelays},
-		CopyStore:     copies,
-		IgnoreSignals: true,
+		Connection: warren.Connection{URL: os.Getenv(childURL)},
+		Topology:   topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
+		Retry:      middleware.BackoffConfig{Delays: retryDelays},
+		CopyStore:  copies,
 	}, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
