@@ -133,17 +133,17 @@ func TestRoundTripThroughRealDeadLettering(t *testing.T) {
 
 func get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		d, ok, err := ch.Get(queue, true)
-		require.NoError(t, err)
-		if ok {
-			return d
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("nothing arrived in %s", queue)
-	return amqp.Delivery{}
+	var (
+		d   amqp.Delivery
+		err error
+	)
+	require.Eventually(t, func() bool {
+		var ok bool
+		d, ok, err = ch.Get(queue, true)
+		return ok || err != nil
+	}, 5*time.Second, 20*time.Millisecond, "nothing arrived in %s", queue)
+	require.NoError(t, err)
+	return d
 }
 
 // Delay instructions are not part of a delivered message: foreign or stale ones are dropped,
