@@ -23,6 +23,7 @@ func refusedURL(t *testing.T) string {
 // A list is tried in a random order until a node answers: a node down is passed over
 // whatever its place.
 func TestDialTriesEveryNodeOfAList(t *testing.T) {
+	t.Parallel()
 	testenv.NeedsBroker(t)
 	list := refusedURL(t) + "," + testenv.URL() + "," + refusedURL(t)
 	for range 6 {
@@ -33,6 +34,8 @@ func TestDialTriesEveryNodeOfAList(t *testing.T) {
 }
 
 // When no node answers, the error names every node (without its password) and why.
+//
+// Not parallel: it bounds the time the dial takes.
 func TestDialOfAListWithoutALiveNodeNamesEveryNode(t *testing.T) {
 	a, b := refusedURL(t), "amqp://guest:s3cr3t@"+blackHole(t)+"/"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

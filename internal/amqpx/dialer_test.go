@@ -27,6 +27,7 @@ import (
 // A Dialer reports its connection: connected, lost (reconnecting), and connected again to
 // another node (failed over), with the nodes and the reason.
 func TestDialerReportsConnectedLostAndFailedOver(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	a, urlA := testenv.ProxyURL(t, env.URL)
 	b, urlB := testenv.ProxyURL(t, env.URL)
@@ -80,6 +81,7 @@ func TestDialerReportsConnectedLostAndFailedOver(t *testing.T) {
 // Connection.AMQP reaches amqp091-go: heartbeat, vhost, and a connection name that is put
 // in front of warren's.
 func TestDialPassesTheAMQPConfig(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	conn, _, err := amqpx.Dial(t.Context(), warren.Connection{URL: env.URL, AMQP: amqp.Config{
 		Heartbeat:  3 * time.Second,
@@ -99,6 +101,7 @@ func TestDialPassesTheAMQPConfig(t *testing.T) {
 // top, where the guard would read encrypted bytes): messages go both ways, and a server
 // that Connection.TLS does not trust is refused.
 func TestDialTLS(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	pool, addr := tlsTerminator(t, hostOf(t, env.URL))
 	_, port, err := net.SplitHostPort(addr)

@@ -41,6 +41,7 @@ func publishRaw(t *testing.T, env *testenv.Env, queue string, headers amqp.Table
 // body and message id, and the connection stays open for the messages behind it; an unguarded
 // amqp091-go connection is closed by the same message.
 func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	for name := range testenv.HostileHeaders() {
 		t.Run(name, func(t *testing.T) {
@@ -91,6 +92,7 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 
 // Headers at amqp091-go's limits are readable and pass the guard untouched.
 func TestGuardedConnectionKeepsReadableHeaders(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Name("readable")
 	env.Remove([]string{queue}, nil)
@@ -118,6 +120,7 @@ func TestGuardedConnectionKeepsReadableHeaders(t *testing.T) {
 // HeaderFrameSize agrees byte for byte with the content header frame amqp091-go writes,
 // measured on the wire between the client and the broker.
 func TestHeaderFrameSizeMatchesTheWire(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	sizes := make(chan int, 16)
 	addr := sniff(t, strings.TrimSuffix(strings.TrimPrefix(env.URL, "amqp://guest:guest@"), "/"), sizes)
