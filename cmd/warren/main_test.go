@@ -29,6 +29,7 @@ func run(t *testing.T, url string, args ...string) string {
 
 // warren kill, resume and kill --delete reach a running consumer.
 func TestKillResumeDelete(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("cli")
 	var (
@@ -44,8 +45,11 @@ func TestKillResumeDelete(t *testing.T) {
 	defer r.Close()
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error { return nil }))
 	go func() { _ = r.Run(context.Background()) }()
-	<-r.Running()
-	time.Sleep(200 * time.Millisecond) // listening
+	select {
+	case <-r.Running(): // the handler consumes and listens to its kill topic
+	case <-time.After(30 * time.Second):
+		t.Fatal("the router is not running")
+	}
 	await := func(state string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
@@ -76,6 +80,7 @@ func TestKillNeedsAQueue(t *testing.T) {
 // A kill nobody hears is a warning (exit 0), not "sent": it is remembered for consumers that
 // start later.
 func TestKillWithoutConsumerWarns(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("nobody")
 	assert.Equal(t, "warning: no consumer of "+queue+" is listening; stop is remembered for consumers that start later\n",

@@ -107,6 +107,7 @@ func cli(args ...string) (string, error) {
 // whole URL), and `warren --help` printed $WARREN_AMQP_URL with it. No error, output or help
 // text shows it now, and a malformed URL's error still names the field.
 func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
+	t.Parallel()
 	testenv.Slow(t)
 	const limit = 300 * time.Millisecond
 	bad, good := urls(t)
@@ -157,6 +158,8 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 }
 
 // The URL of $WARREN_AMQP_URL shows in no help text and no output.
+//
+// Not parallel: it sets $WARREN_AMQP_URL.
 func TestNoPasswordFromTheEnvironment(t *testing.T) {
 	testenv.Slow(t)
 	bad, good := urls(t)
