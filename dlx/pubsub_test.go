@@ -32,6 +32,7 @@ var pubsubFeatures = tests.Features{
 // Watermill's universal Pub/Sub suite with warren's publisher and a watermill-amqp
 // subscriber that uses warren's marshaler and topology builder: queue per topic.
 func TestPubSubSuiteQueues(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), DeliveryLimit: suiteDeliveryLimit}
 	features := pubsubFeatures
@@ -57,6 +58,7 @@ func TestPubSubSuiteQueues(t *testing.T) {
 
 // The same suite with an exchange per topic (fanout) and a queue per consumer group.
 func TestPubSubSuiteConsumerGroups(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), ExchangeKind: topology.Fanout, DeliveryLimit: suiteDeliveryLimit}
 	features := pubsubFeatures

@@ -21,6 +21,7 @@ import (
 // A message too large for a frame is refused before anything is sent, at once and for good;
 // the publisher's connection stays up for the messages around it (the broker would close it).
 func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("big")
 	p := newPublisher(t, env, func(c *dlx.Config) { c.PublishTimeout = 20 * time.Second })
@@ -59,6 +60,8 @@ func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
 // A broker refusal that closes the publisher's channel (here ACCESS_REFUSED on publish) is
 // the refused message's error, returned at once; the messages in flight with it on the same
 // channel are published.
+//
+// Not parallel: it starts a node of its own (a user without some permissions).
 func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 	node := testenv.StartNode(t)
 	env := testenv.NewAt(t, node.URL())
@@ -95,6 +98,8 @@ func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 		published int
 		failed    []error
 	)
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt() // also when the test fails before the end
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
@@ -116,7 +121,13 @@ func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // innocent messages in flight all the time
+	// Innocent messages are in flight all the time: the refusals start once the 8 publishers
+	// are under way (40 messages confirmed).
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return published >= 8*5
+	}, 20*time.Second, 5*time.Millisecond, "the innocent publishers publish nothing")
 	for range 3 {
 		start := time.Now()
 		err := p.Publish(forbidden, message.NewMessage(watermill.NewUUID(), nil))
@@ -125,8 +136,7 @@ func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 		assert.True(t, dlx.IsPermanent(err), "%v", err)
 		assert.Less(t, time.Since(start), 5*time.Second, "not retried until the limit of 20s")
 	}
-	close(stop)
-	wg.Wait()
+	halt()
 	assert.Empty(t, failed, "messages in flight next to the refused ones")
 	// A message in flight when the channel closed may have reached the queue before its retry.
 	assert.GreaterOrEqual(t, env.Messages(allowed), published)

@@ -16,6 +16,8 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
+// The tests here measure time limits on the wall clock: none is parallel.
+
 // A publisher (without delay levels) connected through a proxy whose broker then stops (the
 // proxy closes: nothing listens any more) or hangs (the proxy freezes and drops the
 // connection: a new one is accepted and never answered).
@@ -36,10 +38,17 @@ func proxiedPublisher(t *testing.T, env *testenv.Env, publishTimeout, connectTim
 
 // hang makes the proxy a broker that accepts connections and never answers, and drops the
 // publisher's connection, so that its next call must dial.
-func hang(proxy *testenv.Proxy) {
+func hang(t *testing.T, p *dlx.Publisher, proxy *testenv.Proxy) {
+	t.Helper()
 	proxy.Freeze()
 	proxy.Drop()
-	time.Sleep(200 * time.Millisecond) // the client sees the connection closed
+	connectionLost(t, p)
+}
+
+// connectionLost waits until the publisher's client has seen its connection closed.
+func connectionLost(t *testing.T, p *dlx.Publisher) {
+	t.Helper()
+	require.Eventually(t, p.ConnectionClosed, 5*time.Second, 5*time.Millisecond, "the client does not see its connection closed")
 }
 
 // Issue 8 case 6: a stopped broker. cenkalti's MaxElapsedTime returned 6–42% early; the
@@ -48,7 +57,7 @@ func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
 	env := testenv.New(t)
 	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 2*time.Second)
 	proxy.Close()
-	time.Sleep(200 * time.Millisecond)
+	connectionLost(t, p)
 
 	start := time.Now()
 	err := p.Publish(q, message.NewMessage("stopped", nil))
@@ -78,7 +87,7 @@ func TestTimeLimitsWithABlackHole(t *testing.T) {
 
 	env := testenv.New(t)
 	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 0)
-	hang(proxy)
+	hang(t, p, proxy)
 	start = time.Now()
 	err = p.Publish(q, message.NewMessage("black hole", nil))
 	testenv.WithinLimit(t, 2*time.Second, time.Since(start), "Publish")
@@ -92,7 +101,7 @@ func TestTimeLimitsWithABlackHole(t *testing.T) {
 func TestConcurrentPublishesKeepTheirLimits(t *testing.T) {
 	env := testenv.New(t)
 	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 2*time.Second)
-	hang(proxy)
+	hang(t, p, proxy)
 
 	var wg sync.WaitGroup
 	for i := range 4 {
@@ -115,7 +124,7 @@ func TestConcurrentPublishesKeepTheirLimits(t *testing.T) {
 func TestPublishHonoursTheMessageContext(t *testing.T) {
 	env := testenv.New(t)
 	p, proxy, q := proxiedPublisher(t, env, 5*time.Second, 5*time.Second)
-	hang(proxy)
+	hang(t, p, proxy)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
