@@ -20,6 +20,9 @@ import (
 // they are dead-lettered from one level to the next at least once. (With Config.QueueType
 // Classic, which dead-letters at most once, the same run lost 63 and 117 of 400: see the
 // README.)
+//
+// Not parallel: it starts a node of its own, and publishing must end within the 3 s before
+// the crash.
 func TestDelayedMessagesSurviveBrokerCrash(t *testing.T) {
 	lost, dups := crashWhileDelayed(t, topology.Config{}, 400, 3*time.Second)
 	assert.Zero(t, lost, "delayed messages lost in the crash")
@@ -59,6 +62,8 @@ func crashWhileDelayed(t *testing.T, cfg topology.Config, n int, at time.Duratio
 	}
 	_ = conn.Close()
 	require.Less(t, time.Since(start), at, "publishing took too long to crash %s in", at)
+	// Not a wait for an event: the crash is scheduled at a moment of its own (at after the
+	// first publish), while the messages are in the levels, and real time must pass for that.
 	time.Sleep(time.Until(start.Add(at)))
 
 	node.Crash()

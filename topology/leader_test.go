@@ -81,6 +81,7 @@ func with(args amqp.Table, k string, v any) amqp.Table {
 // level queues. The broker compares the argument, so a declaration with exactly these
 // arguments is accepted and one with the other value refused.
 func TestLeaderLocatorIsDeclaredOnEveryQuorumQueue(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{LeaderLocator: topology.Balanced, Delay: topology.Delay{Levels: 2}})
@@ -115,6 +116,7 @@ func TestLeaderLocatorIsDeclaredOnEveryQuorumQueue(t *testing.T) {
 // warren declared them are declared again unchanged; switching to balanced on them is a
 // MismatchError naming the argument and what to do, for the levels and the work queues.
 func TestLeaderLocatorOnExistingQueues(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("work")
 	top := topology.Topology{Queues: []topology.Queue{{Name: q}}}
@@ -161,6 +163,7 @@ func TestLeaderLocatorOnExistingQueues(t *testing.T) {
 // Classic queues are declared without a leader locator, whatever Config.LeaderLocator says:
 // RabbitMQ 3.10 refuses x-queue-leader-locator on a classic queue.
 func TestLeaderLocatorNotOnClassicQueues(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic, LeaderLocator: topology.Balanced, Delay: topology.Delay{Levels: 1}})
@@ -173,6 +176,7 @@ func TestLeaderLocatorNotOnClassicQueues(t *testing.T) {
 // An existing classic work queue is still reported as a classic queue (x-queue-type) when
 // warren declares quorum queues with a leader locator.
 func TestExistingClassicWorkQueueWithLeaderLocator(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("old")
 	ch := env.Channel()

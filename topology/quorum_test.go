@@ -47,6 +47,7 @@ func redeclare(t *testing.T, env *testenv.Env, queue string, args amqp.Table) {
 // Everything warren declares is quorum by default: work queue, poison queue, level queues and
 // parking queue, each with its arguments.
 func TestDefaultsAreQuorumEverywhere(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 2}})
@@ -73,6 +74,7 @@ func TestDefaultsAreQuorumEverywhere(t *testing.T) {
 
 // Config.QueueType Classic switches all four kinds.
 func TestClassicSwitch(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic, Delay: topology.Delay{Levels: 1}})
@@ -97,6 +99,7 @@ func TestClassicSwitch(t *testing.T) {
 // A quorum poison or parking queue is browsed: a message returned to it any number of times
 // stays (with the work queue's limit of 20 it was dropped after its 21st delivery).
 func TestPoisonAndParkingQueuesKeepBrowsedMessages(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Quorum, Delay: topology.Delay{QueueType: topology.Quorum, Levels: 1}})
@@ -121,6 +124,7 @@ func TestPoisonAndParkingQueuesKeepBrowsedMessages(t *testing.T) {
 // A classic work queue as earlier versions of warren declared it (with its poison queue) is
 // refused with a MismatchError that names the queue, x-queue-type and what to do.
 func TestExistingClassicWorkQueueIsAMismatchOfQueueType(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("old")
 	ch := env.Channel()
@@ -162,6 +166,7 @@ func TestExistingClassicWorkQueueIsAMismatchOfQueueType(t *testing.T) {
 // alternate exchange) do not stop the new default levels from being declared next to them,
 // and what waits in them still reaches its queue.
 func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("dest")
 	d := env.Delay(topology.Delay{Unit: 100 * time.Millisecond, Levels: 1})
@@ -212,6 +217,7 @@ func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
 // A message that a level exchange cannot route (digit header missing or not a digit, at the
 // entry position or below it) is parked with its headers, not dropped.
 func TestLevelExchangesParkWhatTheyCannotRoute(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("dest")
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 2}})

@@ -104,9 +104,14 @@ func publish(t *testing.T, ch *amqp.Channel, exchange, key string, headers amqp.
 	require.NoError(t, ch.Publish(exchange, key, false, false, amqp.Publishing{Headers: headers, Body: []byte(body)}))
 }
 
-func drain(t *testing.T, ch *amqp.Channel, queue string) []string {
+// drain waits (up to 5 s) until queue holds the n messages expected in it, and returns the
+// bodies of all it holds then.
+func drain(t *testing.T, ch *amqp.Channel, queue string, n int) []string {
 	t.Helper()
-	time.Sleep(150 * time.Millisecond) // let routed messages land
+	require.Eventually(t, func() bool {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err == nil && q.Messages >= n
+	}, 5*time.Second, 5*time.Millisecond, "queue %s: fewer than %d messages arrived", queue, n)
 	var bodies []string
 	for {
 		d, ok, err := ch.Get(queue, true)
@@ -119,6 +124,7 @@ func drain(t *testing.T, ch *amqp.Channel, queue string) []string {
 }
 
 func TestDeclareAllExchangeKindsAndBindings(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	direct, fanout, topic, headers := env.Exchange("direct"), env.Exchange("fanout"), env.Exchange("topic"), env.Exchange("headers")
 	qd, qf1, qf2, qt, qh := env.Queue("d"), env.Queue("f1"), env.Queue("f2"), env.Queue("t"), env.Queue("h")
@@ -150,14 +156,15 @@ func TestDeclareAllExchangeKindsAndBindings(t *testing.T) {
 	publish(t, ch, headers, "", amqp.Table{"kind": "refund", "region": "eu"}, "h1")
 	publish(t, ch, headers, "", amqp.Table{"kind": "refund", "region": "us"}, "h2")
 
-	assert.Equal(t, []string{"d1"}, drain(t, ch, qd))
-	assert.Equal(t, []string{"f", "b"}, drain(t, ch, qf1))
-	assert.Equal(t, []string{"f", "b"}, drain(t, ch, qf2))
-	assert.Equal(t, []string{"t1"}, drain(t, ch, qt))
-	assert.Equal(t, []string{"h1"}, drain(t, ch, qh))
+	assert.Equal(t, []string{"d1"}, drain(t, ch, qd, 1))
+	assert.Equal(t, []string{"f", "b"}, drain(t, ch, qf1, 2))
+	assert.Equal(t, []string{"f", "b"}, drain(t, ch, qf2, 2))
+	assert.Equal(t, []string{"t1"}, drain(t, ch, qt, 1))
+	assert.Equal(t, []string{"h1"}, drain(t, ch, qh, 1))
 }
 
 func TestExistingQueueWithOtherArgumentsNamesQueueAndArgument(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("clash")
 	ch := env.Channel()
@@ -177,6 +184,7 @@ func TestExistingQueueWithOtherArgumentsNamesQueueAndArgument(t *testing.T) {
 }
 
 func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q, x := env.Queue("verified"), env.Exchange("verified")
 	top := topology.Topology{
@@ -223,6 +231,7 @@ func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
 // A quorum work queue has an explicit delivery limit and dead-letters at least once into its
 // poison queue when the limit is passed.
 func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("quorum")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Quorum, DeliveryLimit: 2})
@@ -230,28 +239,30 @@ func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
 	require.NoError(t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
 	publish(t, ch, "", q, nil, "hopeless")
 
+	// Take and return the message until it is in the poison queue: once there, it never
+	// comes back to q.
 	deliveries := 0
-	for empty := 0; empty < 20 && deliveries < 10; { // until nothing came for 20 polls
-		d, ok, err := ch.Get(q, false)
-		require.NoError(t, err)
-		if !ok {
-			empty++
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		empty = 0
-		deliveries++
-		require.NoError(t, d.Nack(false, true))
-	}
-	assert.Equal(t, 3, deliveries, "returned to the queue up to the limit (2), then dead-lettered")
 	require.Eventually(t, func() bool {
-		d, ok, err := ch.Get(topology.PoisonQueue(q), true)
-		return err == nil && ok && string(d.Body) == "hopeless"
-	}, 5*time.Second, 50*time.Millisecond)
+		d, ok, err := ch.Get(q, false)
+		if !assert.NoError(t, err) {
+			return false
+		}
+		if ok {
+			deliveries++
+			assert.NoError(t, d.Nack(false, true))
+			return false
+		}
+		d, ok, err = ch.Get(topology.PoisonQueue(q), true)
+		return assert.NoError(t, err) && ok && string(d.Body) == "hopeless"
+	}, 10*time.Second, 10*time.Millisecond, "the message did not reach the poison queue")
+	assert.Equal(t, 3, deliveries, "returned to the queue up to the limit (2), then dead-lettered")
+	_, ok, err := ch.Get(q, false)
+	require.NoError(t, err)
+	assert.False(t, ok, "the message is still in the work queue")
 
 	// Declared as quorum: declaring it classic now is refused, naming the argument.
 	classic := newBuilder(t, env, topology.Config{QueueType: topology.Classic})
-	err := classic.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q})
+	err = classic.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q})
 	var m *topology.MismatchError
 	require.ErrorAs(t, err, &m)
 	assert.Equal(t, "argument x-queue-type", m.Argument)
@@ -259,6 +270,7 @@ func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
 }
 
 func TestClassicWorkQueueRejectedMessageGoesToPoison(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("classic")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic})
@@ -269,13 +281,15 @@ func TestClassicWorkQueueRejectedMessageGoesToPoison(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.NoError(t, d.Reject(false))
-	assert.Equal(t, []string{"bad"}, drain(t, ch, topology.PoisonQueue(q)))
+	assert.Equal(t, []string{"bad"}, drain(t, ch, topology.PoisonQueue(q), 1))
 }
 
 // The delay levels are declared with one fixed TTL per queue, and a quorum layout works too.
 func TestDelayLevelsDeliver(t *testing.T) {
+	t.Parallel()
 	for _, typ := range []topology.QueueType{topology.Classic, topology.Quorum} {
 		t.Run(string(typ), func(t *testing.T) {
+			t.Parallel()
 			env := testenv.New(t)
 			q := env.Queue("dest")
 			b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Radix: 4, Levels: 6, QueueType: typ}})
@@ -302,6 +316,7 @@ func TestDelayLevelsDeliver(t *testing.T) {
 
 // Classic level queues are version 2 (see Delay): the same queue with version 1 is refused.
 func TestClassicDelayLevelsAreVersion2(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic, Delay: topology.Delay{Levels: 1}})
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{}))
@@ -320,6 +335,7 @@ func TestClassicDelayLevelsAreVersion2(t *testing.T) {
 // A watermill-amqp Subscriber with the Builder as its TopologyBuilder creates what it reads
 // from, including the poison queue and kill exchange, and reads warren's messages.
 func TestWatermillSubscriberUsesBuilder(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("wm")
 	b := newBuilder(t, env, topology.Config{})
