@@ -7,6 +7,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/require"
 )
 
 func TestNode(t *testing.T) {
@@ -137,21 +138,19 @@ func publish(t *testing.T, ch *amqp.Channel, queue, body string, mode uint8) {
 
 func expectMessage(t *testing.T, ch *amqp.Channel, queue, body string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d, ok, err := ch.Get(queue, true)
-		if err != nil {
-			t.Fatalf("get from %s: %v", queue, err)
-		}
-		if ok {
-			if string(d.Body) != body {
-				t.Fatalf("got %q from %s, want %q", d.Body, queue, body)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no message in %s", queue)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var (
+		d      amqp.Delivery
+		getErr error
+	)
+	require.Eventually(t, func() bool {
+		var ok bool
+		d, ok, getErr = ch.Get(queue, true)
+		return ok || getErr != nil
+	}, 5*time.Second, 50*time.Millisecond, "no message in %s", queue)
+	if getErr != nil {
+		t.Fatalf("get from %s: %v", queue, getErr)
+	}
+	if string(d.Body) != body {
+		t.Fatalf("got %q from %s, want %q", d.Body, queue, body)
 	}
 }

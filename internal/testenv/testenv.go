@@ -225,6 +225,9 @@ func WorkQueueNames(q string) (queues, exchanges []string) {
 }
 
 func deleteAll(conn *amqp.Connection, queues, exchanges []string) error {
+	// A name registered many times (a route that registers its exchange on every publish:
+	// tens of thousands in the Pub/Sub suites) is deleted once.
+	queues, exchanges = unique(queues), unique(exchanges)
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
@@ -243,4 +246,17 @@ func deleteAll(conn *amqp.Connection, queues, exchanges []string) error {
 		}
 	}
 	return nil
+}
+
+// unique returns names without repeats, in the order of their first appearance.
+func unique(names []string) []string {
+	seen := make(map[string]bool, len(names))
+	var out []string
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
