@@ -80,7 +80,7 @@ func TestCopyStoreMakesOneChainAcrossProcesses(t *testing.T) {
 		})
 		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 			n.add(msg.UUID)
-			time.Sleep(100 * time.Millisecond) // work: the twin arrives at the other process meanwhile
+			time.Sleep(100 * time.Millisecond) // simulates work: the twin arrives at the other process meanwhile
 			return errors.New("always fails")
 		}))
 		start(t, r)

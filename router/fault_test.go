@@ -36,7 +36,7 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 				count = map[string]int{}
 			)
 			require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Concurrency: 8}, func(msg *message.Message) error {
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // simulates work
 				mu.Lock()
 				count[msg.UUID]++
 				mu.Unlock()
@@ -54,13 +54,15 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 			require.NoError(t, err)
 			defer pub.Close()
 			published := make(chan error, 1)
-			go func() {
+			go func() { // one message every 3ms at most: they still flow when the fault comes
+				pace := time.NewTicker(3 * time.Millisecond)
+				defer pace.Stop()
 				for i := range total {
 					if err := pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)); err != nil {
 						published <- err
 						return
 					}
-					time.Sleep(3 * time.Millisecond)
+					<-pace.C
 				}
 				published <- nil
 			}()

@@ -201,7 +201,8 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 
 	published := pub.halt()
 	before, _, _ := f.count()
-	time.Sleep(500 * time.Millisecond)
+	assert.Never(t, func() bool { d, _, _ := f.count(); return d != before }, 500*time.Millisecond, 10*time.Millisecond,
+		"a consumer processed messages after it stopped")
 	after, total, dups := f.count()
 	assert.Equal(t, before, after, "a consumer processed messages after it stopped")
 	assert.Empty(t, dups, "processed twice")
@@ -214,7 +215,8 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 	since := time.Now()
 	f.start(1, 4)
 	f.awaitHandlers("stopped", 4, since, 10*time.Second)
-	time.Sleep(300 * time.Millisecond)
+	assert.Never(t, func() bool { d, _, _ := f.count(); return d != after }, 300*time.Millisecond, 10*time.Millisecond,
+		"a consumer started after the kill consumed")
 	late, _, _ := f.count()
 	assert.Equal(t, after, late, "a consumer started after the kill consumed")
 
@@ -487,8 +489,8 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	for i := range 10 {
 		require.NoError(t, pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)))
 	}
-	time.Sleep(500 * time.Millisecond)
-	assert.Zero(t, first.processed.Load(), "a consumer started after the kill consumed")
+	assert.Never(t, func() bool { return first.processed.Load() > 0 }, 500*time.Millisecond, 10*time.Millisecond,
+		"a consumer started after the kill consumed")
 
 	require.NoError(t, k.Resume(context.Background(), queue), "a consumer listens")
 	first.await(t, "resumed")
@@ -498,7 +500,12 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	require.ErrorIs(t, k.Kill(context.Background(), queue, router.Stop), router.ErrNoListener)
 	second := startProbe(t, env, queue, "")
 	second.await(t, "stopped")
-	time.Sleep(300 * time.Millisecond)
+	// The first consumer, which no longer hears kills, takes every message; the second none.
+	for i := range 10 {
+		require.NoError(t, pub.Publish(queue, message.NewMessage("late-"+strconv.Itoa(i), nil)))
+	}
+	require.Eventually(t, func() bool { return first.processed.Load()+second.processed.Load() >= 20 }, 10*time.Second,
+		5*time.Millisecond)
 	assert.Zero(t, second.processed.Load(), "a consumer started after the kill consumed")
 }
 

@@ -36,13 +36,17 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 		floor             atomic.Int64 // when the last send that returned began, Unix ns
 		reads, violations atomic.Int64
 		lost              atomic.Int64 // connections lost (a get on a quorum queue being created: 541 noproc)
+		sentAll           atomic.Bool  // the last command was sent
+		readAfterAll      atomic.Int64 // readers that read the state once since
 		wg                sync.WaitGroup
 	)
 	ctx, stop := context.WithCancel(context.Background())
 	for range 8 {
 		sub := &subscription{s: s, queue: queue}
 		wg.Go(func() {
+			counted := false
 			for ctx.Err() == nil {
+				afterAll := sentAll.Load()
 				before := time.Unix(0, floor.Load())
 				conn, err := s.connection(context.Background())
 				if err != nil {
@@ -59,6 +63,10 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 					if c.At.Before(before) {
 						violations.Add(1)
 					}
+					if afterAll && !counted {
+						counted = true
+						readAfterAll.Add(1)
+					}
 				}
 			}
 		})
@@ -69,7 +77,9 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 		require.True(t, err == nil || errors.Is(err, ErrNoListener), "%v", err)
 		floor.Store(begin.UnixNano())
 	}
-	time.Sleep(200 * time.Millisecond)
+	sentAll.Store(true)
+	assert.Eventually(t, func() bool { return readAfterAll.Load() == 8 }, 10*time.Second, 5*time.Millisecond,
+		"not every reader read the state after the last command was sent")
 	stop()
 	wg.Wait()
 	t.Logf("%d reads, %d lost connections", reads.Load(), lost.Load())

@@ -59,7 +59,7 @@ func consumerProcess() int {
 	for i := range n {
 		err := r.AddConsumerHandler(router.HandlerConfig{Name: fmt.Sprintf("%d/c%d", os.Getpid(), i), Queue: queue, Concurrency: 4},
 			func(msg *message.Message) error {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // simulates work
 				line("processed %s", msg.UUID)
 				return nil
 			})

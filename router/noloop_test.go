@@ -92,7 +92,7 @@ func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 	assert.Equal(t, "m", d.MessageId)
 	assert.Equal(t, middleware.PoisonReasonPermanent, d.Headers[middleware.PoisonReasonKey])
 	assert.Contains(t, d.Headers[middleware.PoisonErrorKey], "NO_ROUTE")
-	time.Sleep(time.Second)
+	assert.Never(t, func() bool { return n.get("m") > 1 }, time.Second, 20*time.Millisecond, "the input came back")
 	assert.Equal(t, 1, n.get("m"), "handler calls")
 }
 
@@ -140,7 +140,7 @@ func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 		return len(got) > 0
 	}, 5*time.Second, 20*time.Millisecond)
 	assert.Equal(t, "o-m", got[0].MessageId)
-	time.Sleep(500 * time.Millisecond)
+	assert.Never(t, func() bool { return n.get("m") > 3 }, 500*time.Millisecond, 10*time.Millisecond, "a fourth call came")
 	assert.Equal(t, 3, n.get("m"), "one call per attempt of the schedule")
 	mu.Lock()
 	assert.Equal(t, []int{1, 2, 3}, attempts, "retries of the schedule, not redeliveries")
@@ -243,7 +243,21 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "big", msg.UUID)
 	assert.Equal(t, middleware.PoisonReasonRejected, middleware.PoisonReason(msg.Metadata))
-	time.Sleep(500 * time.Millisecond)
+	handledOnce := func(pred func(calls int) bool) bool { // pred holds for big and every small one
+		if !pred(n.get("big")) {
+			return false
+		}
+		for i := range 20 {
+			if !pred(n.get("small-" + strconv.Itoa(i))) {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, func() bool { return handledOnce(func(c int) bool { return c >= 1 }) }, 10*time.Second,
+		10*time.Millisecond, "the unrelated messages were not all handled")
+	assert.Never(t, func() bool { return !handledOnce(func(c int) bool { return c == 1 }) }, 500*time.Millisecond,
+		10*time.Millisecond, "a message was handled again")
 	assert.Equal(t, 1, n.get("big"))
 	for i := range 20 {
 		assert.Equal(t, 1, n.get("small-"+strconv.Itoa(i)), "unrelated message %d", i)
@@ -310,8 +324,7 @@ func TestRunReportsADeletedQueue(t *testing.T) {
 	queue := env.Queue("deleted")
 	r := newRouter(t, env, nil)
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error { return nil }))
-	done := start(t, r)
-	time.Sleep(200 * time.Millisecond)
+	done := start(t, r) // returns once the handler consumes
 	_, err := env.Channel().QueueDelete(queue, false, false, false)
 	require.NoError(t, err)
 	select {
@@ -345,7 +358,12 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	<-started
 	require.NoError(t, r.Close())
 	<-done
-	time.Sleep(time.Second) // a retry, had one been published, would have arrived by now
+	ch := env.Channel()
+	assert.Never(t, func() bool { // a retry (due 100ms later), had one been published, would arrive
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		p, perr := ch.QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
+		return err != nil || perr != nil || q.Messages > 1 || p.Messages > 0
+	}, time.Second, 20*time.Millisecond, "a retry or a poison message came")
 	got := drain(t, env, queue)
 	require.Len(t, got, 1, "the message is back in its queue exactly once")
 	assert.Equal(t, "m", got[0].MessageId)
@@ -489,7 +507,8 @@ func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
 	pub := newPublisherFor(t, env)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("fails-once", nil)))
 	require.Eventually(t, func() bool { return n.get("m") == 2 && n.get("fails-once") == 2 }, 5*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
+	assert.Never(t, func() bool { return n.get("m") > 2 || n.get("fails-once") > 2 }, 300*time.Millisecond, 10*time.Millisecond,
+		"the copy, or a retry of the retry, was handled")
 	assert.Equal(t, 2, n.get("m"), "the copy is not handled, the new publish is")
 	assert.Equal(t, 2, n.get("fails-once"), "its retry is a new publish")
 	assert.Zero(t, env.Messages(queue))
@@ -507,7 +526,7 @@ func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
 	var n calls
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 		n.add(msg.UUID)
-		time.Sleep(100 * time.Millisecond) // the copy arrives while this one is handled
+		time.Sleep(100 * time.Millisecond) // simulates work: the copy arrives while this one is handled
 		return errors.New("always fails")
 	}))
 	start(t, r)
@@ -516,7 +535,11 @@ func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
 	publishRaw(t, env, "", queue, twin)
 	d := poisoned(t, env, queue, 10*time.Second)
 	assert.Equal(t, "m", d.MessageId)
-	time.Sleep(500 * time.Millisecond)
+	ch := env.Channel()
+	assert.Never(t, func() bool {
+		p, err := ch.QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
+		return n.get("m") > 3 || err != nil || p.Messages > 0
+	}, 500*time.Millisecond, 10*time.Millisecond, "a fourth call, or a second poison message")
 	assert.Equal(t, 3, n.get("m"), "one call per attempt, MaxAttempts 3")
 	assert.Zero(t, env.Messages(topology.PoisonQueue(queue)), "poisoned once")
 }

@@ -79,21 +79,44 @@ func start(t *testing.T, r *router.Router) <-chan error {
 	return done
 }
 
-// poisoned waits for one message in queue's poison queue.
+// poisoned waits for one message in queue's poison queue. It gets on a connection of its
+// own: a get from a quorum queue that is still being declared (again) fails with 541 noproc,
+// which closes the connection; it then connects again.
 func poisoned(t *testing.T, env *testenv.Env, queue string, timeout time.Duration) amqp.Delivery {
 	t.Helper()
-	ch := env.Channel()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		d, ok, err := ch.Get(topology.PoisonQueue(queue), true)
-		require.NoError(t, err)
-		if ok {
-			return d
+	var (
+		mu    sync.Mutex
+		conns []*amqp.Connection
+		conn  *amqp.Connection
+		ch    *amqp.Channel
+		d     amqp.Delivery
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("nothing in %s within %s", topology.PoisonQueue(queue), timeout)
-	return amqp.Delivery{}
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		if conn == nil || conn.IsClosed() {
+			conn, err = amqp.Dial(env.URL)
+			require.NoError(c, err)
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+		if ch == nil || ch.IsClosed() {
+			ch, err = conn.Channel()
+			require.NoError(c, err)
+		}
+		got, ok, err := ch.Get(topology.PoisonQueue(queue), true)
+		require.NoError(c, err)
+		require.True(c, ok, "nothing in %s within %s", topology.PoisonQueue(queue), timeout)
+		d = got
+	}, timeout, 20*time.Millisecond)
+	return d
 }
 
 type orderError struct{ id string }
@@ -143,7 +166,11 @@ func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
 	root.End()
 
 	d := poisoned(t, env, queue, 15*time.Second)
-	time.Sleep(500 * time.Millisecond) // a fifth attempt would come now
+	assert.Never(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(attempts) > 4
+	}, 500*time.Millisecond, 10*time.Millisecond, "a fifth attempt came")
 	mu.Lock()
 	got := append([]attempt(nil), attempts...)
 	mu.Unlock()
@@ -245,7 +272,8 @@ func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 
 	require.NoError(t, r.Publisher().Publish("order.created", message.NewMessage(watermill.NewUUID(), nil)))
 	require.Eventually(t, func() bool { return billing.Load() == 2 }, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
+	assert.Never(t, func() bool { return billing.Load() > 2 || audit.Load() > 1 }, 500*time.Millisecond, 10*time.Millisecond,
+		"a third attempt, or the retry in the other group")
 	assert.EqualValues(t, 2, billing.Load(), "the failing group: first attempt and its retry")
 	assert.EqualValues(t, 1, audit.Load(), "the other group never sees the retry")
 	assert.Zero(t, env.Messages(topology.PoisonQueue(failing)))
@@ -355,7 +383,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 		count = map[string]int{}
 	)
 	handler := func(msg *message.Message) error {
-		time.Sleep(time.Duration(1+len(msg.UUID)%5) * time.Millisecond)
+		time.Sleep(time.Duration(1+len(msg.UUID)%5) * time.Millisecond) // simulates work
 		mu.Lock()
 		count[msg.UUID]++
 		mu.Unlock()
@@ -391,7 +419,16 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	start(t, second)
 	require.Eventually(t, func() bool { return processed() == total }, 30*time.Second, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
+	assert.Never(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, n := range count {
+			if n > 1 {
+				return true
+			}
+		}
+		return false
+	}, 200*time.Millisecond, 10*time.Millisecond, "a message was processed twice")
 	mu.Lock()
 	defer mu.Unlock()
 	for id, n := range count {
@@ -469,7 +506,7 @@ func TestSignalStopsRunGracefully(t *testing.T) {
 	started, finished := make(chan struct{}), make(chan struct{})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 		close(started)
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // simulates work: the message is in flight when SIGTERM comes
 		close(finished)
 		return nil
 	}))
@@ -501,7 +538,11 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	defer sub.Close()
 	msgs, err := sub.Subscribe(context.Background(), queue)
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond) // consuming
+	select {
+	case <-sub.Ready(): // consuming
+	case <-time.After(10 * time.Second):
+		t.Fatal("the subscription did not start consuming")
+	}
 
 	_, err = env.Channel().QueueDelete(queue, false, false, false)
 	require.NoError(t, err)
@@ -511,9 +552,10 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the subscription did not stop")
 	}
-	time.Sleep(200 * time.Millisecond)
+	assert.Never(t, func() bool { return queueExists(env, queue) }, 300*time.Millisecond, 20*time.Millisecond,
+		"the queue was declared again")
 	_, err = env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
-	assert.ErrorContains(t, err, "NOT_FOUND", "the queue was declared again")
+	assert.ErrorContains(t, err, "NOT_FOUND")
 }
 
 // A router that ran, published, retried and closed leaves no goroutine behind; nor do a
@@ -540,4 +582,11 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	<-done
 	require.NoError(t, r.Close())
 	require.NoError(t, <-stopped)
+}
+
+// queueExists tells whether queue exists, on a channel of its own (a passive declare of a
+// queue that does not exist closes its channel).
+func queueExists(env *testenv.Env, queue string) bool {
+	_, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
+	return err == nil
 }

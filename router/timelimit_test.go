@@ -3,6 +3,8 @@ package router_test
 import (
 	"context"
 	"crypto/tls"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -122,18 +124,26 @@ func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
 // Close while Run still declares (the broker hangs) ends Run at once too.
 func TestCloseWhileRunDeclares(t *testing.T) {
 	env := testenv.New(t)
-	proxy, url := testenv.ProxyURL(t, env.URL)
+	proxy, _ := testenv.ProxyURL(t, env.URL)
+	addr, dialed := notifyDials(t, proxy.Addr())
 	r := newRouter(t, env, func(c *router.Config) {
-		c.Connection.URL = url
+		c.Connection.URL = testenv.WithHost(t, env.URL, addr)
 		c.Subscriber.ShutdownTimeout = 2 * time.Second
 		c.Connection.ConnectTimeout = 20 * time.Second
 	})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("declaring")}, func(*message.Message) error { return nil }))
 	proxy.Freeze()
 	proxy.Drop()
+	for len(dialed) > 0 { // the dials of New
+		<-dialed
+	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	time.Sleep(300 * time.Millisecond)
+	select { // Run declares: its publisher dials again (it dials only when it needs to)
+	case <-dialed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not dial to declare")
+	}
 	start := time.Now()
 	require.NoError(t, r.Close())
 	assert.Less(t, time.Since(start), time.Second)
@@ -286,4 +296,47 @@ func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
 			assert.Contains(t, err.Error(), "gave up after 2s")
 		})
 	}
+}
+
+// notifyDials listens on a free local port and forwards every connection to target
+// (host:port), until t ends; it returns its host:port and a channel that gets a value for
+// each connection accepted, before anything is forwarded: a client that has finished its
+// handshake through it has been counted.
+func notifyDials(t *testing.T, target string) (string, <-chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	dialed := make(chan struct{}, 100)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, u)
+			mu.Unlock()
+			dialed <- struct{}{}
+			go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
+			go func() { _, _ = io.Copy(c, u); _ = c.Close() }()
+		}
+	}()
+	return l.Addr().String(), dialed
 }
