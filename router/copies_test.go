@@ -38,6 +38,7 @@ func copyStores(t *testing.T, env *testenv.Env, n int) []middleware.IdempotencyS
 // a redelivery after an ack lost with its connection) reaches another process: with a shared
 // CopyStore it is acked there without being handled; without one it would be handled again.
 func TestCopyStoreRecognisesACopyHandledByAnotherProcess(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("copies")
 	stores := copyStores(t, env, 2)
@@ -67,6 +68,7 @@ func TestCopyStoreRecognisesACopyHandledByAnotherProcess(t *testing.T) {
 // Copies of an always-failing message handled at once by two processes make one chain of
 // attempts between them: MaxAttempts handler calls in all, one poison message.
 func TestCopyStoreMakesOneChainAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("copies")
 	stores := copyStores(t, env, 2)

@@ -20,6 +20,7 @@ import (
 // Consumers resume by themselves after the broker drops their connections, or restarts,
 // while messages flow; every message published (Publish returned nil) is processed.
 func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
+	t.Parallel() // its broker nodes are its own, on ports of their own
 	for name, fault := range map[string]func(*testenv.Node){
 		"close_all_connections": (*testenv.Node).CloseAllConnections,
 		"restart":               (*testenv.Node).Restart,
@@ -90,6 +91,7 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 // so through Connection.OnEvent, and goes on processing; its publisher follows at its next
 // publish. (Two proxies of the same broker stand for the nodes.)
 func TestRouterFailsOverToAnotherNode(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	a, urlA := testenv.ProxyURL(t, env.URL)
 	b, urlB := testenv.ProxyURL(t, env.URL)

@@ -186,6 +186,7 @@ func newKiller(t *testing.T, env *testenv.Env, secret string) *router.Killer {
 // after the kill does not consume; after a resume every consumer does, and everything is
 // processed exactly once.
 func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
+	t.Parallel()
 	env, queue, f, pub := flowing(t, "killed")
 
 	sent := time.Now()
@@ -233,6 +234,7 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 // A kill with delete: the consumers drain the queue, then it is deleted, with its poison
 // queue, kill exchange and kill state queue; every message was processed exactly once.
 func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
+	t.Parallel()
 	env, queue, f, pub := flowing(t, "deleted")
 
 	sent := time.Now()
@@ -260,6 +262,7 @@ func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 
 // With a secret, an unsigned kill and a wrongly signed one change nothing; a signed one stops.
 func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("guarded")
 	delay := env.Delay(topology.Delay{})
@@ -431,6 +434,7 @@ func signed(t *testing.T, queue string, action router.Action, at time.Time, secr
 // is refused by a consumer that started after both (the replay memory is the broker's, not
 // the consumer's), and the consumer keeps consuming.
 func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("replayed")
 	const secret = "s3cret"
@@ -456,6 +460,7 @@ func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
 // lock out every command dated before it); one dated 2s ahead, within KillClockSkew's
 // default of 5s, is obeyed.
 func TestKillDatedAheadIsRefused(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("ahead")
 	const secret = "s3cret"
@@ -476,6 +481,7 @@ func TestKillDatedAheadIsRefused(t *testing.T) {
 // remembered: a consumer started afterwards stays stopped. The same when the kill exchange
 // was deleted (the consumer that was bound to it no longer hears anything).
 func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("unheard")
 	k := newKiller(t, env, "")
@@ -512,6 +518,7 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 // A kill with delete that nobody heard is remembered: a consumer started afterwards drains
 // the queue, deletes it and its kill state, and ends.
 func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("deletedlate")
 	pub := newPublisherFor(t, env)
@@ -540,6 +547,7 @@ func TestKillClockSkewIsValidated(t *testing.T) {
 // still being handled, and never the context of a message handed out after the resume (a
 // subscriber-wide context once made every later message start cancelled).
 func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("session-ctx")
 	msgs := subscribe(t, env, queue, router.SubscriberConfig{ShutdownTimeout: 200 * time.Millisecond})

@@ -24,6 +24,7 @@ import (
 // while another reader held the previous one could stay out of a reader's sight (1 run in 5
 // on RabbitMQ 3.10.8).
 func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("contended")
 	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())

@@ -77,6 +77,7 @@ func drain(t *testing.T, env *testenv.Env, queue string) []amqp.Delivery {
 // the input is poisoned at once, with the broker's reason, instead of being nacked and
 // redelivered in a hot loop.
 func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue, events := env.Queue("in"), env.Exchange("events")
 	r := newRouter(t, env, func(c *router.Config) { c.Publisher.Route = dlx.ToExchange(events) })
@@ -101,6 +102,7 @@ func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 // the broker nacks; a quorum queue's limit is not exact) until the third attempt makes room;
 // the publisher gives up on a nacked message after its PublishTimeout.
 func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue, out := env.Queue("in"), env.Queue("out")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -151,6 +153,7 @@ func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 // Foreign or stale delay metadata never makes a forward fail or loop: the message a handler
 // forwards as it received it goes at once, straight to its destination.
 func TestForeignDelayMetadataIsNotADelay(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue, out := env.Queue("in"), env.Queue("out")
 	r := newRouter(t, env, nil)
@@ -194,6 +197,7 @@ func TestForeignDelayMetadataIsNotADelay(t *testing.T) {
 // A poison queue deleted under the router is declared again; the message is poisoned, not
 // redelivered in a loop.
 func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("in")
 	r := newRouter(t, env, nil)
@@ -220,6 +224,7 @@ func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
 // messages): it is too large to poison as well, so it is rejected into the queue's
 // dead-letter path, which leads to the poison queue. An unrelated message is handled once.
 func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("in")
 	r := newRouter(t, env, nil)
@@ -267,6 +272,7 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 
 // A nacked message goes back to its queue after RequeueDelay, not at once: no hot loop.
 func TestNackedMessageWaitsBeforeItComesBack(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("nacked")
 	msgs := subscribe(t, env, queue, router.SubscriberConfig{RequeueDelay: 500 * time.Millisecond})
@@ -292,6 +298,7 @@ loop:
 // node went down; RabbitMQ 4.3 cancels a quorum consumer that timed out) consumes again; Run
 // goes on.
 func TestCancelledConsumerConsumesAgain(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("cancelled")
 	proxy, url := testenv.ProxyURL(t, env.URL)
@@ -320,6 +327,7 @@ func TestCancelledConsumerConsumesAgain(t *testing.T) {
 // A queue really deleted under its handler ends the subscription, and Run returns an error
 // naming the queue (never nil with work left undone).
 func TestRunReportsADeletedQueue(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("deleted")
 	r := newRouter(t, env, nil)
@@ -340,6 +348,7 @@ func TestRunReportsADeletedQueue(t *testing.T) {
 // At the hard stop of a shutdown, a handler that honours its context returns its
 // cancellation: the message is neither retried nor poisoned, it goes back to its queue once.
 func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("shutdown")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -376,6 +385,7 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 // and poison headers never reach the poison message. An attempt header out of range counts
 // as attempt 1 even where it is believed (straight to the queue).
 func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue, events := env.Queue("in"), env.Exchange("events")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -426,6 +436,7 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 // Messages whose headers the client cannot read are poisoned at once with a warren reason;
 // the messages behind them are processed, and no handler sees the unreadable ones.
 func TestUnreadableHeadersArePoisonedAndTheQueueFlows(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("hostile")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -460,6 +471,7 @@ func TestUnreadableHeadersArePoisonedAndTheQueueFlows(t *testing.T) {
 // A message the broker itself dead-lettered into a poison queue (past a quorum queue's
 // delivery limit: its consumers kept dying while they held it) says why too.
 func TestDeliveryLimitPoisonSaysWhy(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("limited")
 	b, err := topology.NewBuilder(topology.Config{Delay: env.Delay(topology.Delay{})}, nil)
@@ -483,6 +495,7 @@ func TestDeliveryLimitPoisonSaysWhy(t *testing.T) {
 // re-send after a lost confirm, a redelivery after a lost ack) is acked without being
 // handled again; a retry or a new publish of the same message id is handled.
 func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("copies")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -518,6 +531,7 @@ func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
 // attempts, not one each: a copy that arrives while its twin is handled is acked at once,
 // and the retries of both copies are copies of each other.
 func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("copies")
 	r := newRouter(t, env, func(c *router.Config) {

@@ -17,6 +17,7 @@ import (
 // Watermill's universal Pub/Sub suite with warren's publisher and subscriber: one message in
 // flight (ordered, as the suite's ordering tests expect), and many.
 func TestPubSubSuite(t *testing.T) {
+	t.Parallel()
 	for name, c := range map[string]struct {
 		concurrency int
 		ordered     bool
@@ -35,11 +36,16 @@ func TestPubSubSuite(t *testing.T) {
 				GenerateTopicFunc:                   func(tctx tests.TestContext) string { return env.Name(string(tctx.TestID)) },
 			}
 			route := func(topic string) dlx.Route { return dlx.ToQueue(env.TrackQueue(topic)) }
+			// The suite makes a publisher and a subscriber per test, each declaring its
+			// quorum queues (delay levels included); run beside the package's other tests,
+			// the broker took more than the default 30s to declare one of them.
+			conn := env.Connection()
+			conn.ConnectTimeout = 2 * time.Minute
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
-				pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: tcfg, Route: route}, env.Logger())
+				pub, err := dlx.NewPublisher(dlx.Config{Connection: conn, Topology: tcfg, Route: route}, env.Logger())
 				require.NoError(t, err)
 				sub, err := router.NewSubscriber(router.SubscriberConfig{
-					Connection: env.Connection(), Topology: tcfg, Concurrency: c.concurrency, Prefetch: c.concurrency,
+					Connection: conn, Topology: tcfg, Concurrency: c.concurrency, Prefetch: c.concurrency,
 					// The suite closes subscribers holding unacked messages and expects
 					// their context to end within 15s: the wait for them is shorter.
 					ShutdownTimeout: 2 * time.Second,

@@ -133,6 +133,7 @@ type attempt struct {
 // as the limit allows; then the message is in the poison queue with every header, and one
 // trace covers publish, every retry and the poison message.
 func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	events, queue := env.Exchange("events"), env.Queue("payments")
 	rec := tracetest.NewSpanRecorder()
@@ -251,6 +252,7 @@ func attrMap(kvs []attribute.KeyValue) map[string]any {
 
 // In a fan-out topic, a retry goes to the failing group's queue only.
 func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	events := env.Exchange("events")
 	failing, other := env.Queue("billing"), env.Queue("audit")
@@ -280,6 +282,7 @@ func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 }
 
 func TestPanicIsRetriedThenPoisoned(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("panics")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -309,6 +312,7 @@ type payment struct {
 
 // A payload that cannot be decoded is permanent: poisoned at once, without retries.
 func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("json")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -330,6 +334,7 @@ func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
 
 // N handlers of one router are in flight at once: each waits until all N are.
 func TestHandlersRunConcurrently(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("concurrent")
 	const n = 8
@@ -375,6 +380,7 @@ func TestHandlersRunConcurrently(t *testing.T) {
 // Closing under load: what was processed was processed once and acked, the rest is back in
 // the queue; a second router processes exactly the rest.
 func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("load")
 	const total = 1000
@@ -449,6 +455,7 @@ func newPublisherFor(t *testing.T, env *testenv.Env) *dlx.Publisher {
 // A delivery the marshaler cannot unmarshal goes to the poison queue with the reason; the
 // others are handed out.
 func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("undecodable")
 	msgs := subscribe(t, env, queue, router.SubscriberConfig{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
@@ -500,6 +507,7 @@ func (nopPublisher) Close() error                              { return nil }
 
 // SIGTERM stops Run gracefully: the message in flight is finished and acked.
 func TestSignalStopsRunGracefully(t *testing.T) {
+	// Not parallel: it sends SIGTERM to the whole test process.
 	env := testenv.New(t)
 	queue := env.Queue("signal")
 	r := newRouter(t, env, func(c *router.Config) { c.HandleSignals = true })
@@ -531,6 +539,7 @@ func TestSignalStopsRunGracefully(t *testing.T) {
 // A queue deleted under a consumer stops that subscription: no empty message is handed out
 // and the queue is not declared again (watermill-amqp does both).
 func TestDeletedQueueStopsTheSubscription(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("deleted")
 	sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
@@ -561,6 +570,7 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 // A router that ran, published, retried and closed leaves no goroutine behind; nor do a
 // subscriber and a publisher on their own.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
+	// Not parallel: goleak sees the goroutines of every test running.
 	env := testenv.New(t)
 	queue := env.Queue("leak")
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())

@@ -28,6 +28,7 @@ import (
 // dial that began late ran its full timeout past the call's limit), and for concurrent
 // callers (the subscriber dialled holding its mutex).
 func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
+	// Not parallel with other tests (its cases are, with each other): it measures wall-clock limits.
 	testenv.Slow(t)
 	const limit = 2 * time.Second
 	calls := map[string]func(addr string) error{
@@ -99,6 +100,7 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 // Issue 8 case 6: Close on a router that was never run blocked for ShutdownTimeout+5s and
 // failed (Watermill waited for handlers that never started). It returns at once, and nil.
 func TestCloseWithoutRun(t *testing.T) {
+	// Not parallel: it measures a wall-clock limit.
 	env := testenv.New(t)
 	r := newRouter(t, env, func(c *router.Config) { c.Subscriber.ShutdownTimeout = 2 * time.Second })
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("never-run")}, func(*message.Message) error { return nil }))
@@ -113,6 +115,7 @@ func TestCloseWithoutRun(t *testing.T) {
 
 // A closed Subscriber refuses at once, with ErrClosed (it retried until ConnectTimeout).
 func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	s, err := router.NewSubscriber(router.SubscriberConfig{Connection: env.Connection()}, env.Logger())
 	require.NoError(t, err)
@@ -123,6 +126,7 @@ func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
 
 // Close while Run still declares (the broker hangs) ends Run at once too.
 func TestCloseWhileRunDeclares(t *testing.T) {
+	// Not parallel: it measures a wall-clock limit.
 	env := testenv.New(t)
 	proxy, _ := testenv.ProxyURL(t, env.URL)
 	addr, dialed := notifyDials(t, proxy.Addr())
@@ -157,6 +161,7 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 // Issue 8: all config is validated in the constructors, and the error names the field as
 // the user wrote it.
 func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
+	t.Parallel()
 	url := "amqp://guest:guest@127.0.0.1:1/"
 	conn := warren.Connection{URL: url}
 	for field, cfg := range map[string]router.Config{
@@ -249,6 +254,7 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 // deadline, and SubscribeInitialize returned after 15 s (the heartbeat timeout) with a limit
 // of 2 s. Declaring (subscriber, publisher, publishing to a new destination) keeps the limit.
 func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
+	// Not parallel with other tests (its cases are, with each other): it measures wall-clock limits.
 	const limit = 2 * time.Second
 	env := testenv.New(t)
 	calls := map[string]func(url string) (func() error, error){
