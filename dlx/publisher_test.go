@@ -25,6 +25,17 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
+// declaring lets two tests at a time declare their delay levels (120 quorum queues each):
+// eight at once made RabbitMQ 3.10 on two cores take more than the 30 s ConnectTimeout.
+var declaring = make(chan struct{}, 2)
+
+// oneOfFewDeclaring runs declare while at most one other test declares its levels.
+func oneOfFewDeclaring(declare func()) {
+	declaring <- struct{}{}
+	defer func() { <-declaring }()
+	declare()
+}
+
 // newPublisher starts a publisher with delay levels of the test's own.
 func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Publisher {
 	t.Helper()
@@ -32,7 +43,11 @@ func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Pu
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := dlx.NewPublisher(cfg, env.Logger())
+	var (
+		p   *dlx.Publisher
+		err error
+	)
+	oneOfFewDeclaring(func() { p, err = dlx.NewPublisher(cfg, env.Logger()) })
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
