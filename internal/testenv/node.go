@@ -439,7 +439,7 @@ func (n *Node) kill(grace time.Duration) error {
 		} else if killed && time.Now().After(deadline) {
 			return fmt.Errorf("processes %v do not exit", pids)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polls: the node's processes are not our children, no exit to wait on
 	}
 }
 
