@@ -366,7 +366,7 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	require.NoError(t, newPublisherFor(t, env).Publish(queue, message.NewMessage("m", nil)))
 	<-started
 	require.NoError(t, r.Close())
-	<-done
+	require.NoError(t, <-done)
 	ch := env.Channel()
 	assert.Never(t, func() bool { // a retry (due 100ms later), had one been published, would arrive
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)

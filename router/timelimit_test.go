@@ -152,7 +152,8 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 	require.NoError(t, r.Close())
 	assert.Less(t, time.Since(start), time.Second)
 	select {
-	case <-done:
+	case err := <-done:
+		t.Logf("Run returned %v", err)
 	case <-time.After(time.Second):
 		t.Fatal("Run did not return")
 	}

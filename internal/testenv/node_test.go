@@ -62,7 +62,8 @@ func TestNode(t *testing.T) {
 	closed = conn.NotifyClose(make(chan *amqp.Error, 1))
 	n.Restart()
 	select {
-	case <-closed:
+	case err := <-closed:
+		t.Logf("connection closed: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("connection survived Restart")
 	}
@@ -90,7 +91,8 @@ func TestNode(t *testing.T) {
 	before := n.processes()
 	n.Crash()
 	select {
-	case <-closed:
+	case err := <-closed:
+		t.Logf("connection closed: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("connection survived Crash")
 	}
