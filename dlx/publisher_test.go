@@ -25,7 +25,8 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// declaring lets two tests at a time declare their delay levels (120 quorum queues each):
+// declaring lets two tests at a time declare their delay levels (60 quorum queues each; 120
+// before testenv.DelayLevels):
 // eight at once made RabbitMQ 3.10 on two cores take more than the 30 s ConnectTimeout.
 var declaring = make(chan struct{}, 2)
 
