@@ -24,7 +24,11 @@ func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("big")
-	p := newPublisher(t, env, func(c *dlx.Config) { c.PublishTimeout = 20 * time.Second })
+	p := newPublisher(t, env, func(c *dlx.Config) {
+		c.PublishTimeout = 20 * time.Second
+		// The default levels (8, not testenv.DelayLevels): the most digit headers, below.
+		c.Topology.Delay = env.Delay(topology.Delay{Radix: topology.DefaultDelayRadix})
+	})
 
 	var wg sync.WaitGroup
 	errs := make([]error, 50)
