@@ -211,7 +211,7 @@ func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
 	require.NoError(t, err)
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m"}) // (a warren publisher would declare it)
 	require.Eventually(t, func() bool {
-		_, err := env.Channel().QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
+		_, err := env.Inspect(topology.PoisonQueue(queue))
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "the poison queue is declared again")
 	d := poisoned(t, env, queue, 10*time.Second)
@@ -367,10 +367,9 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	<-started
 	require.NoError(t, r.Close())
 	require.NoError(t, <-done)
-	ch := env.Channel()
 	assert.Never(t, func() bool { // a retry (due 100ms later), had one been published, would arrive
-		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		p, perr := ch.QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
+		q, err := env.Inspect(queue)
+		p, perr := env.Inspect(topology.PoisonQueue(queue))
 		return err != nil || perr != nil || q.Messages > 1 || p.Messages > 0
 	}, time.Second, 20*time.Millisecond, "a retry or a poison message came")
 	got := drain(t, env, queue)
@@ -549,9 +548,8 @@ func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
 	publishRaw(t, env, "", queue, twin)
 	d := poisoned(t, env, queue, 10*time.Second)
 	assert.Equal(t, "m", d.MessageId)
-	ch := env.Channel()
 	assert.Never(t, func() bool {
-		p, err := ch.QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
+		p, err := env.Inspect(topology.PoisonQueue(queue))
 		return n.get("m") > 3 || err != nil || p.Messages > 0
 	}, 500*time.Millisecond, 10*time.Millisecond, "a fourth call, or a second poison message")
 	assert.Equal(t, 3, n.get("m"), "one call per attempt, MaxAttempts 3")

@@ -416,9 +416,8 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	require.NoError(t, <-done)
 
 	afterFirst := processed()
-	ch := env.Channel()
 	ready := func() int {
-		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		q, err := env.Inspect(queue)
 		if err != nil {
 			return -1
 		}
@@ -607,6 +606,6 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 // queueExists tells whether queue exists, on a channel of its own (a passive declare of a
 // queue that does not exist closes its channel).
 func queueExists(env *testenv.Env, queue string) bool {
-	_, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
+	_, err := env.Inspect(queue)
 	return err == nil
 }

@@ -186,12 +186,23 @@ func (e *Env) Channel() *amqp.Channel {
 // Messages returns how many messages queue holds (ready ones).
 func (e *Env) Messages(queue string) int {
 	e.t.Helper()
-	ch := e.Channel()
-	q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	q, err := e.Inspect(queue)
 	if err != nil {
 		e.t.Fatalf("inspect queue %s: %v", queue, err)
 	}
 	return q.Messages
+}
+
+// Inspect declares queue passively on a channel of its own (a queue that does not exist
+// closes it) and returns what the broker says of it. It fails no test, so that an
+// Eventually or Never condition, which runs on another goroutine, can call it.
+func (e *Env) Inspect(queue string) (amqp.Queue, error) {
+	ch, err := e.conn.Channel()
+	if err != nil {
+		return amqp.Queue{}, err
+	}
+	defer ch.Close()
+	return ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 }
 
 // Logger is a Watermill logger for tests: silent unless $WARREN_TEST_LOG is set (to
