@@ -149,7 +149,7 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 			require.NoError(t, err)
 			check("Builder.Apply", "topology: apply: Connection.URL", b.Apply(context.Background(), warren.Connection{URL: raw, ConnectTimeout: limit}, topology.Topology{}))
 			out, err := cli("--url", raw, "--timeout", limit.String(), "kill", "q")
-			check("warren kill", "KillerConfig.Connection.URL", err)
+			check("warren kill", "--url: Connection.URL", err)
 			for _, part := range secretParts {
 				assert.NotContains(t, out, part, "warren --url %q: %s", raw, out)
 			}
