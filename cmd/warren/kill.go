@@ -13,7 +13,7 @@ import (
 )
 
 // killer is a router.Killer on the broker g names, signing with $WARREN_KILL_SECRET.
-func (g *globals) killer() (*router.Killer, error) {
+func (g *globals) killer(cmd *cobra.Command) (*router.Killer, error) {
 	conn, err := g.connection()
 	if err != nil {
 		return nil, err
@@ -22,7 +22,7 @@ func (g *globals) killer() (*router.Killer, error) {
 		Connection:     conn,
 		KillSecret:     []byte(os.Getenv("WARREN_KILL_SECRET")),
 		PublishTimeout: g.timeout,
-	}, nil)
+	}, logger(cmd))
 }
 
 func newKill(g *globals) *cobra.Command {
@@ -37,7 +37,7 @@ func newKill(g *globals) *cobra.Command {
 			"If no consumer is listening, it says so and exits 0: the kill is remembered all the same.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := g.killer()
+			k, err := g.killer(cmd)
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ func newResume(g *globals) *cobra.Command {
 		Short: "Lift a kill: the consumers of QUEUE take messages again",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := g.killer()
+			k, err := g.killer(cmd)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/spf13/cobra"
 
 	"github.com/warrenmq/warren"
@@ -58,6 +59,26 @@ func (g *globals) connection() (warren.Connection, error) {
 		return c, fmt.Errorf("--url: %w", err)
 	}
 	return c, nil
+}
+
+// logger tells the user, on stderr, what warren's components log with an error: a broker
+// call that failed and is retried (else a refused port is silent until --timeout). Progress
+// ("Broker connected") and debug lines are left out.
+func logger(cmd *cobra.Command) watermill.LoggerAdapter {
+	return stderrLogger{watermill.NewStdLoggerWithOut(cmd.ErrOrStderr(), false, false)}
+}
+
+// stderrLogger passes on the Info lines that carry an "err" field, and every Error line.
+type stderrLogger struct{ watermill.LoggerAdapter }
+
+func (l stderrLogger) Info(msg string, fields watermill.LogFields) {
+	if _, ok := fields["err"]; ok {
+		l.LoggerAdapter.Info(msg, fields)
+	}
+}
+
+func (l stderrLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return stderrLogger{l.LoggerAdapter.With(fields)}
 }
 
 func newRoot() *cobra.Command {
