@@ -1,0 +1,156 @@
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Config configures Ops.
+type Config struct {
+	// Connection says how to reach the broker (URL required).
+	Connection warren.Connection
+	// Delay is the layout of the delay levels that Status and the parked messages are about;
+	// the library's default levels unless set (topology.Delay's defaults).
+	Delay topology.Delay
+	// KillSecret names the kill state queues when consumers use a secret (see
+	// router.KillStateQueue).
+	KillSecret []byte
+	// Timeout bounds each broker call, retries included. Default DefaultTimeout.
+	Timeout time.Duration
+}
+
+// DefaultTimeout is the default of Config.Timeout.
+const DefaultTimeout = 30 * time.Second
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Connection = c.Connection.WithDefaults()
+	c.Delay = c.Delay.WithDefaults()
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable. No error contains a password of
+// Config.Connection.URL.
+func (c Config) Validate() error {
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("ops: Config.%w", err)
+	}
+	if err := c.Delay.Validate(); err != nil {
+		return fmt.Errorf("ops: Config.Delay: %w", err)
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("ops: Config.Timeout %s is negative", c.Timeout)
+	}
+	return nil
+}
+
+// Ops reads and operates what warren puts on the broker. Its methods may be called
+// concurrently; they share one connection, opened on first use and again after it is lost.
+type Ops struct {
+	cfg    Config
+	logger watermill.LoggerAdapter
+	dialer *amqpx.Dialer
+
+	mu     sync.Mutex
+	conn   *amqp.Connection
+	closed bool
+}
+
+// ErrClosed is returned by the methods of an Ops that is closed.
+var ErrClosed = errors.New("ops: closed")
+
+// New returns an Ops, or an error naming the first invalid field of config. It connects on
+// first use.
+func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	config = config.WithDefaults()
+	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(config.Connection, "warren ops", logger)}, nil
+}
+
+// Close closes the connection. The calls in progress fail.
+func (o *Ops) Close() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	return amqpx.Close(o.conn)
+}
+
+// connection returns the open connection, dialling it (with retries, for up to Timeout) if
+// there is none.
+func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil, ErrClosed
+	}
+	if o.conn != nil && !o.conn.IsClosed() {
+		return o.conn, nil
+	}
+	err := amqpx.RetryLogged(ctx, o.cfg.Timeout, "ops: connect", o.logger, nil, func(ctx context.Context) error {
+		conn, err := o.dialer.Dial(ctx)
+		if err == nil {
+			o.conn = conn
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return o.conn, nil
+}
+
+// call runs op on a channel of its own (a refusal closes the channel it comes on), for up to
+// Timeout, retrying after a lost connection. what names the call in errors.
+func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context, ch *amqp.Channel) error) error {
+	return amqpx.RetryLogged(ctx, o.cfg.Timeout, what, o.logger, nil, func(ctx context.Context) error {
+		conn, err := o.connection(ctx)
+		if err != nil {
+			return amqpx.Permanent(err) // connection retried already
+		}
+		stop := amqpx.Watch(ctx, conn)
+		defer stop()
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ch.Close() }()
+		return amqpx.PermanentIfRefused(op(ctx, ch))
+	})
+}
+
+// depth is the number of ready messages of queue, and whether it exists.
+func depth(ctx context.Context, conn *amqp.Connection, queue string) (amqp.Queue, bool, error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return amqp.Queue{}, false, err
+	}
+	defer func() { _ = ch.Close() }()
+	var q amqp.Queue
+	err = amqpx.Do(ctx, ch, func() (err error) {
+		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err
+	})
+	var ae *amqp.Error
+	if errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
+		return q, false, nil
+	}
+	return q, err == nil, err
+}

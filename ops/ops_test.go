@@ -1,0 +1,176 @@
+package ops_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/topology"
+)
+
+// newOps returns an Ops on env's broker (or url), closed when the test ends.
+func newOps(t *testing.T, url string, delay topology.Delay) *ops.Ops {
+	t.Helper()
+	o, err := ops.New(ops.Config{Connection: testenvConnection(url), Delay: delay}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = o.Close() })
+	return o
+}
+
+// workQueue declares a work queue of the test's own with its poison queue (no delay levels).
+func workQueue(t *testing.T, env *testenv.Env, what string) string {
+	t.Helper()
+	q := env.Queue(what)
+	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q}))
+	return q
+}
+
+// poisonMessage is message i as the Poison middleware would have written it: it failed in
+// handler "charge" with one of three kinds of error.
+func poisonMessage(i int, queue string) amqp.Publishing {
+	errs := []string{
+		fmt.Sprintf("order %d: card %x declined", i, 0xdead0000+i),
+		fmt.Sprintf("order %d not found", i),
+		"context deadline exceeded",
+	}
+	at := time.Date(2026, 11, 25, 10, 0, i, 0, time.UTC)
+	return amqp.Publishing{
+		MessageId:   "m" + strconv.Itoa(i),
+		ContentType: "application/json",
+		Body:        []byte(fmt.Sprintf(`{"order":%d}`, i)),
+		Headers: amqp.Table{
+			middleware.PoisonErrorKey:     errs[i%3],
+			middleware.PoisonErrorTypeKey: "*errors.errorString",
+			middleware.PoisonReasonKey:    middleware.PoisonReasonExhausted,
+			middleware.PoisonHandlerKey:   "charge",
+			middleware.PoisonQueueKey:     queue,
+			middleware.PoisonAttemptsKey:  "4",
+			middleware.PoisonLastFailKey:  at.Format(time.RFC3339Nano),
+			middleware.PoisonFirstFailKey: at.Add(-time.Second).Format(time.RFC3339Nano),
+			middleware.AttemptKey:         "3",
+			"tenant":                      "t" + strconv.Itoa(i%2),
+			"nested":                      amqp.Table{"a": int32(i), "b": []any{"x", int64(i)}},
+		},
+	}
+}
+
+// fill publishes n poison messages into queue's poison queue, with confirms.
+func fill(t *testing.T, env *testenv.Env, queue string, n int) {
+	t.Helper()
+	ch := env.Channel()
+	require.NoError(t, ch.Confirm(false))
+	var last *amqp.DeferredConfirmation
+	for i := range n {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", topology.PoisonQueue(queue), true, false, poisonMessage(i, queue))
+		require.NoError(t, err)
+		last = dc
+	}
+	if last != nil {
+		ok, err := last.WaitContext(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+}
+
+// drain takes every message of queue, in order.
+func drain(t *testing.T, env *testenv.Env, queue string) []amqp.Delivery {
+	t.Helper()
+	ch := env.Channel()
+	var ds []amqp.Delivery
+	for {
+		d, ok, err := ch.Get(queue, true)
+		require.NoError(t, err)
+		if !ok {
+			return ds
+		}
+		ds = append(ds, d)
+	}
+}
+
+// Browsing with filters and limits leaves the poison queue exactly as it was: the same
+// messages, in the same order, with the same bodies, properties and headers (but the
+// broker's delivery count).
+func TestBrowseLeavesTheQueueAsItWas(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "browse")
+	fill(t, env, q, 30)
+	o := newOps(t, env.URL, topology.Delay{})
+
+	all, err := o.Poisoned(context.Background(), q, ops.Browse{})
+	require.NoError(t, err)
+	require.Len(t, all, 30)
+	for i, m := range all {
+		assert.Equal(t, i+1, m.Position)
+		assert.Equal(t, "m"+strconv.Itoa(i), m.ID)
+		assert.Equal(t, q, m.Destination)
+		assert.Equal(t, "charge", m.Handler)
+		assert.Equal(t, 4, m.Attempts)
+		assert.Equal(t, middleware.PoisonReasonExhausted, m.Reason)
+		assert.Nil(t, m.Body, "no bodies unless asked")
+	}
+	some, err := o.Poisoned(context.Background(), q, ops.Browse{
+		Filter: ops.Filter{Error: regexp.MustCompile(`not found`), Headers: map[string]string{"tenant": "t1"}}, Limit: 3, Bodies: true})
+	require.NoError(t, err)
+	require.Len(t, some, 3)
+	assert.Equal(t, []string{"m1", "m7", "m13"}, []string{some[0].ID, some[1].ID, some[2].ID})
+	assert.JSONEq(t, `{"order":7}`, string(some[1].Body))
+
+	ds := drain(t, env, topology.PoisonQueue(q))
+	for _, d := range ds {
+		t.Log(d.MessageId)
+	}
+	require.Len(t, ds, 30, "browsing lost or duplicated messages")
+	for i, d := range ds {
+		want := poisonMessage(i, q)
+		assert.Equal(t, want.MessageId, d.MessageId, "position %d", i)
+		assert.Equal(t, want.Body, d.Body)
+		assert.Equal(t, want.ContentType, d.ContentType)
+		delete(d.Headers, "x-delivery-count")
+		assert.Equal(t, want.Headers, d.Headers)
+	}
+}
+
+// Failures group by handler, error type and normalised error.
+func TestGroup(t *testing.T) {
+	msgs := []ops.Message{}
+	for i := range 7 {
+		m := poisonMessage(i, "q")
+		msgs = append(msgs, ops.Message{ID: m.MessageId, Handler: "charge", ErrorType: "*errors.errorString",
+			Error: m.Headers[middleware.PoisonErrorKey].(string)})
+	}
+	groups := ops.Group(msgs)
+	require.Len(t, groups, 3)
+	assert.Equal(t, 3, groups[0].Count)
+	assert.Equal(t, "order <n>: card <hex> declined", groups[0].Error)
+	assert.Equal(t, "m0", groups[0].Example)
+	assert.Equal(t, "order <n> not found", groups[1].Error)
+	assert.Equal(t, 2, groups[1].Count)
+	assert.Equal(t, "context deadline exceeded", groups[2].Error)
+}
+
+func TestNormalize(t *testing.T) {
+	for in, want := range map[string]string{
+		`user "bob" not found`:                                 `user <str> not found`,
+		`id 0f8fad5b-d9cb-469f-a165-70867728950e: gone`:        `id <uuid>: gone`,
+		`at 2026-11-25T10:00:01.5Z took 1.5s`:                  `at <time> took <n>s`,
+		`object 5f2b9c1d3e4a: timeout after 30s (attempt 3/4)`: `object <hex>: timeout after <n>s (attempt <n>/<n>)`,
+	} {
+		assert.Equal(t, want, ops.Normalize(in), in)
+	}
+}
+
+func testenvConnection(url string) warren.Connection { return warren.Connection{URL: url} }

@@ -1,0 +1,227 @@
+package ops_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// A replay of one failure group sends those messages back to their work queue, in order,
+// without what the failure added, and leaves the others in the poison queue, in order.
+func TestReplayGroup(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "replay")
+	fill(t, env, q, 30)
+	o := newOps(t, env.URL, topology.Delay{})
+	ctx := context.Background()
+
+	all, err := o.Poisoned(ctx, q, ops.Browse{})
+	require.NoError(t, err)
+	groups := ops.Group(all)
+	require.Len(t, groups, 3)
+	var notFound ops.FailureGroup
+	for _, g := range groups {
+		if g.Error == "order <n> not found" {
+			notFound = g
+		}
+	}
+	require.Equal(t, 10, notFound.Count)
+
+	var progress []int
+	res, err := o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Filter: ops.Filter{Group: notFound.ID}, Batch: 4,
+		Progress: func(r ops.ReplayResult) { progress = append(progress, r.Replayed) }})
+	require.NoError(t, err)
+	assert.Equal(t, ops.ReplayResult{Total: 30, Scanned: 30, Replayed: 10, Failed: map[string]int{}}, res)
+	assert.Equal(t, []int{4, 8, 10}, progress)
+
+	replayed := drain(t, env, q)
+	require.Len(t, replayed, 10)
+	for k, d := range replayed {
+		i := 3*k + 1
+		want := poisonMessage(i, q)
+		assert.Equal(t, want.MessageId, d.MessageId)
+		assert.Equal(t, want.Body, d.Body)
+		assert.Equal(t, want.ContentType, d.ContentType)
+		assert.Equal(t, uint8(amqp.Persistent), d.DeliveryMode)
+		assert.Equal(t, "1", d.Headers[ops.ReplaysHeader])
+		assert.Equal(t, want.Headers["nested"], d.Headers["nested"])
+		assert.Equal(t, want.Headers["tenant"], d.Headers["tenant"])
+		for k := range d.Headers {
+			assert.NotContains(t, k, "warren_poison_", "a poison header is left")
+		}
+		assert.NotContains(t, d.Headers, middleware.AttemptKey, "the attempt counter starts again")
+		assert.NotEmpty(t, d.Headers[warren.PublishIDHeader], "a new publish id")
+	}
+	left := drain(t, env, topology.PoisonQueue(q))
+	require.Len(t, left, 20)
+	k := 0
+	for i := range 30 {
+		if i%3 != 1 {
+			assert.Equal(t, "m"+strconv.Itoa(i), left[k].MessageId, "position %d", k)
+			k++
+		}
+	}
+}
+
+// With a limit, the replay sends the first messages that match and leaves the rest in
+// order; to a queue that does not exist, it sends nothing and says why.
+func TestReplayLimitAndMissingDestination(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "limit")
+	fill(t, env, q, 10)
+	o := newOps(t, env.URL, topology.Delay{})
+	ctx := context.Background()
+
+	missing := env.Name("missing")
+	res, err := o.ReplayPoisoned(ctx, q, ops.ReplayOptions{To: missing})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.Replayed)
+	assert.Equal(t, map[string]int{"queue " + missing + " does not exist": 10}, res.Failed)
+
+	res, err = o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Limit: 3})
+	require.NoError(t, err)
+	assert.Equal(t, 3, res.Replayed)
+	assert.Len(t, drain(t, env, q), 3)
+	left := drain(t, env, topology.PoisonQueue(q))
+	require.Len(t, left, 7)
+	for k, d := range left {
+		assert.Equal(t, "m"+strconv.Itoa(k+3), d.MessageId)
+	}
+}
+
+// A replay of 1,000 poison messages while the broker drops the connection once loses none
+// and sends none twice.
+func TestReplayThroughADroppedConnection(t *testing.T) {
+	t.Parallel()
+	testenv.Slow(t)
+	env := testenv.New(t)
+	q := workQueue(t, env, "drop")
+	const n = 1000
+	fill(t, env, q, n)
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	o := newOps(t, url, topology.Delay{})
+
+	var once sync.Once
+	res, err := o.ReplayPoisoned(context.Background(), q, ops.ReplayOptions{Batch: 50, Progress: func(r ops.ReplayResult) {
+		if r.Replayed >= 300 {
+			once.Do(func() { go proxy.Drop() }) // while the next transaction is under way
+		}
+	}})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, res.Reconnects, 1, "the connection was not dropped during the replay")
+	// A commit whose answer the drop cut off happened or not: either way its messages are
+	// counted once, as replayed or on the next pass.
+	assert.LessOrEqual(t, res.Replayed, n)
+	assert.GreaterOrEqual(t, res.Replayed, n-50)
+
+	got := map[string]int{}
+	for _, d := range drain(t, env, q) {
+		got[d.MessageId]++
+	}
+	assert.Len(t, got, n, "messages lost")
+	for id, c := range got {
+		assert.Equal(t, 1, c, "message %s replayed %d times", id, c)
+	}
+	assert.Equal(t, 0, env.Messages(topology.PoisonQueue(q)))
+}
+
+// Parked messages (delayed to a queue deleted before they were due) are listed with their
+// destination and replayed to it once it exists again.
+func TestParked(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	delay := env.Delay(topology.Delay{})
+	q := env.Queue("parked")
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}, env.Logger())
+	require.NoError(t, err)
+	defer pub.Close()
+	ctx := context.Background()
+	require.NoError(t, pub.Declare(ctx, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
+	ch := env.Channel()
+	_, err = ch.QueueDelete(q, false, false, false)
+	require.NoError(t, err)
+
+	msg := message.NewMessage(watermill.NewUUID(), []byte("late"))
+	dlx.Delay(msg, 100*time.Millisecond)
+	require.NoError(t, pub.Publish(q, msg)) // declares q again: delete it once more
+	_, err = ch.QueueDelete(q, false, false, false)
+	require.NoError(t, err)
+
+	o := newOps(t, env.URL, delay)
+	require.Eventually(t, func() bool { n, err := pub.Parked(ctx); return err == nil && n == 1 }, 30*time.Second, 10*time.Millisecond)
+	parked, err := o.Parked(ctx, ops.Browse{})
+	require.NoError(t, err)
+	require.Len(t, parked, 1)
+	assert.Equal(t, msg.UUID, parked[0].ID)
+	assert.Equal(t, q, parked[0].Destination)
+	assert.Equal(t, ops.ParkedReasonGone, parked[0].Reason)
+
+	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"queue " + q + " does not exist": 1}, res.Failed)
+
+	require.NoError(t, pub.Declare(ctx, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
+	res, err = o.ReplayParked(ctx, ops.ReplayOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Replayed)
+	ds := drain(t, env, q)
+	require.Len(t, ds, 1)
+	assert.Equal(t, "late", string(ds[0].Body))
+	assert.Equal(t, msg.UUID, ds[0].MessageId)
+	assert.Equal(t, 0, env.Messages(delay.ParkingQueue()))
+}
+
+// Status reports a work queue's depth, consumers, kill state and poison depth, and the
+// messages waiting in the delay levels.
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	delay := env.Delay(topology.Delay{})
+	q := env.Queue("status")
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}, env.Logger())
+	require.NoError(t, err)
+	defer pub.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
+		if i == 0 {
+			dlx.Delay(m, time.Minute) // waits in the levels
+		}
+		require.NoError(t, pub.Publish(q, m))
+	}
+	fill(t, env, q, 2)
+	k, err := router.NewKiller(router.KillerConfig{Connection: env.Connection()}, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, k.Kill(ctx, q, router.Stop), router.ErrNoListener)
+
+	o := newOps(t, env.URL, delay)
+	missing := env.Name("missing")
+	s, err := o.Status(ctx, q, missing)
+	require.NoError(t, err)
+	require.Len(t, s.Queues, 2)
+	assert.Equal(t, ops.QueueStatus{Queue: q, Exists: true, Ready: 2, Kill: router.Stop, KillAt: s.Queues[0].KillAt, Poison: 2}, s.Queues[0])
+	assert.False(t, s.Queues[0].KillAt.IsZero())
+	assert.Equal(t, ops.QueueStatus{Queue: missing, Poison: -1}, s.Queues[1])
+	assert.Equal(t, 1, s.Delay.Waiting)
+	assert.Equal(t, 0, s.Delay.Missing)
+	assert.Equal(t, 0, s.Delay.Parked)
+	assert.Len(t, s.Delay.Levels, delay.QueueCount())
+}
