@@ -91,6 +91,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	root.AddCommand(newKill(g), newResume(g))
+	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	return root
 }
 
