@@ -107,5 +107,6 @@ func printReport(out io.Writer, r topology.Report, asJSON bool) error {
 	}
 	enc := json.NewEncoder(out)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(j)
 }

@@ -155,22 +155,29 @@ func newDelaysRemove(g *globals) *cobra.Command {
 				return err
 			}
 			d := cfg.Delay
-			var removed, absent int
+			var r removal
 			err = g.onBroker(cmd, "remove delay levels "+d.Name(), func(ctx context.Context, conn *amqp.Connection) error {
 				var err error
-				removed, absent, err = removeDelays(ctx, conn, d, force)
+				r, err = removeDelays(ctx, conn, d, force)
 				return err
 			})
 			if err != nil {
 				return err
 			}
+			out := cmd.OutOrStdout()
 			_, exchanges := d.Names()
-			if removed == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "no queue of delay levels %s exists; deleted their %d exchanges, if any\n", d.Name(), len(exchanges))
-				return nil
+			if r.removed == 0 {
+				fmt.Fprintf(out, "no queue of delay levels %s exists; deleted their %d exchanges, if any\n", d.Name(), len(exchanges))
+			} else {
+				fmt.Fprintf(out, "removed delay levels %s: %d queues (%d did not exist) and their %d exchanges\n",
+					d.Name(), r.removed, r.absent, len(exchanges))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed delay levels %s: %d queues (%d did not exist) and their %d exchanges\n",
-				d.Name(), removed, absent, len(exchanges))
+			switch {
+			case r.lost == 1:
+				fmt.Fprintln(out, "deleted 1 message with them")
+			case r.lost > 1:
+				fmt.Fprintf(out, "deleted %d messages with them\n", r.lost)
+			}
 			return nil
 		},
 	}
@@ -179,15 +186,23 @@ func newDelaysRemove(g *globals) *cobra.Command {
 	return remove
 }
 
-// removeDelays deletes the exchanges of d, then its queues, and returns how many queues
-// it deleted and how many did not exist. Unless force, it first counts the messages in the
-// queues and refuses if there are any; and a queue that receives one meanwhile is not
-// deleted (if-empty).
-func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, force bool) (removed, absent int, err error) {
+// removal is what removeDelays did.
+type removal struct {
+	removed, absent int // queues deleted, and queues that did not exist
+	lost            int // messages deleted with the queues
+}
+
+// removeDelays deletes the exchanges of d, then its queues. Unless force, it first counts
+// the messages in the queues and refuses if there are any. Deleting the exchanges first
+// closes the window in which a message can still arrive to the moment between the count
+// and their deletion; quorum queues cannot be deleted "if empty" (NOT_IMPLEMENTED), so such
+// a message is deleted with its queue, and counted in lost.
+func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, force bool) (removal, error) {
+	var r removal
 	queues, exchanges := d.Names()
 	ch, err := conn.Channel()
 	if err != nil {
-		return 0, 0, err
+		return r, err
 	}
 	defer func() { _ = ch.Close() }()
 	var (
@@ -199,7 +214,7 @@ func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, 
 		var info amqp.Queue
 		if ch.IsClosed() { // a passive declare of a missing queue closes the channel
 			if ch, err = conn.Channel(); err != nil {
-				return 0, 0, err
+				return r, err
 			}
 		}
 		err := amqpx.Do(ctx, ch, func() (err error) {
@@ -209,10 +224,10 @@ func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, 
 		var ae *amqp.Error
 		switch {
 		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
-			absent++
+			r.absent++
 			continue
 		case err != nil:
-			return 0, 0, fmt.Errorf("inspect queue %q: %w", q, err)
+			return r, fmt.Errorf("inspect queue %q: %w", q, err)
 		}
 		existing = append(existing, q)
 		if info.Messages > 0 {
@@ -225,26 +240,27 @@ func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, 
 		if total == 1 {
 			wait = "1 message waits"
 		}
-		return 0, 0, amqpx.Permanent(fmt.Errorf("refused: %s in delay levels %s (%s) and would be lost: let them be delivered (or move the parked ones), or --force",
+		return r, amqpx.Permanent(fmt.Errorf("refused: %s in delay levels %s (%s) and would be lost: let them be delivered (or move the parked ones), or --force",
 			wait, d.Name(), strings.Join(waiting, ", ")))
 	}
 	if ch.IsClosed() {
 		if ch, err = conn.Channel(); err != nil {
-			return 0, 0, err
+			return r, err
 		}
 	}
-	// Exchanges first (the level exchanges, the delivery exchange, the parking exchange),
-	// so that nothing enters a queue once it is counted.
+	// The level exchanges, the delivery exchange, the parking exchange.
 	for _, x := range slices.Backward(exchanges) {
 		if err := amqpx.Do(ctx, ch, func() error { return ch.ExchangeDelete(x, false, false) }); err != nil {
-			return 0, 0, fmt.Errorf("delete exchange %q: %w", x, err)
+			return r, fmt.Errorf("delete exchange %q: %w", x, err)
 		}
 	}
 	for _, q := range slices.Backward(existing) {
-		if err := amqpx.Do(ctx, ch, func() error { _, err := ch.QueueDelete(q, false, !force, false); return err }); err != nil {
-			return 0, 0, fmt.Errorf("delete queue %q: %w", q, err)
+		var n int
+		if err := amqpx.Do(ctx, ch, func() (err error) { n, err = ch.QueueDelete(q, false, false, false); return err }); err != nil {
+			return r, fmt.Errorf("delete queue %q: %w", q, err)
 		}
-		removed++
+		r.removed++
+		r.lost += n
 	}
-	return removed, absent, nil
+	return r, nil
 }

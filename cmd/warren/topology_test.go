@@ -154,6 +154,15 @@ func TestDelaysApplyVerifyRemove(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, out, "missing: queue \""+strings.Replace(d.ParkingQueue(), ".quorum.", ".classic.", 1)+"\"")
 
+	removed := "removed delay levels " + d.Name() + ": 31 queues (0 did not exist) and their 4 exchanges\n"
+	out, err = delays("remove")
+	require.NoError(t, err, out)
+	assert.Equal(t, removed, out, "empty levels are removed without --force")
+	_, err = env.Inspect(d.LevelQueue(1, 15))
+	assert.ErrorContains(t, err, "NOT_FOUND")
+
+	out, err = delays("apply")
+	require.NoError(t, err, out)
 	// A parked message stays (no consumer, no TTL): remove refuses for it.
 	require.NoError(t, env.Channel().Publish("", d.ParkingQueue(), false, false, amqp.Publishing{Body: []byte("parked")}))
 	require.Eventually(t, func() bool { return env.Messages(d.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -165,7 +174,7 @@ func TestDelaysApplyVerifyRemove(t *testing.T) {
 
 	out, err = delays("remove", "--force")
 	require.NoError(t, err, out)
-	assert.Equal(t, "removed delay levels "+d.Name()+": 31 queues (0 did not exist) and their 4 exchanges\n", out)
+	assert.Equal(t, removed+"deleted 1 message with them\n", out)
 	_, err = env.Inspect(d.ParkingQueue())
 	assert.ErrorContains(t, err, "NOT_FOUND")
 	out, err = delays("remove")
