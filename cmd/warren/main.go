@@ -2,6 +2,9 @@
 //
 //	warren kill QUEUE [--delete]   stop every consumer of QUEUE, in every process
 //	warren resume QUEUE            let them consume again
+//	warren topology apply|verify|diagram FILE   declare, check or draw a topology file
+//	warren delays apply|verify|remove           the delay levels alone
+//	warren publish TOPIC [--delay D|--at T]     publish one message, with a confirm
 //
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
