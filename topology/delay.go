@@ -53,23 +53,23 @@ const maxTTL = 1<<32 - 1
 // delivery exchange (see the package doc).
 type Delay struct {
 	// Prefix starts every name of the delay levels. Default "warren.delay".
-	Prefix string
+	Prefix string `yaml:"prefix,omitempty" json:"prefix,omitempty"`
 	// Unit is the resolution: every delay is rounded up to a whole number of units.
 	// A whole number of milliseconds; default 1ms.
-	Unit time.Duration
+	Unit time.Duration `yaml:"unit,omitempty" json:"unit,omitempty"`
 	// Radix is the base of a delay's digits: larger means fewer hops (each costs the
 	// broker a few milliseconds) and more queues ((Radix-1)·Levels). Default 16.
-	Radix int
+	Radix int `yaml:"radix,omitempty" json:"radix,omitempty"`
 	// Levels is the number of digit positions. Default: as many as RabbitMQ's largest TTL
 	// (2³²-1 ms) allows; with the other defaults 8, for delays up to 2³²-1 ms (49.7 days)
 	// in 120 queues.
-	Levels int
+	Levels int `yaml:"levels,omitempty" json:"levels,omitempty"`
 	// QueueType of the level and parking queues. Within a Config it defaults to
 	// Config.QueueType, on its own to quorum (at-least-once dead-lettering from one level to
 	// the next). Classic level queues are queue version 2 (declared explicitly) and
 	// dead-letter at most once: a broker crash loses messages that were moving between
 	// levels (see Config.QueueType).
-	QueueType QueueType
+	QueueType QueueType `yaml:"queue_type,omitempty" json:"queue_type,omitempty"`
 	// LeaderLocator of the quorum level and parking queues: Balanced spreads their leaders
 	// over a cluster, so that one node does not carry every hop of every delayed message.
 	// Within a Config it defaults to Config.LeaderLocator, on its own to "" (no
@@ -77,9 +77,9 @@ type Delay struct {
 	// node's queue_leader_locator setting says otherwise). Levels that exist without it
 	// (or with another value) are refused when declared with it: see Config.LeaderLocator.
 	// Not set on classic levels.
-	LeaderLocator LeaderLocator
+	LeaderLocator LeaderLocator `yaml:"leader_locator,omitempty" json:"leader_locator,omitempty"`
 	// Disabled declares no delay levels; delayed publishing is then an error.
-	Disabled bool
+	Disabled bool `yaml:"disabled,omitempty" json:"disabled,omitempty"`
 }
 
 // Defaults of Delay. Levels defaults to the most that RabbitMQ's largest TTL allows.

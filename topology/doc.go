@@ -8,6 +8,14 @@
 // Builder is also a watermill-amqp TopologyBuilder, so watermill-amqp's Subscriber (and
 // warren's) creates the queues it reads from the same way.
 //
+// # Topology files
+//
+// A File is a Config and a Topology in YAML or JSON (Load, Parse): the same model, with
+// snake_case keys, so that operators declare, verify and draw what services declare in Go
+// (`warren topology apply|verify|diagram FILE`). Unknown keys are errors, and a file is
+// validated as NewBuilder and Declare validate. Mermaid and DOT draw a topology with its
+// delay levels, poison queues and kill exchanges.
+//
 // # Quorum by default
 //
 // Every queue warren declares is a quorum queue unless told otherwise: work queues, poison

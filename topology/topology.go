@@ -55,14 +55,14 @@ const leaderLocatorArg = "x-queue-leader-locator"
 
 // Exchange is a durable exchange.
 type Exchange struct {
-	Name string
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 	// Kind defaults to Config.ExchangeKind.
-	Kind     Kind
-	Internal bool
+	Kind     Kind `yaml:"kind,omitempty" json:"kind,omitempty"`
+	Internal bool `yaml:"internal,omitempty" json:"internal,omitempty"`
 	// AlternateExchange receives what this exchange cannot route.
-	AlternateExchange string
+	AlternateExchange string `yaml:"alternate_exchange,omitempty" json:"alternate_exchange,omitempty"`
 	// Args are further arguments, passed as they are.
-	Args amqp.Table
+	Args amqp.Table `yaml:"args,omitempty" json:"args,omitempty"`
 }
 
 // Queue is a durable work queue. Declaring it also declares its poison queue (Name+".poison",
@@ -70,13 +70,13 @@ type Exchange struct {
 // dead-lettered) and its kill exchange (Name+".kill", a fanout), and binds it to the
 // delivery exchange of the delay levels so that delayed messages can reach it.
 type Queue struct {
-	Name string
+	Name string `yaml:"name,omitempty" json:"name,omitempty"`
 	// Type of the queue and its poison queue; defaults to Config.QueueType.
-	Type QueueType
+	Type QueueType `yaml:"type,omitempty" json:"type,omitempty"`
 	// DeliveryLimit of a quorum work queue; defaults to Config.DeliveryLimit.
-	DeliveryLimit int
+	DeliveryLimit int `yaml:"delivery_limit,omitempty" json:"delivery_limit,omitempty"`
 	// Args are further arguments, passed as they are.
-	Args amqp.Table
+	Args amqp.Table `yaml:"args,omitempty" json:"args,omitempty"`
 }
 
 // PoisonQueue is the name of the poison queue of work queue queue.
@@ -98,16 +98,16 @@ func KillLockQueue(queue string) string { return KillExchange(queue) + ".lock" }
 // Binding routes from exchange Exchange to queue Queue or, when ToExchange is set, to that
 // exchange.
 type Binding struct {
-	Exchange   string
-	Queue      string
-	ToExchange string
+	Exchange   string `yaml:"exchange,omitempty" json:"exchange,omitempty"`
+	Queue      string `yaml:"queue,omitempty" json:"queue,omitempty"`
+	ToExchange string `yaml:"to_exchange,omitempty" json:"to_exchange,omitempty"`
 	// Key is the binding key (direct, topic).
-	Key string
+	Key string `yaml:"key,omitempty" json:"key,omitempty"`
 	// Headers to match (headers exchanges). Names must not start with "x-": the broker
 	// ignores such binding arguments.
-	Headers map[string]string
+	Headers map[string]string `yaml:"headers,omitempty" json:"headers,omitempty"`
 	// MatchAny matches when any header matches; the default is all.
-	MatchAny bool
+	MatchAny bool `yaml:"match_any,omitempty" json:"match_any,omitempty"`
 }
 
 func (b Binding) args() amqp.Table {
@@ -135,15 +135,15 @@ func (b Binding) String() string {
 
 // Topology is a declarative description of exchanges, work queues and bindings.
 type Topology struct {
-	Exchanges []Exchange
-	Queues    []Queue
-	Bindings  []Binding
+	Exchanges []Exchange `yaml:"exchanges,omitempty" json:"exchanges,omitempty"`
+	Queues    []Queue    `yaml:"queues,omitempty" json:"queues,omitempty"`
+	Bindings  []Binding  `yaml:"bindings,omitempty" json:"bindings,omitempty"`
 }
 
 // Config configures a Builder. The zero value is usable: every field has a default.
 type Config struct {
 	// Delay is the layout of the delay levels.
-	Delay Delay
+	Delay Delay `yaml:"delay,omitempty" json:"delay,omitempty"`
 	// QueueType of the queues warren declares: work queues that do not set Queue.Type, their
 	// poison queues, and the delay level and parking queues unless Delay.QueueType is set.
 	// Default quorum: at-least-once dead-lettering, an explicit delivery limit on work
@@ -156,11 +156,11 @@ type Config struct {
 	// delivery limit: a message the client library cannot even parse (it closes the
 	// connection, so no handler ever sees it) is redelivered for ever and blocks the
 	// messages behind it. (3) A classic queue lives on one node.
-	QueueType QueueType
+	QueueType QueueType `yaml:"queue_type,omitempty" json:"queue_type,omitempty"`
 	// DeliveryLimit of quorum work queues that do not set one: a message returned to the
 	// queue this many times is dead-lettered into the poison queue. Default 20 (declared
 	// explicitly: RabbitMQ 4.0 applies 20 by default, earlier versions none).
-	DeliveryLimit int
+	DeliveryLimit int `yaml:"delivery_limit,omitempty" json:"delivery_limit,omitempty"`
 	// LeaderLocator of the quorum queues warren declares: work queues (unless Queue.Args set
 	// x-queue-leader-locator), their poison queues, and the delay level and parking queues
 	// unless Delay.LeaderLocator is set. Balanced spreads the leaders over a cluster (on
@@ -183,11 +183,11 @@ type Config struct {
 	// on a classic queue, and warren does not set the classic x-queue-master-locator either
 	// (a classic queue lives on one node; 3.10.8 answers x-queue-master-locator balanced
 	// with a connection error).
-	LeaderLocator LeaderLocator
+	LeaderLocator LeaderLocator `yaml:"leader_locator,omitempty" json:"leader_locator,omitempty"`
 	// ExchangeKind of exchanges that do not set one. Default topic.
-	ExchangeKind Kind
+	ExchangeKind Kind `yaml:"exchange_kind,omitempty" json:"exchange_kind,omitempty"`
 	// Timeout bounds each call to the broker. Default 30s.
-	Timeout time.Duration
+	Timeout time.Duration `yaml:"-" json:"-"`
 }
 
 // WithDefaults returns c with every unset field set to its default.

@@ -2,6 +2,9 @@
 //
 //	warren kill QUEUE [--delete]   stop every consumer of QUEUE, in every process
 //	warren resume QUEUE            let them consume again
+//	warren topology apply|verify|diagram FILE   declare, check or draw a topology file
+//	warren delays apply|verify|remove           the delay levels alone
+//	warren publish TOPIC [--delay D|--at T]     publish one message, with a confirm
 //
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
@@ -91,6 +94,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	root.AddCommand(newKill(g), newResume(g))
+	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	return root
 }
 

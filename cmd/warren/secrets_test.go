@@ -148,10 +148,12 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
 			require.NoError(t, err)
 			check("Builder.Apply", "topology: apply: Connection.URL", b.Apply(context.Background(), warren.Connection{URL: raw, ConnectTimeout: limit}, topology.Topology{}))
-			out, err := cli("--url", raw, "--timeout", limit.String(), "kill", "q")
-			check("warren kill", "--url: Connection.URL", err)
-			for _, part := range secretParts {
-				assert.NotContains(t, out, part, "warren --url %q: %s", raw, out)
+			for _, args := range [][]string{{"kill", "q"}, {"delays", "verify"}, {"publish", "q", "--file", "/dev/null"}} {
+				out, err := cli(append([]string{"--url", raw, "--timeout", limit.String()}, args...)...)
+				check("warren "+args[0], "--url: Connection.URL", err)
+				for _, part := range secretParts {
+					assert.NotContains(t, out, part, "warren --url %q %v: %s", raw, args, out)
+				}
 			}
 		})
 	}
@@ -168,7 +170,8 @@ func TestNoPasswordFromTheEnvironment(t *testing.T) {
 			continue // no environment variable holds it
 		}
 		t.Setenv("WARREN_AMQP_URL", raw)
-		for _, args := range [][]string{{"--help"}, {"kill", "--help"}, {"resume", "--help"}, {"kill", "q", "--timeout", "300ms"}} {
+		for _, args := range [][]string{{"--help"}, {"kill", "--help"}, {"resume", "--help"}, {"kill", "q", "--timeout", "300ms"},
+			{"publish", "--help"}, {"delays", "remove", "--help"}, {"topology", "verify", "--help"}, {"delays", "verify", "--timeout", "300ms"}} {
 			out, _ := cli(args...)
 			for _, part := range secretParts {
 				assert.NotContains(t, out, part, "warren %v with $WARREN_AMQP_URL=%q: %s", args, raw, out)

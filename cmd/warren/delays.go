@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// delayFlags are the flags that say which delay levels a command works on: the fields of
+// topology.Delay, or the config of a topology file.
+type delayFlags struct {
+	d             topology.Delay
+	queueType     string
+	leaderLocator string
+	file          string
+	fs            *pflag.FlagSet
+}
+
+// addDelayFlags adds the delay level flags to fs, with the library's defaults.
+func addDelayFlags(fs *pflag.FlagSet) *delayFlags {
+	f := &delayFlags{fs: fs}
+	fs.StringVar(&f.d.Prefix, "prefix", topology.DefaultDelayPrefix, "first part of every name of the delay levels")
+	fs.DurationVar(&f.d.Unit, "unit", topology.DefaultDelayUnit, "resolution of the delays, a whole number of milliseconds")
+	fs.IntVar(&f.d.Radix, "radix", topology.DefaultDelayRadix, "base of a delay's digits: (radix-1)·levels queues")
+	fs.IntVar(&f.d.Levels, "levels", 0, "number of digit positions (0: as many as RabbitMQ's largest TTL allows, 8 with radix 16 and unit 1ms)")
+	fs.StringVar(&f.queueType, "queue-type", string(topology.Quorum), "type of the level and parking queues: quorum or classic")
+	fs.StringVar(&f.leaderLocator, "leader-locator", "", `x-queue-leader-locator of quorum levels: client-local, balanced, or "" (the broker's default)`)
+	fs.StringVar(&f.file, "config", "", "take the delay levels from the config of this topology file instead of the flags above")
+	return f
+}
+
+// config is the topology.Config of the delay levels the flags name, each broker call
+// bounded by timeout.
+func (f *delayFlags) config(timeout time.Duration) (topology.Config, error) {
+	var cfg topology.Config
+	if f.file != "" {
+		for _, name := range []string{"prefix", "unit", "radix", "levels", "queue-type", "leader-locator"} {
+			if f.fs.Changed(name) {
+				return cfg, fmt.Errorf("--%s and --config: give one (the file's config says which delay levels)", name)
+			}
+		}
+		file, err := topology.Load(f.file)
+		if err != nil {
+			return cfg, fmt.Errorf("--config: %w", err)
+		}
+		cfg = file.Config
+	} else {
+		cfg.Delay = f.d
+		cfg.Delay.QueueType = topology.QueueType(f.queueType)
+		cfg.Delay.LeaderLocator = topology.LeaderLocator(f.leaderLocator)
+	}
+	cfg.Timeout = timeout
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if cfg.Delay.Disabled {
+		return cfg, errors.New("--config: the file's delay levels are disabled")
+	}
+	return cfg.WithDefaults(), nil
+}
+
+func newDelays(g *globals) *cobra.Command {
+	delays := &cobra.Command{
+		Use:   "delays",
+		Short: "Declare, verify or remove the delay levels",
+		Long: "The delay levels are the fixed-TTL queues that delayed messages wait in (see topology.Delay). The\n" +
+			"flags say which: the same values as the services' topology.Config.Delay, or --config FILE.",
+	}
+	delays.AddCommand(newDelaysApply(g), newDelaysVerify(g), newDelaysRemove(g))
+	return delays
+}
+
+func newDelaysApply(g *globals) *cobra.Command {
+	var df *delayFlags
+	apply := &cobra.Command{
+		Use:   "apply",
+		Short: "Declare the delay levels (idempotent)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := df.config(g.timeout)
+			if err != nil {
+				return err
+			}
+			b, err := topology.NewBuilder(cfg, logger(cmd))
+			if err != nil {
+				return err
+			}
+			conn, err := g.connectionWithin()
+			if err != nil {
+				return err
+			}
+			if err := b.Apply(cmd.Context(), conn, topology.Topology{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "declared %s\n", describeDelay(b.Delay()))
+			return nil
+		},
+	}
+	df = addDelayFlags(apply.Flags())
+	return apply
+}
+
+func newDelaysVerify(g *globals) *cobra.Command {
+	var (
+		df     *delayFlags
+		asJSON bool
+	)
+	verify := &cobra.Command{
+		Use:   "verify",
+		Short: "Check that the delay levels exist with the arguments the flags give them; exit 1 if not",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := df.config(g.timeout)
+			if err != nil {
+				return err
+			}
+			b, err := topology.NewBuilder(cfg, logger(cmd))
+			if err != nil {
+				return err
+			}
+			return g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(), asJSON)
+		},
+	}
+	df = addDelayFlags(verify.Flags())
+	verify.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return verify
+}
+
+func newDelaysRemove(g *globals) *cobra.Command {
+	var (
+		df    *delayFlags
+		force bool
+	)
+	remove := &cobra.Command{
+		Use:   "remove",
+		Short: "Delete the delay levels, unless messages wait in them",
+		Long: "Delete every queue and exchange of the delay levels. Refused while any level queue or the parking\n" +
+			"queue holds messages (it says how many, and where), unless --force, which deletes them. Work queues\n" +
+			"and exchanges lose their binding from the delivery exchange with it: `warren topology apply` (or a\n" +
+			"service starting) declares it again.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := df.config(g.timeout)
+			if err != nil {
+				return err
+			}
+			d := cfg.Delay
+			var r removal
+			err = g.onBroker(cmd, "remove delay levels "+d.Name(), func(ctx context.Context, conn *amqp.Connection) error {
+				var err error
+				r, err = removeDelays(ctx, conn, d, force)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			_, exchanges := d.Names()
+			if r.removed == 0 {
+				fmt.Fprintf(out, "no queue of delay levels %s exists; deleted their %d exchanges, if any\n", d.Name(), len(exchanges))
+			} else {
+				fmt.Fprintf(out, "removed delay levels %s: %d queues (%d did not exist) and their %d exchanges\n",
+					d.Name(), r.removed, r.absent, len(exchanges))
+			}
+			switch {
+			case r.lost == 1:
+				fmt.Fprintln(out, "deleted 1 message with them")
+			case r.lost > 1:
+				fmt.Fprintf(out, "deleted %d messages with them\n", r.lost)
+			}
+			return nil
+		},
+	}
+	df = addDelayFlags(remove.Flags())
+	remove.Flags().BoolVar(&force, "force", false, "delete the levels even though messages wait in them (they are lost)")
+	return remove
+}
+
+// removal is what removeDelays did.
+type removal struct {
+	removed, absent int // queues deleted, and queues that did not exist
+	lost            int // messages deleted with the queues
+}
+
+// removeDelays deletes the exchanges of d, then its queues. Unless force, it first counts
+// the messages in the queues and refuses if there are any. Deleting the exchanges first
+// closes the window in which a message can still arrive to the moment between the count
+// and their deletion; quorum queues cannot be deleted "if empty" (NOT_IMPLEMENTED), so such
+// a message is deleted with its queue, and counted in lost.
+func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, force bool) (removal, error) {
+	var r removal
+	queues, exchanges := d.Names()
+	ch, err := conn.Channel()
+	if err != nil {
+		return r, err
+	}
+	defer func() { _ = ch.Close() }()
+	var (
+		existing []string
+		waiting  []string
+		total    int
+	)
+	for _, q := range queues {
+		var info amqp.Queue
+		if ch.IsClosed() { // a passive declare of a missing queue closes the channel
+			if ch, err = conn.Channel(); err != nil {
+				return r, err
+			}
+		}
+		err := amqpx.Do(ctx, ch, func() (err error) {
+			info, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			return err
+		})
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
+			r.absent++
+			continue
+		case err != nil:
+			return r, fmt.Errorf("inspect queue %q: %w", q, err)
+		}
+		existing = append(existing, q)
+		if info.Messages > 0 {
+			total += info.Messages
+			waiting = append(waiting, fmt.Sprintf("%s: %d", q, info.Messages))
+		}
+	}
+	if total > 0 && !force {
+		wait := fmt.Sprintf("%d messages wait", total)
+		if total == 1 {
+			wait = "1 message waits"
+		}
+		return r, amqpx.Permanent(fmt.Errorf("refused: %s in delay levels %s (%s) and would be lost: let them be delivered (or move the parked ones), or --force",
+			wait, d.Name(), strings.Join(waiting, ", ")))
+	}
+	if ch.IsClosed() {
+		if ch, err = conn.Channel(); err != nil {
+			return r, err
+		}
+	}
+	// The level exchanges, the delivery exchange, the parking exchange.
+	for _, x := range slices.Backward(exchanges) {
+		if err := amqpx.Do(ctx, ch, func() error { return ch.ExchangeDelete(x, false, false) }); err != nil {
+			return r, fmt.Errorf("delete exchange %q: %w", x, err)
+		}
+	}
+	for _, q := range slices.Backward(existing) {
+		var n int
+		if err := amqpx.Do(ctx, ch, func() (err error) { n, err = ch.QueueDelete(q, false, false, false); return err }); err != nil {
+			return r, fmt.Errorf("delete queue %q: %w", q, err)
+		}
+		r.removed++
+		r.lost += n
+	}
+	return r, nil
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/spf13/cobra"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// publishFlags are the flags of warren publish.
+type publishFlags struct {
+	delay    time.Duration
+	at       string
+	headers  []string
+	exchange string
+	file     string
+	delays   *delayFlags
+}
+
+func newPublish(g *globals) *cobra.Command {
+	var f publishFlags
+	publish := &cobra.Command{
+		Use:   "publish TOPIC",
+		Short: "Publish one message, now or delayed, and wait for the broker's confirm",
+		Long: "Publish one message through warren's DLX publisher, with publisher confirms: when it prints the\n" +
+			"message id, the broker has the message. TOPIC is a work queue (dlx.ToQueue: the default exchange\n" +
+			"routes to the queue of that name); with --exchange E it is the routing key on exchange E\n" +
+			"(dlx.ToExchange(E)), \"\" for a fanout. The body is --file, else stdin; --header k=v adds message\n" +
+			"metadata (headers). --delay or --at sends it through the delay levels, which the delay level flags\n" +
+			"(or --config FILE) must name as the services do.\n\n" +
+			"The destination is never declared: it must exist (so a typo creates no queue). A delayed message\n" +
+			"reaches a work queue or exchange through its binding from the delivery exchange, which warren\n" +
+			"declares with it; without one it is parked (see `warren delays verify`).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return g.publish(cmd, args[0], f) },
+	}
+	fs := publish.Flags()
+	fs.DurationVar(&f.delay, "delay", 0, "deliver this long after publishing (rounded up to the unit of the delay levels)")
+	fs.StringVar(&f.at, "at", "", "deliver at this RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
+	fs.StringArrayVar(&f.headers, "header", nil, "a header, key=value; repeat for more")
+	fs.StringVar(&f.exchange, "exchange", "", "publish to this exchange, with TOPIC as the routing key")
+	fs.StringVar(&f.file, "file", "", "read the body from this file (default: stdin)")
+	f.delays = addDelayFlags(fs)
+	publish.MarkFlagsMutuallyExclusive("delay", "at")
+	return publish
+}
+
+func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) error {
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	for _, h := range f.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("--header %q is not key=value", h)
+		}
+		msg.Metadata.Set(k, v)
+	}
+	var due time.Time // zero: at once
+	switch {
+	case f.delay < 0:
+		return fmt.Errorf("--delay %s is negative", f.delay)
+	case f.delay > 0:
+		dlx.Delay(msg, f.delay)
+	case f.at != "":
+		t, err := time.Parse(time.RFC3339Nano, f.at)
+		if err != nil {
+			return fmt.Errorf("--at %q is not an RFC 3339 time: %w", f.at, err)
+		}
+		dlx.DeliverAt(msg, t)
+		due = t
+	}
+	delayed := f.delay > 0 || f.at != ""
+	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
+	if delayed {
+		var err error
+		if cfg, err = f.delays.config(g.timeout); err != nil {
+			return err
+		}
+		if _, err := cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
+			return fmt.Errorf("--delay: %w", err)
+		}
+	}
+	route := dlx.Route{RoutingKey: topic, Declared: true}
+	dest := fmt.Sprintf("queue %q", topic)
+	if f.exchange != "" {
+		route = dlx.Route{Exchange: f.exchange, RoutingKey: topic, Declared: true}
+		dest = fmt.Sprintf("exchange %q with routing key %q", f.exchange, topic)
+	} else if topic == "" {
+		return errors.New("TOPIC is empty: name a queue, or give --exchange")
+	}
+	body, err := readBody(cmd, f.file)
+	if err != nil {
+		return err
+	}
+	msg.Payload = body
+
+	if err := g.onBroker(cmd, "check "+dest, func(ctx context.Context, conn *amqp.Connection) error {
+		return exists(ctx, conn, route, cfg.Delay, delayed)
+	}); err != nil {
+		return err
+	}
+	conn, err := g.connectionWithin()
+	if err != nil {
+		return err
+	}
+	p, err := dlx.NewPublisher(dlx.Config{
+		Connection:     conn,
+		Topology:       cfg,
+		Route:          func(string) dlx.Route { return route },
+		PublishTimeout: g.timeout,
+	}, logger(cmd))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	start := time.Now()
+	if err := p.Publish(topic, msg); err != nil {
+		return err
+	}
+	when := "delivered now"
+	if delayed {
+		if due.IsZero() {
+			plan, _ := cfg.Delay.Plan(f.delay) // planned above
+			due = start.Add(plan.Delay)
+		}
+		when = fmt.Sprintf("due %s (in %s, through delay levels %s)",
+			due.UTC().Format(time.RFC3339Nano), max(time.Until(due), 0).Round(time.Millisecond), cfg.Delay.Name())
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "published message %s to %s; %s\n", msg.UUID, dest, when)
+	return nil
+}
+
+// readBody reads the body from path, or stdin when path is "" or "-".
+func readBody(cmd *cobra.Command, path string) ([]byte, error) {
+	if path == "" || path == "-" {
+		body, err := io.ReadAll(cmd.InOrStdin())
+		if err != nil {
+			return nil, fmt.Errorf("read the body from stdin: %w", err)
+		}
+		return body, nil
+	}
+	body, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--file: %w", err)
+	}
+	return body, nil
+}
+
+// exists reports, as an error, a destination of route that does not exist, and, when
+// delayed, delay levels d that do not.
+func exists(ctx context.Context, conn *amqp.Connection, route dlx.Route, d topology.Delay, delayed bool) error {
+	check := func(what, name, hint string, passive func(ch *amqp.Channel) error) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ch.Close() }()
+		err = amqpx.Do(ctx, ch, func() error { return passive(ch) })
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return amqpx.Permanent(fmt.Errorf("%s %q does not exist (warren publish declares nothing)%s", what, name, hint))
+		}
+		return err
+	}
+	var err error
+	if route.Exchange != "" {
+		err = check("exchange", route.Exchange, "", func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(route.Exchange, "", true, false, false, false, nil)
+		})
+	} else {
+		err = check("queue", route.RoutingKey, "", func(ch *amqp.Channel) error {
+			_, err := ch.QueueDeclarePassive(route.RoutingKey, true, false, false, false, nil)
+			return err
+		})
+	}
+	if err != nil || !delayed {
+		return err
+	}
+	return check("exchange", d.DeliveryExchange(), fmt.Sprintf(": the delay levels %s are not declared; "+
+		"give the delay level flags the services use, or declare them (`warren delays apply`)", d.Name()),
+		func(ch *amqp.Channel) error {
+			return ch.ExchangeDeclarePassive(d.DeliveryExchange(), "", true, false, false, false, nil)
+		})
+}

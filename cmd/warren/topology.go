@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/warrenmq/warren/topology"
+)
+
+func newTopology(g *globals) *cobra.Command {
+	top := &cobra.Command{
+		Use:   "topology",
+		Short: "Declare, verify or draw a topology file (YAML or JSON, see topology.File)",
+		Long: "A topology file holds a topology.Topology (exchanges, queues, bindings) and, under config:, the\n" +
+			"topology.Config it is declared with (queue type, delivery limit, delay levels), with snake_case keys:\n" +
+			"the same model that services declare in Go. See examples/topology/topology.yaml.",
+	}
+	top.AddCommand(newTopologyApply(g), newTopologyVerify(g), newTopologyDiagram())
+	return top
+}
+
+// builder loads the topology file at path and returns it with a Builder of its Config,
+// each broker call bounded by --timeout.
+func (g *globals) builder(cmd *cobra.Command, path string) (topology.File, *topology.Builder, error) {
+	f, err := topology.Load(path)
+	if err != nil {
+		return f, nil, err
+	}
+	cfg := f.Config
+	cfg.Timeout = g.timeout
+	b, err := topology.NewBuilder(cfg, logger(cmd))
+	return f, b, err
+}
+
+func newTopologyApply(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "apply FILE",
+		Short: "Declare the topology of FILE and its delay levels (idempotent)",
+		Long: "Declare the delay levels and everything FILE lists: exchanges, work queues with their poison queues\n" +
+			"and kill exchanges, bindings. What exists already with the same arguments is left as it is; what\n" +
+			"exists with other arguments is an error naming the argument and what to do.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, b, err := g.builder(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			conn, err := g.connectionWithin()
+			if err != nil {
+				return err
+			}
+			if err := b.Apply(cmd.Context(), conn, f.Topology); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %d exchanges, %d work queues (each with its poison queue and kill exchange), %d bindings; %s\n",
+				args[0], len(f.Exchanges), len(f.Queues), len(f.Bindings), describeDelay(b.Delay()))
+			return nil
+		},
+	}
+}
+
+func newTopologyVerify(g *globals) *cobra.Command {
+	var asJSON bool
+	verify := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check that the broker has the topology of FILE, declaring nothing; exit 1 if not",
+		Long: "List the exchanges and queues of FILE (and of its delay levels) that are missing, and those that\n" +
+			"exist with other arguments, naming the argument. Bindings cannot be checked (AMQP 0-9-1 has no way\n" +
+			"to ask). Exits 1 unless nothing is missing and nothing differs.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, b, err := g.builder(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			return g.verify(cmd, b, f.Topology, args[0], asJSON)
+		},
+	}
+	verify.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return verify
+}
+
+func newTopologyDiagram() *cobra.Command {
+	var format string
+	diagram := &cobra.Command{
+		Use:   "diagram FILE",
+		Short: "Draw the topology of FILE as a Mermaid flowchart or a Graphviz DOT graph",
+		Long: "Draw FILE's exchanges, queues and bindings with what declaring them adds: each work queue's poison\n" +
+			"queue and kill exchange, and the delay levels (one node) with their delivery exchange and parking\n" +
+			"queue. Needs no broker. `warren topology diagram FILE --format dot | dot -Tsvg > topology.svg`.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			draw := map[string]func(topology.Config, topology.Topology) string{"mermaid": topology.Mermaid, "dot": topology.DOT}[format]
+			if draw == nil {
+				return fmt.Errorf("--format %q is neither mermaid nor dot", format)
+			}
+			f, err := topology.Load(args[0])
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprint(cmd.OutOrStdout(), draw(f.Config, f.Topology))
+			return err
+		},
+	}
+	diagram.Flags().StringVar(&format, "format", "mermaid", "mermaid or dot")
+	return diagram
+}
+
+// describeDelay says which delay levels d is, or that there are none.
+func describeDelay(d topology.Delay) string {
+	if d.Disabled {
+		return "no delay levels (disabled)"
+	}
+	return fmt.Sprintf("delay levels %s (%d %s queues: %d levels, radix %d, unit %s; delays up to %s)",
+		d.Name(), d.QueueCount(), d.QueueType, d.Levels, d.Radix, d.Unit, d.Max())
+}
