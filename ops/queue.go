@@ -263,11 +263,10 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 			break
 		}
 		res.Scanned++
-		t.last = d.DeliveryTag
 		m := fromDelivery(0, d, src.work, false)
-		t.held++ // until sent
 		if !opt.Filter.Match(m) || opt.Limit > 0 && res.Replayed+len(t.sent) >= opt.Limit {
-			continue // taken all the same: see browse
+			t.hold(d) // taken all the same: see browse
+			continue
 		}
 		if done[identity(d)] {
 			// Replayed by a transaction whose acks the broker had not applied when the
@@ -275,7 +274,6 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 			if err := d.Ack(false); err != nil {
 				return err
 			}
-			t.held--
 			t.settled = append(t.settled, d)
 			continue
 		}
@@ -288,6 +286,7 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 		}
 		if why != "" {
 			res.Failed[why]++
+			t.hold(d)
 			continue
 		}
 		if err := pace.wait(ctx); err != nil {
@@ -343,7 +342,7 @@ type txn struct {
 	exists  map[route]bool           // destinations checked in this pass
 	used    map[route]bool           // destinations of this transaction
 	sent    map[string]amqp.Delivery // publish id → original, in this transaction
-	last    uint64                   // delivery tag of the last message taken
+	last    uint64                   // delivery tag of the last message held
 	held    int                      // messages taken and not replayed
 	done    map[string]bool          // identities of the messages replayed by this replay
 	settled []amqp.Delivery          // replayed ones found again, acked in this transaction
@@ -364,6 +363,11 @@ func identity(d amqp.Delivery) string {
 		}
 	}
 	return "h:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// hold keeps d, taken and not replayed, to hand it back.
+func (t *txn) hold(d amqp.Delivery) {
+	t.last, t.held = d.DeliveryTag, t.held+1
 }
 
 // handBack returns every message taken and not replayed to the queue at once, in order
@@ -440,7 +444,6 @@ func (t *txn) send(ctx context.Context, r route, d amqp.Delivery) error {
 		return err
 	}
 	t.sent[id], t.used[r] = d, true
-	t.held--
 	return nil
 }
 

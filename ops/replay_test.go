@@ -36,16 +36,16 @@ func TestReplayGroup(t *testing.T) {
 	require.NoError(t, err)
 	groups := ops.Group(all)
 	require.Len(t, groups, 3)
-	var notFound ops.FailureGroup
+	var deadline ops.FailureGroup // the last message of the queue is one of them
 	for _, g := range groups {
-		if g.Error == "order <n> not found" {
-			notFound = g
+		if g.Error == "context deadline exceeded" {
+			deadline = g
 		}
 	}
-	require.Equal(t, 10, notFound.Count)
+	require.Equal(t, 10, deadline.Count)
 
 	var progress []int
-	res, err := o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Filter: ops.Filter{Group: notFound.ID}, Batch: 4,
+	res, err := o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Filter: ops.Filter{Group: deadline.ID}, Batch: 4,
 		Progress: func(r ops.ReplayResult) { progress = append(progress, r.Replayed) }})
 	require.NoError(t, err)
 	assert.Equal(t, ops.ReplayResult{Total: 30, Scanned: 30, Replayed: 10, Failed: map[string]int{}}, res)
@@ -54,7 +54,7 @@ func TestReplayGroup(t *testing.T) {
 	replayed := drain(t, env, q)
 	require.Len(t, replayed, 10)
 	for k, d := range replayed {
-		i := 3*k + 1
+		i := 3*k + 2
 		want := poisonMessage(i, q)
 		assert.Equal(t, want.MessageId, d.MessageId)
 		assert.Equal(t, want.Body, d.Body)
@@ -73,7 +73,7 @@ func TestReplayGroup(t *testing.T) {
 	require.Len(t, left, 20)
 	k := 0
 	for i := range 30 {
-		if i%3 != 1 {
+		if i%3 != 2 {
 			assert.Equal(t, "m"+strconv.Itoa(i), left[k].MessageId, "position %d", k)
 			k++
 		}

@@ -5,6 +5,9 @@
 //	warren topology apply|verify|diagram FILE   declare, check or draw a topology file
 //	warren delays apply|verify|remove           the delay levels alone
 //	warren publish TOPIC [--delay D|--at T]     publish one message, with a confirm
+//	warren status [QUEUE...] [--watch D]        queues, kill state, poison, delay levels
+//	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
+//	warren parked list|replay                   delayed messages whose destination was gone
 //
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
@@ -16,9 +19,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -29,7 +35,10 @@ import (
 )
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
 		os.Exit(1)
 	}
 }
@@ -95,6 +104,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
+	root.AddCommand(newStatus(g), newPoison(g), newParked(g))
 	return root
 }
 
