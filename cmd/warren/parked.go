@@ -18,7 +18,7 @@ func newParked(g *globals) *cobra.Command {
 	}
 	src := func([]string) (messages, topology.Delay) {
 		return messages{
-			what: "parking queue",
+			what: "parking queue", parked: true,
 			browse: func(ctx context.Context, o *ops.Ops, b ops.Browse) ([]ops.Message, error) {
 				return o.Parked(ctx, b)
 			},

@@ -19,7 +19,8 @@ import (
 
 // messages are the messages a poison or parked command works on.
 type messages struct {
-	what   string // "the poison queue of Q", "the parking queue"
+	what   string // "poison queue Q.poison", "parking queue"
+	parked bool
 	browse func(ctx context.Context, o *ops.Ops, b ops.Browse) ([]ops.Message, error)
 	replay func(ctx context.Context, o *ops.Ops, opt ops.ReplayOptions) (ops.ReplayResult, error)
 }
@@ -100,6 +101,9 @@ func newList(g *globals, use, short string, args cobra.PositionalArgs, src func(
 			case asJSON:
 				return printJSON(out, nonNil(msgs))
 			}
+			if m.parked {
+				return printParked(out, msgs)
+			}
 			return printMessages(out, msgs, now)
 		},
 	}
@@ -126,6 +130,16 @@ func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Error, 60),
 			cut(m.Handler, 24), m.Attempts, ago(m.FirstFailure, now), ago(m.LastFailure, now), cut(m.Group, 8), cut(m.TraceID, 32), m.Destination)
+	}
+	fmt.Fprintf(tw, "%d messages\n", len(msgs))
+	return tw.Flush()
+}
+
+func printParked(out io.Writer, msgs []ops.Message) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POS\tID\tREASON\tDESTINATION\tCONTENT TYPE")
+	for _, m := range msgs {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Destination, 60), cut(m.ContentType, 30))
 	}
 	fmt.Fprintf(tw, "%d messages\n", len(msgs))
 	return tw.Flush()

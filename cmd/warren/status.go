@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -39,7 +40,9 @@ func newStatus(g *globals) *cobra.Command {
 					return fmt.Errorf("--config: %w", err)
 				}
 				for _, q := range file.Queues {
-					queues = append(queues, q.Name)
+					if !slices.Contains(queues, q.Name) {
+						queues = append(queues, q.Name)
+					}
 				}
 			}
 			o, err := g.ops(cmd, cfg.Delay)
