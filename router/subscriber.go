@@ -679,11 +679,12 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				cs.dups.release(id, false) // poisoned, or put back: never taken for done
 				continue
 			}
+			info, _ := warren.DeliveryFrom(msg.Context()) // read before the handler owns msg
+			consumed := s.consumes.Get(sub.queue, info.Exchange)
 			select {
 			case sub.out <- msg:
 				slot = false // settle frees it
-				info, _ := warren.DeliveryFrom(msg.Context())
-				s.metrics.Consumed(msg.Context(), s.consumes.Get(sub.queue, info.Exchange))
+				s.metrics.Consumed(context.Background(), consumed)
 				cs.inflight.add()
 				go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
 			case <-ctx.Done():

@@ -75,3 +75,27 @@ func TestFailuresCarryErrorType(t *testing.T) {
 		"messaging.process.duration *errors.errorString":                    1,
 	}, got)
 }
+
+// NewRedrives makes the counter that tools replaying messages increment.
+func TestRedrivesCounts(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	r, err := telemetry.NewRedrives(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))
+	require.NoError(t, err)
+	r.Add(context.Background(), "billing", telemetry.RedriveFromPoison, 3)
+	r.Add(context.Background(), "billing", telemetry.RedriveFromParked, 1)
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	require.Len(t, rm.ScopeMetrics, 1)
+	assert.Equal(t, telemetry.ScopeName, rm.ScopeMetrics[0].Scope.Name)
+	m := rm.ScopeMetrics[0].Metrics[0]
+	assert.Equal(t, telemetry.NameRedrives, m.Name)
+	assert.Equal(t, "{message}", m.Unit)
+	got := map[string]int64{}
+	for _, p := range m.Data.(metricdata.Sum[int64]).DataPoints {
+		q, _ := p.Attributes.Value(telemetry.QueueKey)
+		src, _ := p.Attributes.Value(telemetry.SourceKey)
+		got[q.AsString()+" "+src.AsString()] = p.Value
+	}
+	assert.Equal(t, map[string]int64{"billing poison": 3, "billing parked": 1}, got)
+}
