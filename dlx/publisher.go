@@ -461,7 +461,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 			sent++
 		}
 	}
-	p.metrics.Published(ctx, p.publishAttrs(route), start, sent, len(out)-sent, err)
+	if len(out) > 0 {
+		p.metrics.Published(ctx, p.publishAttrs(route), start, sent, len(out)-sent, err)
+	}
 	if err != nil {
 		return fmt.Errorf("dlx: publish to %q: %w", topic, err) // formatted only on failure
 	}
