@@ -99,3 +99,22 @@ func TestRedrivesCounts(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int64{"billing poison": 3, "billing parked": 1}, got)
 }
+
+// BenchmarkHotPath is what metrics cost a message on the hot path with the SDK: consumed,
+// processed, and one publish (its output, or a retry).
+func BenchmarkHotPath(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	i, err := telemetry.New(mp)
+	require.NoError(b, err)
+	var consumes telemetry.Consumes
+	pub := telemetry.NewPublish("", "billing")
+	ctx := context.Background()
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		c := consumes.Get("billing", "events")
+		i.Consumed(ctx, c)
+		i.Processed(ctx, c, start, nil)
+		i.Published(ctx, pub, start, 1, 0, nil)
+	}
+}
