@@ -111,10 +111,11 @@
 //  2. middleware.Tracing's consumer span (see Tracing);
 //  3. middleware.Poison: what is given up on goes to the poison queue, and is acked;
 //  4. middleware.Backoff: a failure is retried later, and acked;
-//  5. publishing the messages the handler returns, so that a failure to publish them is
+//  5. recording messaging.process.duration (see Metrics);
+//  6. publishing the messages the handler returns, so that a failure to publish them is
 //     retried and poisoned like any failure of the handler;
-//  6. middleware.Recoverer: a panic becomes an error, with its stack;
-//  7. HandlerConfig.Middleware, then the handler.
+//  7. middleware.Recoverer: a panic becomes an error, with its stack;
+//  8. HandlerConfig.Middleware, then the handler.
 //
 // # Retries and the poison queue
 //
@@ -194,6 +195,16 @@
 // gives the trace id for logs. On a bare Watermill router, use middleware.NewTracing:
 // Tracing.Middleware and Tracing.Publisher.
 //
+// # Metrics
+//
+// A router records metrics with OpenTelemetry's metric API (router.Config.MeterProvider, by
+// default otel.GetMeterProvider()): the messaging semantic conventions' messages sent and
+// consumed, publish and processing durations, and warren's own retries scheduled, messages
+// poisoned, lateness of delayed messages, parked messages and kill events. dlx.Config,
+// router.SubscriberConfig, middleware.BackoffConfig and middleware.PoisonConfig take a
+// MeterProvider of their own. The README lists every instrument; go run ./examples/metrics
+// serves them for Prometheus.
+//
 // # Reading more
 //
 // README.md, at the root of the module, is the long-form reference: how the delay levels work
@@ -203,6 +214,6 @@
 // dlx, topology, middleware and handlers have runnable examples (those of router, dlx and
 // topology use the broker at $WARREN_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/). The
 // programs in examples/ show the parts at work: delays (go run ./examples/delays), retries
-// and then the poison queue (go run ./examples/retries), and the kill topic across processes
-// (go run ./examples/kill).
+// and then the poison queue (go run ./examples/retries), the kill topic across processes
+// (go run ./examples/kill), and the metrics (go run ./examples/metrics).
 package warren

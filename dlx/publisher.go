@@ -14,9 +14,12 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -66,6 +69,10 @@ type Config struct {
 	// PastTolerance is how far in the past a DeliverAt time may lie (it is then delivered
 	// at once) before it is an error. Default 1s.
 	PastTolerance time.Duration
+	// MeterProvider records the publisher's metrics: messaging.client.sent.messages and
+	// messaging.client.operation.duration per Publish call, and the gauge
+	// warren.delay.parked (see the README's Metrics). Default: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Defaults of Config.
@@ -89,6 +96,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PastTolerance == 0 {
 		c.PastTolerance = DefaultPastTolerance
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 	return c
 }
@@ -131,6 +141,11 @@ type Publisher struct {
 	builder *topology.Builder
 	dialer  *amqpx.Dialer
 	delay   topology.Delay
+	metrics *telemetry.Instruments
+	parked  metric.Registration // of warren.delay.parked; nil without delay levels
+
+	attrsMu sync.RWMutex
+	attrs   map[destination]*telemetry.Publish // the metrics' attribute sets, per destination
 
 	mu        sync.Mutex                   // guards the fields below
 	queues    map[string]topology.Queue    // listed in Config.Declare or Declare, by name
@@ -160,12 +175,18 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	if err != nil {
 		return nil, err
 	}
+	metrics, err := telemetry.New(config.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("dlx: %w", err)
+	}
 	p := &Publisher{
 		cfg:       config,
 		logger:    logger,
 		builder:   builder,
 		dialer:    amqpx.NewDialer(config.Connection, "warren dlx publisher", logger),
 		delay:     builder.Delay(),
+		metrics:   metrics,
+		attrs:     map[destination]*telemetry.Publish{},
 		queues:    map[string]topology.Queue{},
 		exchanges: map[string]topology.Exchange{},
 		declared:  map[Route]bool{},
@@ -175,6 +196,12 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	if err := p.declareWith(context.Background(), config.Declare, builder.Declare); err != nil {
 		_ = p.Close()
 		return nil, err
+	}
+	if !p.delay.Disabled {
+		if p.parked, err = metrics.Parked(p.delay.ParkingQueue(), p.countParked); err != nil {
+			_ = p.Close()
+			return nil, fmt.Errorf("dlx: %w", err)
+		}
 	}
 	return p, nil
 }
@@ -407,6 +434,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 
 	ctx, cancel := messagesContext(msgs)
 	defer cancel()
+	start := time.Now()
 	confirmed := make([]bool, len(out))
 	suspect := make([]bool, len(out)) // in flight when a broker refusal closed the channel
 	err := amqpx.RetryLogged(ctx, p.cfg.PublishTimeout, "", p.logger, func() string { return "dlx: publish to " + topic }, func(ctx context.Context) error {
@@ -427,10 +455,42 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		}
 		return p.publishAll(ctx, conf, route, out, confirmed, suspect)
 	})
+	sent := 0
+	for _, c := range confirmed {
+		if c {
+			sent++
+		}
+	}
+	if len(out) > 0 {
+		p.metrics.Published(ctx, p.publishAttrs(route), start, sent, len(out)-sent, err)
+	}
 	if err != nil {
 		return fmt.Errorf("dlx: publish to %q: %w", topic, err) // formatted only on failure
 	}
 	return nil
+}
+
+// destination is what the metrics of a publish are recorded by: the exchange, and the queue
+// for a publish to the default exchange.
+type destination struct{ exchange, queue string }
+
+// publishAttrs returns the attribute sets of the metrics of a publish to route.
+func (p *Publisher) publishAttrs(route Route) *telemetry.Publish {
+	d := destination{exchange: route.Exchange}
+	if d.exchange == "" {
+		d.queue = route.RoutingKey
+	}
+	p.attrsMu.RLock()
+	a := p.attrs[d]
+	p.attrsMu.RUnlock()
+	if a != nil {
+		return a
+	}
+	a = telemetry.NewPublish(d.exchange, d.queue)
+	p.attrsMu.Lock()
+	p.attrs[d] = a
+	p.attrsMu.Unlock()
+	return a
 }
 
 // publishID returns a new id for warren.PublishIDHeader: 64 random bits, in hex.
@@ -446,7 +506,8 @@ func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
 		return err
 	}
 	if plan.Exchange != "" {
-		extra := amqp.Table{topology.HeaderDestQueue: route.RoutingKey, topology.HeaderDestExchange: route.Exchange}
+		extra := amqp.Table{topology.HeaderDestQueue: route.RoutingKey, topology.HeaderDestExchange: route.Exchange,
+			topology.HeaderDue: int64(0)}
 		for k, v := range plan.Headers {
 			extra[k] = v
 		}
@@ -551,13 +612,14 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 	if err != nil || plan.Exchange == "" {
 		return exchange, key, pub, err
 	}
-	pub.Headers = make(amqp.Table, len(o.pub.Headers)+len(plan.Headers)+1)
+	pub.Headers = make(amqp.Table, len(o.pub.Headers)+len(plan.Headers)+2)
 	for k, v := range o.pub.Headers {
 		pub.Headers[k] = v
 	}
 	for k, v := range plan.Headers {
 		pub.Headers[k] = v
 	}
+	pub.Headers[topology.HeaderDue] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
 	if route.Exchange == "" {
 		pub.Headers[topology.HeaderDestQueue] = route.RoutingKey
 	} else {
@@ -599,15 +661,39 @@ func (p *Publisher) Parked(ctx context.Context) (int, error) {
 		if _, err := p.connect(ctx); err != nil {
 			return err
 		}
-		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
-			return amqpx.Do(ctx, ch, func() error {
-				q, err := ch.QueueDeclarePassive(p.delay.ParkingQueue(), true, false, false, false, nil)
-				n = q.Messages
-				return err
-			})
+		var err error
+		n, err = p.inspectParked(ctx)
+		return err
+	})
+	return n, err
+}
+
+// inspectParked counts the messages in the parking queue, on the current connection.
+func (p *Publisher) inspectParked(ctx context.Context) (n int, err error) {
+	err = p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+		return amqpx.Do(ctx, ch, func() error {
+			q, err := ch.QueueDeclarePassive(p.delay.ParkingQueue(), true, false, false, false, nil)
+			n = q.Messages
+			return err
 		})
 	})
 	return n, err
+}
+
+// parkedTimeout bounds the count of parked messages at a metrics collection.
+const parkedTimeout = 2 * time.Second
+
+// countParked is the callback of the warren.delay.parked gauge: the count of the parking
+// queue, on the connection the publisher has (it never dials for it), within parkedTimeout;
+// ok is false when there is none or the count failed.
+func (p *Publisher) countParked(ctx context.Context) (n int64, ok bool) {
+	if conf, _ := p.current(); conf == nil {
+		return 0, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, parkedTimeout)
+	defer cancel()
+	c, err := p.inspectParked(ctx)
+	return int64(c), err == nil
 }
 
 // Delay returns the layout of the delay levels.
@@ -623,5 +709,9 @@ func (p *Publisher) Close() error {
 	if closed {
 		return nil
 	}
-	return amqpx.Close(conn)
+	var err error
+	if p.parked != nil {
+		err = p.parked.Unregister()
+	}
+	return errors.Join(amqpx.Close(conn), err)
 }

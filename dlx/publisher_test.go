@@ -529,6 +529,9 @@ func withoutTimes(h amqp.Table) amqp.Table {
 		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
 		case k == warren.PublishIDHeader: // one per publish: replaced, never accumulated
 			out[k] = v != ""
+		case k == topology.HeaderDue: // when it is due: one per publish, replaced
+			_, isTime := v.(int64)
+			out[k] = isTime
 		case strings.HasPrefix(k, "warren-dlx-p"):
 			d, err := strconv.Atoi(fmt.Sprint(v))
 			out[k] = err == nil && d >= 0 && d < 16

@@ -11,11 +11,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v4"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/telemetry"
 )
 
 // BackoffConfig configures Backoff. A schedule is either the explicit list Delays or, when
@@ -44,6 +47,9 @@ type BackoffConfig struct {
 	// the queue of warren.DeliveryFrom, else Watermill's subscribe topic (which is the queue
 	// with watermill-amqp's queue-per-topic configs).
 	Queue func(msg *message.Message) string
+	// MeterProvider counts the retries scheduled (warren.retries.scheduled, by queue and
+	// attempt). Default: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Defaults of BackoffConfig's exponential schedule.
@@ -73,6 +79,9 @@ func (c BackoffConfig) WithDefaults() BackoffConfig {
 	}
 	if c.Queue == nil {
 		c.Queue = ConsumedQueue
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 	return c
 }
@@ -123,8 +132,9 @@ func (c BackoffConfig) Validate() error {
 // where the message was first published to (FirstFailureKey, OriginalExchangeKey,
 // OriginalRoutingKeyKey), for the poison queue.
 type Backoff struct {
-	cfg    BackoffConfig
-	logger watermill.LoggerAdapter
+	cfg     BackoffConfig
+	logger  watermill.LoggerAdapter
+	metrics *telemetry.Instruments
 }
 
 // NewBackoff returns a Backoff, or an error naming the first invalid field of config.
@@ -135,7 +145,12 @@ func NewBackoff(config BackoffConfig, logger watermill.LoggerAdapter) (*Backoff,
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Backoff{cfg: config.WithDefaults(), logger: logger}, nil
+	config = config.WithDefaults()
+	metrics, err := telemetry.New(config.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	return &Backoff{cfg: config, logger: logger, metrics: metrics}, nil
 }
 
 // MaxAttempts returns the number of attempts a message gets.
@@ -204,6 +219,7 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 			return nil, &RequeueError{Err: perr} // not acked: the broker delivers it again
 		}
+		b.metrics.RetryScheduled(msg.Context(), queue, attempt+1)
 		b.logger.Info("Handler failed, retry scheduled", watermill.LogFields{
 			"message_uuid": msg.UUID, "queue": queue, "attempt": attempt, "next_attempt_in": wait, "err": err.Error(),
 		})

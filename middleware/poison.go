@@ -11,9 +11,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -61,6 +64,9 @@ type PoisonConfig struct {
 	Topic func(queue string) string
 	// Queue names the queue msg was consumed from. Default ConsumedQueue.
 	Queue func(msg *message.Message) string
+	// MeterProvider counts the messages poisoned (warren.messages.poisoned, by queue and
+	// reason). Default: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -70,6 +76,9 @@ func (c PoisonConfig) WithDefaults() PoisonConfig {
 	}
 	if c.Queue == nil {
 		c.Queue = ConsumedQueue
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 	return c
 }
@@ -94,8 +103,9 @@ func (c PoisonConfig) Validate() error {
 // rejected into its queue's dead-letter path (see warren.DeadLetter; a warren work queue's
 // leads to the same poison queue, with x-death saying "rejected"), and the reason logged.
 type Poison struct {
-	cfg    PoisonConfig
-	logger watermill.LoggerAdapter
+	cfg     PoisonConfig
+	logger  watermill.LoggerAdapter
+	metrics *telemetry.Instruments
 }
 
 // NewPoison returns a Poison, or an error naming the first invalid field of config.
@@ -106,7 +116,12 @@ func NewPoison(config PoisonConfig, logger watermill.LoggerAdapter) (*Poison, er
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Poison{cfg: config.WithDefaults(), logger: logger}, nil
+	config = config.WithDefaults()
+	metrics, err := telemetry.New(config.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	return &Poison{cfg: config, logger: logger, metrics: metrics}, nil
 }
 
 // Middleware is the message.HandlerMiddleware.
@@ -135,10 +150,12 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			perr = fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
 			if errors.Is(perr, dlx.ErrTooLarge) && warren.DeadLetter(msg.Context()) {
 				p.logger.Error("Message too large to poison: rejected into its queue's dead-letter path", perr, fields)
+				p.metrics.Poisoned(msg.Context(), queue, PoisonReasonRejected)
 				return nil, perr
 			}
 			return nil, &RequeueError{Err: perr}
 		}
+		p.metrics.Poisoned(msg.Context(), queue, reason)
 		p.logger.Error("Message poisoned", err, fields)
 		return nil, nil
 	}

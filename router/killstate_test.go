@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -92,7 +93,9 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
 	var events []KillEvent
 	secret := []byte("s3cret")
-	s := &Subscriber{logger: watermill.NopLogger{}, cfg: SubscriberConfig{
+	metrics, err := telemetry.New(nil)
+	require.NoError(t, err)
+	s := &Subscriber{logger: watermill.NopLogger{}, metrics: metrics, cfg: SubscriberConfig{
 		KillSecret: secret,
 		OnKill:     func(e KillEvent) { events = append(events, e) },
 	}.WithDefaults()}

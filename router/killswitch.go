@@ -337,6 +337,7 @@ func (sub *subscription) event(state string, d amqp.Delivery, err error) {
 	} else {
 		s.logger.Info("Kill topic", fields)
 	}
+	s.metrics.KillEvent(context.Background(), sub.queue, string(e.Action), state)
 	if s.cfg.OnKill != nil {
 		s.cfg.OnKill(e)
 	}

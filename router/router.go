@@ -15,17 +15,20 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
 
 // Config configures a Router. The settings of its publishers and subscribers are theirs,
-// held in Publisher and Subscriber; what they share (Connection, Topology, Declare) is set
-// once, here.
+// held in Publisher and Subscriber; what they share (Connection, Topology, Declare,
+// MeterProvider) is set once, here.
 type Config struct {
 	// Connection says how to reach the broker (URL required); the router's publishers and
 	// every handler's subscriber connect with it.
@@ -38,12 +41,12 @@ type Config struct {
 	// Publisher configures Publisher and the publishing of the messages handlers return
 	// (Route, AllowUnroutable, Marshaler, PublishTimeout, PastTolerance), and of retries and
 	// poison copies, which always go to queues and are never unroutable. Leave its
-	// Connection, Topology and Declare empty: the router's are used.
+	// Connection, Topology, Declare and MeterProvider empty: the router's are used.
 	Publisher dlx.Config
 	// Subscriber configures every handler's subscriber (Concurrency, which
 	// HandlerConfig.Concurrency overrides; Prefetch; ShutdownTimeout, which also bounds Close;
 	// Marshaler; KillSecret, KillMaxAge, KillClockSkew, OnKill; RequeueDelay). Leave its
-	// Connection, Topology, Queues and HandlerName empty: the router sets them.
+	// Connection, Topology, Queues, HandlerName and MeterProvider empty: the router sets them.
 	Subscriber SubscriberConfig
 	// Retry is the retry schedule of handlers that do not set one (its Publisher is set by
 	// the router). Default: exponential from 1s, doubling, capped at 5m, 5 attempts.
@@ -58,6 +61,11 @@ type Config struct {
 	CopyStore middleware.IdempotencyStore
 	// TracerProvider traces publishing and processing. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// MeterProvider records the metrics of the router's publishers, subscribers and
+	// middleware chain (the messaging semantic conventions' and warren's own: see the
+	// README's Metrics); the router sets it on Publisher, Subscriber and every retry
+	// schedule. Default: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 	// HandleSignals makes Run stop gracefully on SIGINT and SIGTERM too, for a main function
 	// that runs only the router. Off by default: a router embedded in a larger program stops
 	// when Run's context ends or Close is called, and leaves the signals to the program.
@@ -69,6 +77,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	c.Connection = c.Connection.WithDefaults()
 	c.Topology = c.Topology.WithDefaults()
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
 	c.Publisher = c.publisher().WithDefaults()
 	prefetch := c.Subscriber.Prefetch
 	c.Subscriber = c.subscriber().WithDefaults()
@@ -79,14 +90,14 @@ func (c Config) WithDefaults() Config {
 // publisher is c.Publisher with the router's shared fields.
 func (c Config) publisher() dlx.Config {
 	p := c.Publisher
-	p.Connection, p.Topology, p.Declare = c.Connection, c.Topology, c.Declare
+	p.Connection, p.Topology, p.Declare, p.MeterProvider = c.Connection, c.Topology, c.Declare, c.MeterProvider
 	return p
 }
 
 // subscriber is c.Subscriber with the router's shared fields.
 func (c Config) subscriber() SubscriberConfig {
 	s := c.Subscriber
-	s.Connection, s.Topology, s.Queues = c.Connection, c.Topology, c.Declare.Queues
+	s.Connection, s.Topology, s.Queues, s.MeterProvider = c.Connection, c.Topology, c.Declare.Queues, c.MeterProvider
 	return s
 }
 
@@ -104,14 +115,16 @@ func (c Config) Validate() error {
 		{"Publisher.Connection", !reflect.ValueOf(c.Publisher.Connection).IsZero()},
 		{"Publisher.Topology", !reflect.ValueOf(c.Publisher.Topology).IsZero()},
 		{"Publisher.Declare", !reflect.ValueOf(c.Publisher.Declare).IsZero()},
+		{"Publisher.MeterProvider", c.Publisher.MeterProvider != nil},
 		{"Subscriber.Connection", !reflect.ValueOf(c.Subscriber.Connection).IsZero()},
 		{"Subscriber.Topology", !reflect.ValueOf(c.Subscriber.Topology).IsZero()},
 		{"Subscriber.Queues", c.Subscriber.Queues != nil},
 		{"Subscriber.HandlerName", c.Subscriber.HandlerName != ""},
+		{"Subscriber.MeterProvider", c.Subscriber.MeterProvider != nil},
 	} {
 		if f.set {
 			return fmt.Errorf("router: Config.%s is set: the router sets it (from Config.Connection, "+
-				"Config.Topology, Config.Declare and the handler)", f.name)
+				"Config.Topology, Config.Declare, Config.MeterProvider and the handler)", f.name)
 		}
 	}
 	if err := c.Topology.Validate(); err != nil {
@@ -231,10 +244,12 @@ type HandlerConfig struct {
 //     and is acked;
 //  4. Backoff: a failure is republished to the queue with the next attempt's delay, and
 //     acked; a permanent error or the last attempt's failure goes on to Poison;
-//  5. publishing the messages the handler returns (to HandlerConfig.PublishTopic), so that
+//  5. recording messaging.process.duration: how long the handler took, and whether it
+//     failed (error.type), as Backoff sees it;
+//  6. publishing the messages the handler returns (to HandlerConfig.PublishTopic), so that
 //     a failure to publish them is retried and poisoned like any failure of the handler;
-//  6. middleware.Recoverer: a panic becomes an error, with its stack;
-//  7. the handler's own Middleware, then the handler.
+//  7. middleware.Recoverer: a panic becomes an error, with its stack;
+//  8. the handler's own Middleware, then the handler.
 //
 // Publishing (Publisher, and the messages handlers return) goes through warren's DLX
 // publisher, traced. A retry or poison copy that cannot be published, and a handler error
@@ -249,6 +264,8 @@ type Router struct {
 	retries  *dlx.Publisher // retries and poison messages, routed to queues
 	pub      message.Publisher
 	retryPub message.Publisher
+	metrics  *telemetry.Instruments
+	consumes telemetry.Consumes // attribute sets of messaging.process.duration
 
 	mu        sync.Mutex
 	topo      topology.Topology // the handlers' queues, exchanges and bindings
@@ -279,6 +296,10 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
+	metrics, err := telemetry.New(config.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	pcfg := config.Publisher
 	out, err := dlx.NewPublisher(pcfg, logger)
 	if err != nil {
@@ -291,7 +312,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		return nil, err
 	}
 	return &Router{
-		cfg: config, logger: logger, wm: wm, tracing: tracing,
+		cfg: config, logger: logger, wm: wm, tracing: tracing, metrics: metrics,
 		out: out, retries: retries,
 		pub:      tracing.Publisher(out),
 		retryPub: tracing.Publisher(retries),
@@ -379,12 +400,12 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 	if h.Retry != nil {
 		retry = *h.Retry
 	}
-	retry.Publisher = r.retryPub
+	retry.Publisher, retry.MeterProvider = r.retryPub, r.cfg.MeterProvider
 	backoff, err := middleware.NewBackoff(retry, r.logger)
 	if err != nil {
 		return nil, err
 	}
-	poison, err := middleware.NewPoison(middleware.PoisonConfig{Publisher: redeclaring{r}}, r.logger)
+	poison, err := middleware.NewPoison(middleware.PoisonConfig{Publisher: redeclaring{r}, MeterProvider: r.cfg.MeterProvider}, r.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -401,10 +422,23 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 		r.tracing.Middleware,
 		poison.Middleware,
 		backoff.Middleware,
+		r.processMetrics,
 		publishOutputs(r.pub, h.PublishTopic),
 		middleware.Recoverer,
 	)
 	return append(chain, h.Middleware...), nil
+}
+
+// processMetrics records messaging.process.duration: how long what is inside it took with a
+// message (the handler, publishing its outputs), failed when it returned an error.
+func (r *Router) processMetrics(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		start := time.Now()
+		out, err := h(msg)
+		d, _ := warren.DeliveryFrom(msg.Context())
+		r.metrics.Processed(msg.Context(), r.consumes.Get(middleware.ConsumedQueue(msg), d.Exchange), start, err)
+		return out, err
+	}
 }
 
 // publishOutputs publishes the messages the handler returns to topic, inside the chain, and

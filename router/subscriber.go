@@ -16,9 +16,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
@@ -66,6 +69,11 @@ type SubscriberConfig struct {
 	// queue, so that nothing is redelivered in a hot loop. Not when the subscriber closes.
 	// Default 1s.
 	RequeueDelay time.Duration
+	// MeterProvider records the subscriber's metrics: messaging.client.consumed.messages,
+	// warren.delay.lateness, warren.kill.events, and warren.messages.poisoned for the
+	// deliveries it poisons itself (see the README's Metrics). Default:
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -92,6 +100,9 @@ func (c SubscriberConfig) WithDefaults() SubscriberConfig {
 	}
 	if c.KillClockSkew == 0 {
 		c.KillClockSkew = DefaultKillClockSkew
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
 	}
 	return c
 }
@@ -198,6 +209,9 @@ type Subscriber struct {
 	readies []chan struct{} // one per subscription, closed by its ready
 
 	seen seenIDs // publish ids of the deliveries acked lately
+
+	metrics  *telemetry.Instruments
+	consumes telemetry.Consumes // attribute sets of messaging.client.consumed.messages
 }
 
 // errSubscriberClosed is the error of a call on a closed Subscriber: permanent, so that no
@@ -223,8 +237,12 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	if err != nil {
 		return nil, err
 	}
+	metrics, err := telemetry.New(config.MeterProvider)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
 	s := &Subscriber{
-		cfg: config, logger: logger, builder: builder,
+		cfg: config, logger: logger, builder: builder, metrics: metrics,
 		dialer:  amqpx.NewDialer(config.Connection, "warren subscriber "+config.HandlerName, logger),
 		listed:  map[string]topology.Queue{},
 		closing: make(chan struct{}),
@@ -290,7 +308,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{})}
+	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue)}
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)
 	s.readyMu.Unlock()
@@ -452,6 +470,8 @@ type subscription struct {
 	// Set by the kill topic; they outlive a lost connection.
 	mode mode
 	last time.Time // of the newest command accepted
+
+	lateness []metric.RecordOption // the attributes of warren.delay.lateness
 }
 
 // mode is what a subscription does about its queue.
@@ -647,6 +667,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				}
 				return closed, errors.New("channel closed")
 			}
+			sub.recordLateness(d)
 			id, _ := d.Headers[warren.PublishIDHeader].(string)
 			if !cs.dups.claim(id) {
 				s.logger.Info("Copy of a message handled already: acked", watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId})
@@ -658,9 +679,12 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				cs.dups.release(id, false) // poisoned, or put back: never taken for done
 				continue
 			}
+			info, _ := warren.DeliveryFrom(msg.Context()) // read before the handler owns msg
+			consumed := s.consumes.Get(sub.queue, info.Exchange)
 			select {
 			case sub.out <- msg:
 				slot = false // settle frees it
+				s.metrics.Consumed(context.Background(), consumed)
 				cs.inflight.add()
 				go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
 			case <-ctx.Done():
@@ -858,6 +882,14 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id stri
 	return msg, done, deadLetter
 }
 
+// recordLateness records how late a delivery that came through the delay levels arrived
+// after the time it was due (topology.HeaderDue).
+func (sub *subscription) recordLateness(d amqp.Delivery) {
+	if due, ok := d.Headers[topology.HeaderDue].(int64); ok && strings.HasPrefix(d.Exchange, sub.s.viaDelay) {
+		sub.s.metrics.Late(context.Background(), sub.lateness, time.UnixMicro(due), time.Now())
+	}
+}
+
 // unreadableError is the reason of a delivery whose headers the client could not read.
 type unreadableError struct{ why string }
 
@@ -903,6 +935,7 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 	if size, err := amqpx.HeaderFrameSize(pub); err != nil || size > amqpx.MaxHeaderFrame {
 		s.logger.Error("Undecodable message too large to poison: rejected into its queue's dead-letter path", cause, fields)
 		cs.acks.settle(d.DeliveryTag, reject)
+		s.metrics.Poisoned(context.Background(), sub.queue, middleware.PoisonReasonRejected)
 		return
 	}
 	if err := sub.publishPoison(conn, pub); err != nil {
@@ -916,6 +949,7 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 	}
 	s.logger.Error("Undecodable message poisoned", cause, fields)
 	cs.acks.settle(d.DeliveryTag, ack)
+	s.metrics.Poisoned(context.Background(), sub.queue, reason)
 }
 
 // publishPoison publishes pub to the queue's poison queue on a confirm channel of its own,

@@ -20,6 +20,9 @@ const (
 	HeaderDestExchange = warren.TransportHeaderPrefix + "exchange"
 	// HeaderDestQueue names the queue a delayed message is delivered to (default exchange).
 	HeaderDestQueue = warren.TransportHeaderPrefix + "queue"
+	// HeaderDue is when a delayed message is due, in microseconds since the Unix epoch (an
+	// int64), by the publisher's clock: its consumer measures how late it arrived.
+	HeaderDue = warren.TransportHeaderPrefix + "due"
 )
 
 // DigitHeader is the header that carries the digit of delay position p.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/warrenmq/warren"
@@ -26,25 +30,68 @@ func benchConsume() {
 		*consume, queueType(), *rounds)
 	delay := config(topology.Delay{Prefix: name("delay")}).Delay
 	defer cleanupDelay(delay)
+	want := func(c string) bool { return *consumers == "" || strings.Contains(","+*consumers+",", ","+c+",") }
 
-	rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
-	defer rdb.Close()
-	prefix := "warren:bench:" + name("copies") + ":"
-	defer deleteKeys(rdb, prefix)
-	copies, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: prefix}, nil)
-	must(err)
-	defer copies.Close()
+	var copies middleware.IdempotencyStore
+	if want("copystore") {
+		rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
+		defer rdb.Close()
+		prefix := "warren:bench:" + name("copies") + ":"
+		defer deleteKeys(rdb, prefix)
+		store, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: prefix}, nil)
+		must(err)
+		defer store.Close()
+		copies = store
+	}
 
-	cmp := compare(*consume, []contender{
-		{"raw amqp091-go", consumeRaw},
-		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay, nil) }},
-		{"watermill-amqp", consumeWatermill},
-		{"warren+CopyStore", func(q string) (time.Duration, error) { return consumeWarren(q, delay, copies) }},
-	})
-	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s)\n", *redisAddr)
-	result("ratio consume_vs_raw", "%.2f", cmp.ratio(1, 0))
-	result("ratio consume_vs_watermill", "%.2f", cmp.ratio(1, 2))
-	result("ratio consume_copystore_vs_warren", "%.2f", cmp.ratio(3, 1))
+	var contenders []contender
+	index := map[string]int{}
+	for _, c := range []struct {
+		key string
+		contender
+	}{
+		{"raw", contender{"raw amqp091-go", consumeRaw}},
+		{"warren", contender{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay, nil, nil) }}},
+		{"watermill", contender{"watermill-amqp", consumeWatermill}},
+		{"copystore", contender{"warren+CopyStore", func(q string) (time.Duration, error) { return consumeWarren(q, delay, copies, nil) }}},
+		{"metrics", contender{"warren+metrics", consumeWarrenMetrics(delay)}},
+	} {
+		if want(c.key) {
+			index[c.key] = len(contenders)
+			contenders = append(contenders, c.contender)
+		}
+	}
+	cmp := compare(*consume, contenders)
+	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run)\n", *redisAddr)
+	ratio := func(name, a, b string) {
+		i, okA := index[a]
+		j, okB := index[b]
+		if okA && okB {
+			result("ratio "+name, "%.2f", cmp.ratio(i, j))
+		}
+	}
+	ratio("consume_vs_raw", "warren", "raw")
+	ratio("consume_vs_watermill", "warren", "watermill")
+	ratio("consume_copystore_vs_warren", "copystore", "warren")
+	ratio("consume_metrics_vs_raw", "metrics", "raw")
+	ratio("consume_metrics_vs_warren", "metrics", "warren")
+}
+
+// consumeWarrenMetrics is consumeWarren with metrics recorded into an SDK MeterProvider, as a
+// service exporting them would: every instrument aggregates on the hot path, and a reader
+// collects them (once per run here; a Prometheus scrape every 15 s is no more).
+func consumeWarrenMetrics(delay topology.Delay) func(q string) (time.Duration, error) {
+	return func(q string) (time.Duration, error) {
+		reader := sdkmetric.NewManualReader()
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+		defer func() { _ = mp.Shutdown(context.Background()) }()
+		d, err := consumeWarren(q, delay, nil, mp)
+		if err != nil {
+			return d, err
+		}
+		var rm metricdata.ResourceMetrics
+		return d, reader.Collect(context.Background(), &rm)
+	}
 }
 
 // deleteKeys deletes the Redis keys that start with prefix.
@@ -131,7 +178,7 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-func consumeWarren(queue string, delay topology.Delay, copies middleware.IdempotencyStore) (time.Duration, error) {
+func consumeWarren(queue string, delay topology.Delay, copies middleware.IdempotencyStore, mp metric.MeterProvider) (time.Duration, error) {
 	tcfg := config(delay)
 	b, err := topology.NewBuilder(tcfg, nil)
 	if err != nil {
@@ -145,7 +192,7 @@ func consumeWarren(queue string, delay topology.Delay, copies middleware.Idempot
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	r, err := router.New(router.Config{
-		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies,
+		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies, MeterProvider: mp,
 	}, nil)
 	if err != nil {
 		return 0, err
