@@ -198,6 +198,8 @@ type Subscriber struct {
 	readies []chan struct{} // one per subscription, closed by its ready
 
 	seen seenIDs // publish ids of the deliveries acked lately
+
+	answering sync.WaitGroup // answers to kill commands being published
 }
 
 // errSubscriberClosed is the error of a call on a closed Subscriber: permanent, so that no
@@ -290,7 +292,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{})}
+	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{}),
+		id: self().id + "-" + strconv.FormatUint(subscriptionSeq.Add(1), 10)}
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)
 	s.readyMu.Unlock()
@@ -348,12 +351,14 @@ func (s *Subscriber) Close() error {
 
 	s.subs.Wait()
 	s.hardFn(errShutdownTimeout)
+	var err error
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.conn != nil && !s.conn.IsClosed() {
-		return s.conn.Close()
+		err = s.conn.Close()
 	}
-	return nil
+	s.mu.Unlock()
+	s.answering.Wait() // their connection is closed: they end at once
+	return err
 }
 
 // seenIDs remembers, for seenFor at least, the publish ids (warren.PublishIDHeader) of the
@@ -448,6 +453,8 @@ type subscription struct {
 	out       chan *message.Message
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once
+	id        string           // in answers to kill commands (Answer.Instance)
+	conn      *amqp.Connection // the session's, for answers
 
 	// Set by the kill topic; they outlive a lost connection.
 	mode mode
@@ -536,6 +543,7 @@ func (sub *subscription) session(ctx context.Context) (started bool, err error) 
 	if err != nil {
 		return false, err
 	}
+	sub.conn = conn
 	commands, stopListening, err := sub.listen(conn)
 	if err != nil {
 		return false, err
@@ -685,6 +693,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 			case sub.mode == paused:
 				stop()
 				sub.event("stopped", d, nil)
+				sub.answer(d, before, paused, nil)
 				return killed, nil
 			case sub.mode == draining && before != draining:
 				t := time.NewTicker(drainCheck)
@@ -741,7 +750,7 @@ func (f *flights) done() {
 	f.Done()
 }
 
-var consumerSeq atomic.Uint64
+var consumerSeq, subscriptionSeq atomic.Uint64
 
 // stop cancels the consumer and waits, up to ShutdownTimeout, for the messages handed out to
 // be settled; their settlements go out together when the acker closes (see acker.hold). What
