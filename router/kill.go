@@ -446,7 +446,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 	switch {
 	case errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err):
 		if !k.cfg.Force {
-			return nil, amqpx.Permanent(fmt.Errorf("%w %q: nothing was sent", ErrNoQueue, queue))
+			return nil, amqpx.Permanent(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
 		}
 	case err != nil:
 		return nil, fmt.Errorf("check %s: %w", queue, err)
