@@ -170,7 +170,9 @@ func (c SubscriberConfig) Validate() error {
 // lifts that, and a delete command makes it consume until the queue is empty and then delete
 // the queue and end. The last command sent is remembered by the broker (in the queue's kill
 // state queue, see KillStateQueue), so a subscription that starts after a kill does not
-// consume until a resume, and refuses a replay of a command older than the last one.
+// consume until a resume, and refuses a replay of a command older than the last one. A live
+// command that carries a reply address is answered (see Answer), fire and forget; one read
+// from the state never is.
 type Subscriber struct {
 	cfg     SubscriberConfig
 	logger  watermill.LoggerAdapter
