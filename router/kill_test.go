@@ -176,7 +176,14 @@ func (p *publisher) halt() int {
 }
 
 func newKiller(t *testing.T, env *testenv.Env, secret string) *router.Killer {
-	k, err := router.NewKiller(router.KillerConfig{Connection: env.Connection(), KillSecret: []byte(secret)}, nil)
+	return killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret)})
+}
+
+// killerOf returns a Killer of cfg on env's broker.
+func killerOf(t *testing.T, env *testenv.Env, cfg router.KillerConfig) *router.Killer {
+	t.Helper()
+	cfg.Connection = env.Connection()
+	k, err := router.NewKiller(cfg, env.Logger())
 	require.NoError(t, err)
 	return k
 }
@@ -439,7 +446,7 @@ func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
 	queue := env.Queue("replayed")
 	const secret = "s3cret"
 	env.Remove([]string{router.KillStateQueue(queue, []byte(secret))}, nil)
-	k := newKiller(t, env, secret)
+	k := killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret), Force: true}) // before the queue exists
 	captured := eavesdrop(t, env, queue)
 
 	require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
@@ -484,7 +491,7 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("unheard")
-	k := newKiller(t, env, "")
+	k := killerOf(t, env, router.KillerConfig{Force: true}) // before the queue exists
 
 	err := k.Kill(context.Background(), queue, router.Stop)
 	require.ErrorIs(t, err, router.ErrNoListener)

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -67,7 +70,7 @@ func (sub *subscription) recall(ctx context.Context, conn *amqp.Connection) erro
 		sub.mode = map[Action]mode{Stop: paused, Delete: draining, Resume: running}[c.Action]
 	}
 	if sub.mode != before {
-		sub.event(map[mode]string{running: "resumed", paused: "stopped", draining: "draining"}[sub.mode], amqp.Delivery{Body: body}, nil)
+		sub.event(modeState[sub.mode], amqp.Delivery{Body: body}, nil)
 	}
 	return nil
 }
@@ -262,7 +265,7 @@ func (sub *subscription) newest(ds []amqp.Delivery) (c Command, body []byte, fou
 			err = x.verify(sub.queue, s.cfg.KillSecret, time.Now(), 0, s.cfg.KillClockSkew)
 		}
 		if err != nil {
-			sub.event("refused", d, fmt.Errorf("kill state: %w", err))
+			sub.event(refused, d, fmt.Errorf("kill state: %w", err))
 			continue
 		}
 		valid, ats = append(valid, d), append(ats, x.At)
@@ -290,38 +293,126 @@ func onChannel(conn *amqp.Connection, op func(ch *amqp.Channel) error) error {
 
 // command applies a command of the kill topic to the mode, if it passes verification. The
 // command last accepted (maybe read from the state) is ignored; with a secret, an older one
-// is refused as a replay (without one, any command can be forged anyway).
+// is refused as a replay (without one, any command can be forged anyway). A live command is
+// answered (see Answer), but a stop that the caller carries out: it answers once stopped.
 func (sub *subscription) command(d amqp.Delivery) {
 	s := sub.s
+	before := sub.mode
 	var c Command
 	err := json.Unmarshal(d.Body, &c)
 	if err == nil {
 		err = c.verify(sub.queue, s.cfg.KillSecret, time.Now(), s.cfg.KillMaxAge, s.cfg.KillClockSkew)
 	}
 	if err == nil && c.At.Equal(sub.last) {
-		return // seen already
+		sub.answer(d, before, sub.mode, nil) // seen already (in the state): in force
+		return
 	}
 	if err == nil && len(s.cfg.KillSecret) > 0 && c.At.Before(sub.last) {
 		err = errors.New("older than the last command accepted: a replay")
 	}
 	if err != nil {
-		sub.event("refused", d, err)
+		sub.event(refused, d, err)
+		sub.answer(d, before, before, err)
 		return
 	}
 	if c.At.After(sub.last) {
 		sub.last = c.At
 	}
 	switch {
+	case c.Action == Stop && before == paused:
+		sub.answer(d, before, paused, nil)
 	case c.Action == Stop:
-		sub.mode = paused // the caller stops consuming and reports it
-	case c.Action == Delete && sub.mode != draining:
+		sub.mode = paused // the caller stops consuming, reports and answers it
+	case c.Action == Delete && before != draining:
 		sub.mode = draining
 		sub.event("draining", d, nil)
-	case c.Action == Resume && sub.mode != running:
+		sub.answer(d, before, draining, nil)
+	case c.Action == Resume && before != running:
 		sub.mode = running
 		sub.event("resumed", d, nil)
+		sub.answer(d, before, running, nil)
+	default: // in that state already
+		sub.answer(d, before, sub.mode, nil)
 	}
 }
+
+// modeState names the state of a mode in events and answers.
+var modeState = map[mode]string{running: "resumed", paused: "stopped", draining: "draining"}
+
+// replyPrefix starts the names the broker gives the queues it names: no client can declare
+// one, so an answer sent to one can never land in a work queue.
+const replyPrefix = "amq.gen-"
+
+// answer publishes an Answer to the reply address of d, a live command, if it has one,
+// saying the subscription is in mode now (or refused it, when refusal is set) and was in
+// before when the command came. It never blocks: the publish runs in a goroutine of its own,
+// on a channel of its own, without confirmation, and a failure is only logged (debug).
+func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error) {
+	if d.ReplyTo == "" { // a command without a reply address, or read from the state
+		return
+	}
+	s := sub.s
+	fields := watermill.LogFields{"queue": sub.queue, "handler": s.cfg.HandlerName, "reply_to": d.ReplyTo}
+	if !strings.HasPrefix(d.ReplyTo, replyPrefix) || sub.conn == nil {
+		s.logger.Debug("Kill command not answered: its reply address is not a server-named queue", fields)
+		return
+	}
+	a := Answer{Queue: sub.queue, State: modeState[now], Consuming: before != paused}
+	trusted := len(s.cfg.KillSecret) == 0
+	if !trusted {
+		var c Command
+		err := json.Unmarshal(d.Body, &c)
+		if err == nil {
+			err = c.verifyReply(s.cfg.KillSecret, d.ReplyTo, d.CorrelationId)
+		}
+		trusted = err == nil
+		if !trusted && refusal == nil {
+			s.logger.Debug("Kill command obeyed but not answered", fields.Add(watermill.LogFields{"err": err.Error()}))
+			return
+		}
+	}
+	if trusted { // who answers, only to a sender who may know
+		p := self()
+		a.Handler, a.Host, a.PID, a.Process, a.Instance = s.cfg.HandlerName, p.host, p.pid, p.id, sub.id
+	}
+	if refusal != nil {
+		a.State, a.Error = refused, refusal.Error()
+	}
+	if len(s.cfg.KillSecret) > 0 {
+		a.Sig = a.mac(s.cfg.KillSecret, d.CorrelationId)
+	}
+	body, err := json.Marshal(a)
+	if err != nil {
+		return
+	}
+	conn, replyTo, correlationID := sub.conn, d.ReplyTo, d.CorrelationId
+	s.answering.Add(1)
+	go func() {
+		defer s.answering.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
+		defer cancel()
+		err := onChannel(conn, func(ch *amqp.Channel) error {
+			return ch.PublishWithContext(ctx, "", replyTo, false, false, amqp.Publishing{
+				ContentType: "application/json", CorrelationId: correlationID, Body: body, Timestamp: time.Now(),
+			})
+		})
+		if err != nil {
+			s.logger.Debug("Kill answer not published", fields.Add(watermill.LogFields{"err": err.Error()}))
+		}
+	}()
+}
+
+// process identifies this process in answers.
+type process struct {
+	host string
+	pid  int
+	id   string // random: pids repeat across hosts, containers and restarts
+}
+
+var self = sync.OnceValue(func() process {
+	host, _ := os.Hostname()
+	return process{host: host, pid: os.Getpid(), id: newID()}
+})
 
 // event logs what the subscription did and tells SubscriberConfig.OnKill.
 func (sub *subscription) event(state string, d amqp.Delivery, err error) {

@@ -181,7 +181,9 @@ func (c SubscriberConfig) Validate() error {
 // lifts that, and a delete command makes it consume until the queue is empty and then delete
 // the queue and end. The last command sent is remembered by the broker (in the queue's kill
 // state queue, see KillStateQueue), so a subscription that starts after a kill does not
-// consume until a resume, and refuses a replay of a command older than the last one.
+// consume until a resume, and refuses a replay of a command older than the last one. A live
+// command that carries a reply address is answered (see Answer), fire and forget; one read
+// from the state never is.
 type Subscriber struct {
 	cfg     SubscriberConfig
 	logger  watermill.LoggerAdapter
@@ -210,8 +212,9 @@ type Subscriber struct {
 
 	seen seenIDs // publish ids of the deliveries acked lately
 
-	metrics  *telemetry.Instruments
-	consumes telemetry.Consumes // attribute sets of messaging.client.consumed.messages
+	metrics   *telemetry.Instruments
+	consumes  telemetry.Consumes // attribute sets of messaging.client.consumed.messages
+	answering sync.WaitGroup     // answers to kill commands being published
 }
 
 // errSubscriberClosed is the error of a call on a closed Subscriber: permanent, so that no
@@ -308,7 +311,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue)}
+	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
+		id: self().id + "-" + strconv.FormatUint(subscriptionSeq.Add(1), 10)}
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)
 	s.readyMu.Unlock()
@@ -366,12 +370,14 @@ func (s *Subscriber) Close() error {
 
 	s.subs.Wait()
 	s.hardFn(errShutdownTimeout)
+	var err error
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.conn != nil && !s.conn.IsClosed() {
-		return s.conn.Close()
+		err = s.conn.Close()
 	}
-	return nil
+	s.mu.Unlock()
+	s.answering.Wait() // their connection is closed: they end at once
+	return err
 }
 
 // seenIDs remembers, for seenFor at least, the publish ids (warren.PublishIDHeader) of the
@@ -466,6 +472,8 @@ type subscription struct {
 	out       chan *message.Message
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once
+	id        string           // in answers to kill commands (Answer.Instance)
+	conn      *amqp.Connection // the session's, for answers
 
 	// Set by the kill topic; they outlive a lost connection.
 	mode mode
@@ -556,6 +564,7 @@ func (sub *subscription) session(ctx context.Context) (started bool, err error) 
 	if err != nil {
 		return false, err
 	}
+	sub.conn = conn
 	commands, stopListening, err := sub.listen(conn)
 	if err != nil {
 		return false, err
@@ -709,6 +718,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 			case sub.mode == paused:
 				stop()
 				sub.event("stopped", d, nil)
+				sub.answer(d, before, paused, nil)
 				return killed, nil
 			case sub.mode == draining && before != draining:
 				t := time.NewTicker(drainCheck)
@@ -765,7 +775,7 @@ func (f *flights) done() {
 	f.Done()
 }
 
-var consumerSeq atomic.Uint64
+var consumerSeq, subscriptionSeq atomic.Uint64
 
 // stop cancels the consumer and waits, up to ShutdownTimeout, for the messages handed out to
 // be settled; their settlements go out together when the acker closes (see acker.hold). What

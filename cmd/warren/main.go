@@ -1,7 +1,7 @@
 // Command warren is the ops CLI of warren.
 //
-//	warren kill QUEUE [--delete]   stop every consumer of QUEUE, in every process
-//	warren resume QUEUE            let them consume again
+//	warren kill QUEUE [--delete] [--force] [--wait 5s] [--json]   stop every consumer of QUEUE, in every process
+//	warren resume QUEUE [--force] [--wait 5s] [--json]            let them consume again
 //	warren topology apply|verify|diagram FILE   declare, check or draw a topology file
 //	warren delays apply|verify|remove           the delay levels alone
 //	warren publish TOPIC [--delay D|--at T]     publish one message, with a confirm
@@ -9,13 +9,20 @@
 //	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
 //	warren parked list|replay                   delayed messages whose destination was gone
 //
+// kill and resume refuse a queue that does not exist (unless --force), and wait up to --wait
+// for the consumers to confirm, printing e.g. "stop confirmed by 3 consumers in 2 processes
+// within 12ms (the queue had 3 consumers)"; --json prints the result as JSON.
+//
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
 // --timeout (default 30s) bounds each command. The kill secret, when consumers require signed
 // commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
 // of the machine could see it).
 //
-// Exit codes: 0 success, 1 an error (printed on stderr).
+// Exit codes: 0 success, 1 an error (printed on stderr). kill and resume also exit with 2 when
+// the queue does not exist (nothing was sent), and 3 when the command was sent but not every
+// consumer confirmed it within --wait (some refused it, or did not answer); no consumer
+// listening is a warning (0): the command is remembered for consumers that start later.
 package main
 
 import (
@@ -38,9 +45,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
-	if err != nil {
-		os.Exit(1)
-	}
+	os.Exit(exitCode(err))
 }
 
 // defaultURL is the broker when neither --url nor $WARREN_AMQP_URL says otherwise.

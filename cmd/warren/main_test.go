@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -27,7 +29,45 @@ func run(t *testing.T, url string, args ...string) string {
 	return out.String()
 }
 
-// warren kill, resume and kill --delete reach a running consumer.
+// runCode runs warren with args against url and returns what it printed on stdout and
+// stderr, and its exit code.
+func runCode(t *testing.T, url string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(append([]string{"--url", url}, args...))
+	code = exitCode(root.Execute())
+	return out.String(), errOut.String(), code
+}
+
+// startRouter runs a router with one handler on queue, its consumers obeying kill commands
+// signed with secret (any, if empty), until the test ends; onKill, if not nil, is told its
+// kill events. It returns once the handler consumes and listens to its kill topic.
+func startRouter(t *testing.T, env *testenv.Env, queue, secret string, onKill func(router.KillEvent)) {
+	t.Helper()
+	r, err := router.New(router.Config{
+		Connection: env.Connection(),
+		Subscriber: router.SubscriberConfig{KillSecret: []byte(secret), OnKill: onKill},
+		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
+	}, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error { return nil }))
+	go func() { _ = r.Run(context.Background()) }()
+	select {
+	case <-r.Running(): // the handler consumes and listens to its kill topic
+	case <-time.After(30 * time.Second):
+		t.Fatal("the router is not running")
+	}
+}
+
+// waitFor is --wait for the commands that wait for as many consumers as the queue has: an
+// upper bound, never reached when they answer.
+const waitFor = "20s"
+
+// warren kill, resume and kill --delete reach a running consumer, which confirms each.
 func TestKillResumeDelete(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -36,20 +76,7 @@ func TestKillResumeDelete(t *testing.T) {
 		mu     sync.Mutex
 		states []string
 	)
-	r, err := router.New(router.Config{
-		Connection: env.Connection(),
-		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() }},
-		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
-	}, env.Logger())
-	require.NoError(t, err)
-	defer r.Close()
-	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error { return nil }))
-	go func() { _ = r.Run(context.Background()) }()
-	select {
-	case <-r.Running(): // the handler consumes and listens to its kill topic
-	case <-time.After(30 * time.Second):
-		t.Fatal("the router is not running")
-	}
+	startRouter(t, env, queue, "", func(e router.KillEvent) { mu.Lock(); states = append(states, e.State); mu.Unlock() })
 	await := func(state string) {
 		t.Helper()
 		require.Eventually(t, func() bool {
@@ -59,13 +86,16 @@ func TestKillResumeDelete(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond, "no %s event", state)
 	}
 
-	assert.Equal(t, "sent stop to every consumer of "+queue+"\n", run(t, env.URL, "kill", queue))
+	assert.Regexp(t, `^stop confirmed by 1 consumer in 1 process within \d+(\.\d+)?m?s \(the queue had 1 consumer\)\n$`,
+		run(t, env.URL, "kill", queue, "--wait", waitFor))
 	await("stopped")
-	assert.Contains(t, run(t, env.URL, "resume", queue), "sent resume")
+	assert.Regexp(t, `^resume confirmed by 1 consumer in 1 process within 3s \(the queue had no consumer to count them by: `+
+		`stopped ones have none; waited all of --wait\)\n$`, run(t, env.URL, "resume", queue, "--wait", "3s"))
 	await("resumed")
-	assert.Contains(t, run(t, env.URL, "kill", queue, "--delete"), "sent delete")
+	assert.Regexp(t, `^delete confirmed by 1 consumer in 1 process within .+ \(the queue had 1 consumer\); they drain the queue, then delete it\n$`,
+		run(t, env.URL, "kill", queue, "--delete", "--wait", waitFor))
 	await("deleted")
-	_, err = env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
+	_, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
 	assert.ErrorContains(t, err, "NOT_FOUND")
 }
 
@@ -74,7 +104,9 @@ func TestKillNeedsAQueue(t *testing.T) {
 	root.SetArgs([]string{"kill"})
 	root.SetOut(&bytes.Buffer{})
 	root.SetErr(&bytes.Buffer{})
-	assert.ErrorContains(t, root.Execute(), "accepts 1 arg")
+	err := root.Execute()
+	assert.ErrorContains(t, err, "accepts 1 arg")
+	assert.Equal(t, 1, exitCode(err))
 }
 
 // A kill nobody hears is a warning (exit 0), not "sent": it is remembered for consumers that
@@ -83,8 +115,113 @@ func TestKillWithoutConsumerWarns(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("nobody")
+	_, err := env.Channel().QueueDeclare(queue, true, false, false, false, nil)
+	require.NoError(t, err)
 	assert.Equal(t, "warning: no consumer of "+queue+" is listening; stop is remembered for consumers that start later\n",
 		run(t, env.URL, "kill", queue))
 	assert.Equal(t, "warning: no consumer of "+queue+" is listening; resume is remembered for consumers that start later\n",
 		run(t, env.URL, "resume", queue))
+}
+
+// Issue 11: warren kill and resume of a queue that does not exist exit 2 and declare
+// nothing; with --force the command is sent (nobody listens: a warning, exit 0) and
+// remembered.
+func TestKillOfAMissingQueueExits2(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	queue := env.Queue("nosuchqueue")
+	for _, args := range [][]string{{"kill", queue}, {"kill", queue, "--delete"}, {"resume", queue}, {"kill", queue, "--wait", "0"}} {
+		stdout, stderr, code := runCode(t, env.URL, args...)
+		assert.Equal(t, 2, code, "%v", args)
+		assert.Empty(t, stdout, "%v", args)
+		assert.Contains(t, stderr, "queue "+queue+" does not exist; nothing was declared or sent (--force sends", "%v", args)
+	}
+	stdout, _, code := runCode(t, env.URL, "kill", queue, "--json")
+	assert.Equal(t, 2, code)
+	var res struct {
+		QueueExists bool   `json:"queue_exists"`
+		Error       string `json:"error"`
+		ExitCode    int    `json:"exit_code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+	assert.False(t, res.QueueExists)
+	assert.Equal(t, 2, res.ExitCode)
+	assert.Contains(t, res.Error, "does not exist")
+	killExchange := func() error { // on a channel of its own: a passive declare that fails closes it
+		return env.Channel().ExchangeDeclarePassive(topology.KillExchange(queue), "fanout", true, false, false, false, nil)
+	}
+	assert.ErrorContains(t, killExchange(), "NOT_FOUND", "a kill exchange was declared for a queue that does not exist")
+
+	stdout, _, code = runCode(t, env.URL, "kill", queue, "--force")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "warning: queue "+queue+" does not exist and no consumer is listening; stop is remembered for consumers that start later\n", stdout)
+	assert.NoError(t, killExchange(), "sent with --force")
+}
+
+// Issue 11: two routers (each with a connection of its own) confirm a kill: 2 consumers in 1
+// process (this one), as many as the queue had; --json prints the same as JSON.
+func TestKillConfirmedByTwoRouters(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	queue := env.Queue("two")
+	startRouter(t, env, queue, "", nil)
+	startRouter(t, env, queue, "", nil)
+
+	stdout, stderr, code := runCode(t, env.URL, "kill", queue, "--wait", waitFor)
+	assert.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^stop confirmed by 2 consumers in 1 process within .+ \(the queue had 2 consumers\)\n$`, stdout)
+
+	stdout, stderr, code = runCode(t, env.URL, "resume", queue, "--wait", "3s", "--json")
+	assert.Equal(t, 0, code, stderr)
+	var res struct {
+		Queue          string         `json:"queue"`
+		Action         string         `json:"action"`
+		QueueConsumers int            `json:"queue_consumers"`
+		Consumers      int            `json:"consumers"`
+		Processes      int            `json:"processes"`
+		States         map[string]int `json:"states"`
+		Answers        []struct {
+			Handler string `json:"handler"`
+			PID     int    `json:"pid"`
+		} `json:"answers"`
+		Confirmed bool     `json:"confirmed"`
+		Report    []string `json:"report"`
+		ExitCode  int      `json:"exit_code"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+	assert.Equal(t, queue, res.Queue)
+	assert.Equal(t, "resume", res.Action)
+	assert.Zero(t, res.QueueConsumers, "stopped consumers have no consumer on the queue")
+	assert.Equal(t, 2, res.Consumers)
+	assert.Equal(t, 1, res.Processes)
+	assert.Equal(t, map[string]int{"resumed": 2}, res.States)
+	assert.Len(t, res.Answers, 2)
+	assert.True(t, res.Confirmed)
+	assert.Zero(t, res.ExitCode)
+	require.Len(t, res.Report, 1)
+	assert.Regexp(t, `^resume confirmed by 2 consumers in 1 process`, res.Report[0])
+}
+
+// Issue 11: exit 3 when not every consumer confirmed: one refused the command (it requires
+// a secret the CLI does not have), or the queue has a consumer that is not warren's (it does
+// not answer, and does not stop).
+func TestKillNotConfirmedByEveryConsumerExits3(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	queue := env.Queue("unconfirmed")
+	env.Remove([]string{router.KillStateQueue(queue, []byte("s3cret"))}, nil)
+	startRouter(t, env, queue, "s3cret", nil)
+	stdout, stderr, code := runCode(t, env.URL, "kill", queue, "--wait", waitFor)
+	assert.Equal(t, 3, code)
+	assert.Equal(t, "warning: 1 consumer refused stop: unsigned command (is $WARREN_KILL_SECRET theirs?)\n", stdout)
+	assert.Contains(t, stderr, "stop "+queue+": not confirmed by every consumer")
+
+	other := env.Queue("foreign")
+	startRouter(t, env, other, "", nil)
+	_, err := env.Channel().Consume(other, "", false, false, false, false, nil) // not warren's
+	require.NoError(t, err)
+	stdout, _, code = runCode(t, env.URL, "kill", other, "--wait", "2s")
+	assert.Equal(t, 3, code)
+	assert.Regexp(t, regexp.QuoteMeta("warning: stop confirmed by 1 consumer in 1 process within ")+`.+`+
+		regexp.QuoteMeta(" (the queue had 2 consumers); the others may still be finishing their messages")+`.*\n$`, stdout)
 }

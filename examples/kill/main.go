@@ -135,7 +135,8 @@ func demo(url string) error {
 		return err
 	}
 	defer pub.Close()
-	killer, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: url}}, watermill.NopLogger{})
+	// Force: at the clean start below, the queue may not exist yet.
+	killer, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: url}, Force: true}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
