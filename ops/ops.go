@@ -9,9 +9,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -27,6 +29,9 @@ type Config struct {
 	KillSecret []byte
 	// Timeout bounds each broker call, retries included. Default DefaultTimeout.
 	Timeout time.Duration
+	// MeterProvider records warren.redrives (the messages replayed); nil means the global
+	// one (otel.GetMeterProvider()).
+	MeterProvider metric.MeterProvider
 }
 
 // DefaultTimeout is the default of Config.Timeout.
@@ -60,9 +65,10 @@ func (c Config) Validate() error {
 // Ops reads and operates what warren puts on the broker. Its methods may be called
 // concurrently; they share one connection, opened on first use and again after it is lost.
 type Ops struct {
-	cfg    Config
-	logger watermill.LoggerAdapter
-	dialer *amqpx.Dialer
+	cfg      Config
+	logger   watermill.LoggerAdapter
+	dialer   *amqpx.Dialer
+	redrives *telemetry.Redrives
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
@@ -82,7 +88,11 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
 		logger = watermill.NopLogger{}
 	}
 	config = config.WithDefaults()
-	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(config.Connection, "warren ops", logger)}, nil
+	redrives, err := telemetry.NewRedrives(config.MeterProvider)
+	if err != nil {
+		return nil, err
+	}
+	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(config.Connection, "warren ops", logger), redrives: redrives}, nil
 }
 
 // Close closes the connection. The calls in progress fail.

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -18,11 +19,14 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/telemetry"
+	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
-// ErrNoQueue is wrapped by the errors about a queue that does not exist.
-var ErrNoQueue = errors.New("no such queue")
+// ErrNoQueue is wrapped by the errors about a queue that does not exist. It is
+// router.ErrNoQueue.
+var ErrNoQueue = router.ErrNoQueue
 
 // source is a queue that is browsed and replayed: a poison queue (work is its work queue) or
 // the parking queue (work is "").
@@ -250,7 +254,7 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, opt.Batch))
 	res.Total, res.Scanned, res.Failed = res.Replayed+q.Messages, res.Replayed, map[string]int{}
-	t := &txn{o: o, conn: conn, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]bool{}, sent: map[string]amqp.Delivery{}}
+	t := &txn{o: o, conn: conn, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]int{}, sent: map[string]amqp.Delivery{}}
 	pace := pacer{rate: opt.Rate}
 	for range q.Messages {
 		cctx, cancel := callCtx()
@@ -340,7 +344,7 @@ type txn struct {
 	src     source
 	returns <-chan amqp.Return
 	exists  map[route]bool           // destinations checked in this pass
-	used    map[route]bool           // destinations of this transaction
+	used    map[route]int            // messages sent to each destination in this transaction
 	sent    map[string]amqp.Delivery // publish id → original, in this transaction
 	last    uint64                   // delivery tag of the last message held
 	held    int                      // messages taken and not replayed
@@ -443,7 +447,8 @@ func (t *txn) send(ctx context.Context, r route, d amqp.Delivery) error {
 	if err := d.Ack(false); err != nil {
 		return err
 	}
-	t.sent[id], t.used[r] = d, true
+	t.sent[id] = d
+	t.used[r]++
 	return nil
 }
 
@@ -470,6 +475,7 @@ func (t *txn) commit(callCtx func() (context.Context, context.CancelFunc), res *
 	for _, d := range t.sent {
 		t.done[identity(d)] = true
 	}
+
 	t.settled = t.settled[:0]
 	for drained := false; !drained; {
 		select {
@@ -479,6 +485,15 @@ func (t *txn) commit(callCtx func() (context.Context, context.CancelFunc), res *
 			}
 		default:
 			drained = true
+		}
+	}
+	source := telemetry.RedriveFromPoison
+	if t.src.work == "" {
+		source = telemetry.RedriveFromParked
+	}
+	for r, n := range t.used {
+		if dest := cmp.Or(r.exchange, r.key); n > 0 {
+			t.o.redrives.Add(ctx, dest, source, n)
 		}
 	}
 	clear(t.sent)
@@ -508,6 +523,7 @@ func (t *txn) putBack(ctx context.Context, ret amqp.Return, res *ReplayResult) e
 		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", d.MessageId, ret.ReplyText, err)
 	}
 	res.Replayed--
+	t.used[route{exchange: ret.Exchange, key: ret.RoutingKey}]--
 	res.Failed["returned by the broker ("+ret.ReplyText+"): put back at the tail"]++
 	return nil
 }

@@ -12,6 +12,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
@@ -29,7 +32,10 @@ func TestReplayGroup(t *testing.T) {
 	env := testenv.New(t)
 	q := workQueue(t, env, "replay")
 	fill(t, env, q, 30)
-	o := newOps(t, env.URL, topology.Delay{})
+	reader := sdkmetric.NewManualReader()
+	o, err := ops.New(ops.Config{Connection: env.Connection(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}, nil)
+	require.NoError(t, err)
+	defer o.Close()
 	ctx := context.Background()
 
 	all, err := o.Poisoned(ctx, q, ops.Browse{})
@@ -50,6 +56,16 @@ func TestReplayGroup(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ops.ReplayResult{Total: 30, Scanned: 30, Replayed: 10, Failed: map[string]int{}}, res)
 	assert.Equal(t, []int{4, 8, 10}, progress)
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	require.Len(t, rm.ScopeMetrics, 1)
+	require.Len(t, rm.ScopeMetrics[0].Metrics, 1)
+	redrives := rm.ScopeMetrics[0].Metrics[0]
+	assert.Equal(t, "warren.redrives", redrives.Name)
+	points := redrives.Data.(metricdata.Sum[int64]).DataPoints
+	require.Len(t, points, 1)
+	assert.Equal(t, int64(10), points[0].Value)
+	assert.Equal(t, attribute.NewSet(attribute.String("warren.queue", q), attribute.String("warren.redrive.source", "poison")), points[0].Attributes)
 
 	replayed := drain(t, env, q)
 	require.Len(t, replayed, 10)

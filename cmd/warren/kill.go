@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -109,7 +108,7 @@ func send(cmd *cobra.Command, g *globals, f sendFlags, queue string, action rout
 	if err != nil {
 		return err
 	}
-	res, err := k.Send(context.Background(), queue, action)
+	res, err := k.Send(cmd.Context(), queue, action)
 	return report(cmd.OutOrStdout(), res, err, f)
 }
 
@@ -137,6 +136,8 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &e):
 		return e.code
+	case errors.Is(err, router.ErrNoQueue): // ops.ErrNoQueue too
+		return exitNoQueue
 	}
 	return 1
 }

@@ -19,10 +19,11 @@
 // commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
 // of the machine could see it).
 //
-// Exit codes: 0 success, 1 an error (printed on stderr). kill and resume also exit with 2 when
-// the queue does not exist (nothing was sent), and 3 when the command was sent but not every
-// consumer confirmed it within --wait (some refused it, or did not answer); no consumer
-// listening is a warning (0): the command is remembered for consumers that start later.
+// Exit codes: 0 success, 1 an error (printed on stderr), 2 a queue that does not exist (kill
+// and resume sent nothing; poison commands found no poison queue), 3 done in part: kill or
+// resume was sent but not every consumer confirmed it within --wait (some refused it, or did
+// not answer), or a replay left selected messages behind. No consumer listening is a warning
+// (0): the command is remembered for consumers that start later.
 package main
 
 import (

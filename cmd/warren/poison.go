@@ -213,7 +213,7 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 				return err
 			}
 			if n := failed(res); n > 0 {
-				return fmt.Errorf("%d selected messages could not be replayed and are left in the %s", n, m.what)
+				return &exitError{exitUnconfirmed, fmt.Sprintf("%d selected messages could not be replayed and are left in the %s", n, m.what), nil}
 			}
 			return nil
 		},
