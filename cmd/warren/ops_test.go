@@ -120,7 +120,7 @@ func TestPoisonCommands(t *testing.T) {
 	assert.Equal(t, "101", string(m.Body))
 	assert.Equal(t, middleware.PoisonReasonPermanent, m.Reason)
 
-	out, err = cliErr(env.URL, "poison", "purge", q)
+	_, err = cliErr(env.URL, "poison", "purge", q)
 	assert.ErrorContains(t, err, "holds 4 messages: purge them with --yes")
 	assert.Equal(t, 4, env.Messages(topology.PoisonQueue(q)))
 	assert.Contains(t, run(t, env.URL, "poison", "purge", q, "--yes"), "deleted 4 messages")
