@@ -166,20 +166,19 @@ func TestParked(t *testing.T) {
 	env := testenv.New(t)
 	delay := env.Delay(topology.Delay{})
 	q := env.Queue("parked")
-	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}, env.Logger())
+	// A publisher that does not declare its destination, which is deleted before the publish.
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay},
+		Route: func(topic string) dlx.Route { return dlx.Route{RoutingKey: topic, Declared: true} }}, env.Logger())
 	require.NoError(t, err)
 	defer pub.Close()
 	ctx := context.Background()
 	require.NoError(t, pub.Declare(ctx, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
-	ch := env.Channel()
-	_, err = ch.QueueDelete(q, false, false, false)
+	_, err = env.Channel().QueueDelete(q, false, false, false)
 	require.NoError(t, err)
 
 	msg := message.NewMessage(watermill.NewUUID(), []byte("late"))
 	dlx.Delay(msg, 100*time.Millisecond)
-	require.NoError(t, pub.Publish(q, msg)) // declares q again: delete it once more
-	_, err = ch.QueueDelete(q, false, false, false)
-	require.NoError(t, err)
+	require.NoError(t, pub.Publish(q, msg))
 
 	o := newOps(t, env.URL, delay)
 	require.Eventually(t, func() bool { n, err := pub.Parked(ctx); return err == nil && n == 1 }, 30*time.Second, 10*time.Millisecond)
