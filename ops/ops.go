@@ -130,6 +130,9 @@ func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 // call runs op on a channel of its own (a refusal closes the channel it comes on), for up to
 // Timeout, retrying after a lost connection. what names the call in errors.
 func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context, ch *amqp.Channel) error) error {
+	if _, err := o.connection(ctx); err != nil { // its own Timeout, before op's
+		return fmt.Errorf("%s: %w", what, err)
+	}
 	return amqpx.RetryLogged(ctx, o.cfg.Timeout, what, o.logger, nil, func(ctx context.Context) error {
 		conn, err := o.connection(ctx)
 		if err != nil {

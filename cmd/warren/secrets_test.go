@@ -148,7 +148,8 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
 			require.NoError(t, err)
 			check("Builder.Apply", "topology: apply: Connection.URL", b.Apply(context.Background(), warren.Connection{URL: raw, ConnectTimeout: limit}, topology.Topology{}))
-			for _, args := range [][]string{{"kill", "q"}, {"delays", "verify"}, {"publish", "q", "--file", "/dev/null"}} {
+			for _, args := range [][]string{{"kill", "q"}, {"delays", "verify"}, {"publish", "q", "--file", "/dev/null"},
+				{"status", "q"}, {"poison", "list", "q"}, {"poison", "replay", "q"}, {"parked", "list"}} {
 				out, err := cli(append([]string{"--url", raw, "--timeout", limit.String()}, args...)...)
 				check("warren "+args[0], "--url: Connection.URL", err)
 				for _, part := range secretParts {
@@ -171,7 +172,8 @@ func TestNoPasswordFromTheEnvironment(t *testing.T) {
 		}
 		t.Setenv("WARREN_AMQP_URL", raw)
 		for _, args := range [][]string{{"--help"}, {"kill", "--help"}, {"resume", "--help"}, {"kill", "q", "--timeout", "300ms"},
-			{"publish", "--help"}, {"delays", "remove", "--help"}, {"topology", "verify", "--help"}, {"delays", "verify", "--timeout", "300ms"}} {
+			{"publish", "--help"}, {"delays", "remove", "--help"}, {"topology", "verify", "--help"}, {"delays", "verify", "--timeout", "300ms"},
+			{"status", "--help"}, {"poison", "replay", "--help"}, {"status", "q", "--timeout", "300ms"}, {"poison", "list", "q", "--timeout", "300ms"}} {
 			out, _ := cli(args...)
 			for _, part := range secretParts {
 				assert.NotContains(t, out, part, "warren %v with $WARREN_AMQP_URL=%q: %s", args, raw, out)
