@@ -224,9 +224,32 @@ func (h *harness) killDuringStream(role string, victim func(placement) *testenv.
 	if r.publishErrors > 0 {
 		t.Errorf("%d Publish calls failed while a majority of the nodes was up: %s", r.publishErrors, firsts(h.pubErrs, 3))
 	}
-	if pauseDown > resumeLimit {
-		t.Errorf("processing paused %v while %s was down (limit %s)", pauseDown.Round(time.Millisecond), h.label(v), resumeLimit)
+	limit := resumeLimit
+	if before.ledDelayLevels(h, v) > 0 {
+		limit = electionLimit
 	}
+	if pauseDown > limit {
+		t.Errorf("processing paused %v while %s was down (limit %s)", pauseDown.Round(time.Millisecond), h.label(v), limit)
+	}
+}
+
+// electionLimit bounds the pause of processing when the killed node led delay level queues
+// (the publisher_node case: all 121 of them): delayed messages and the publisher's confirms
+// of them wait until the survivors have elected new leaders for every one, which takes the
+// broker seconds on a loaded machine. Measured on RabbitMQ 4.0.5, 3 nodes on 2 cores: pauses
+// of 351, 287 ms and 2.3 s (Publish stalled for 5.6 s in that run; nothing lost, no Publish
+// failed). The other cases keep resumeLimit.
+const electionLimit = 5 * time.Second
+
+// ledDelayLevels is the number of h's delay level queues whose leader was v.
+func (p placement) ledDelayLevels(h *harness, v *testenv.Node) int {
+	n := 0
+	for q, leader := range p.leaders {
+		if leader == v && strings.HasPrefix(q, h.delay.Prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // pauseIn is the longest time within [from, to] without a successful handler call
