@@ -64,7 +64,7 @@ faults: broker redis
 ## cluster of throwaway RabbitMQ 4.0.5 nodes (scripts/rabbitmq4.sh's unpacked install), the stream
 ## flows from a publisher on one node to routers on another while the work queue's leader, the
 ## routers' node or the publisher's node is killed; one line per case, fails on any loss, a failed
-## Publish or a pause over 2 s. CLUSTER_RABBITMQ=system runs them on the system's RabbitMQ instead
+## Publish or a pause over 2 s (5 s if the node led the delay levels). CLUSTER_RABBITMQ=system runs them on the system's RabbitMQ instead
 ## (3.10.8 loses confirmed delayed messages when the publisher's node dies: see the README).
 CLUSTER_RABBITMQ ?= 4.0
 RMQ4_PREFIX ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/rabbitmq4
