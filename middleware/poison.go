@@ -46,8 +46,8 @@ const (
 	PoisonReasonUnreadable = "headers unreadable"
 )
 
-// poisonPrefix starts the names of the Poison* headers.
-const poisonPrefix = "warren_poison_"
+// PoisonHeaderPrefix starts the names of the Poison* headers.
+const PoisonHeaderPrefix = "warren_poison_"
 
 // Long texts are cut to keep the headers well below the broker's frame size.
 const (
@@ -169,7 +169,7 @@ func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now
 	recordFirstFailure(msg, now)
 	md := msg.Metadata
 	for k := range md {
-		if strings.HasPrefix(k, poisonPrefix) { // of an earlier poisoning: replaced, never kept
+		if strings.HasPrefix(k, PoisonHeaderPrefix) { // of an earlier poisoning: replaced, never kept
 			delete(md, k)
 		}
 	}

@@ -26,7 +26,7 @@ import (
 func poisonHeaders(msg *message.Message) map[string]string {
 	h := map[string]string{}
 	for k, v := range msg.Metadata {
-		if strings.HasPrefix(k, poisonPrefix) {
+		if strings.HasPrefix(k, PoisonHeaderPrefix) {
 			h[k] = v
 		}
 	}

@@ -31,7 +31,7 @@ func IsBookkeeping(key string) bool {
 	case AttemptKey, FirstFailureKey, OriginalExchangeKey, OriginalRoutingKeyKey:
 		return true
 	}
-	return strings.HasPrefix(key, poisonPrefix)
+	return strings.HasPrefix(key, PoisonHeaderPrefix)
 }
 
 type attemptKey struct{}

@@ -212,7 +212,7 @@ func groupID(handler, errorType, normalized string) string {
 func replayHeaders(h amqp.Table) amqp.Table {
 	out := make(amqp.Table, len(h)+2)
 	for k, v := range h {
-		if strings.HasPrefix(k, "warren_poison_") || k == middleware.AttemptKey || k == middleware.FirstFailureKey ||
+		if strings.HasPrefix(k, middleware.PoisonHeaderPrefix) || k == middleware.AttemptKey || k == middleware.FirstFailureKey ||
 			warren.IsBrokerHeader(k) || warren.IsTransportHeader(k) || warren.IsDelayMetadata(k) {
 			continue
 		}

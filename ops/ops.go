@@ -149,21 +149,40 @@ func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context
 	})
 }
 
-// depth is the number of ready messages of queue, and whether it exists.
-func depth(ctx context.Context, conn *amqp.Connection, queue string) (amqp.Queue, bool, error) {
-	ch, err := conn.Channel()
-	if err != nil {
-		return amqp.Queue{}, false, err
+// inspector asks the broker whether queues and exchanges exist, with passive declares on one
+// channel that it opens again after a "not found" has closed it.
+type inspector struct {
+	conn *amqp.Connection
+	ch   *amqp.Channel
+}
+
+// inspect returns r's queue (for an exchange, nothing but whether it exists), and whether it
+// exists.
+func (in *inspector) inspect(ctx context.Context, r route) (amqp.Queue, bool, error) {
+	if in.ch == nil || in.ch.IsClosed() {
+		ch, err := in.conn.Channel()
+		if err != nil {
+			return amqp.Queue{}, false, err
+		}
+		in.ch = ch
 	}
-	defer func() { _ = ch.Close() }()
+	ch := in.ch
 	var q amqp.Queue
-	err = amqpx.Do(ctx, ch, func() (err error) {
-		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+	err := amqpx.Do(ctx, ch, func() (err error) {
+		if r.exchange != "" {
+			return ch.ExchangeDeclarePassive(r.exchange, amqp.ExchangeHeaders, true, false, false, false, nil)
+		}
+		q, err = ch.QueueDeclarePassive(r.key, true, false, false, false, nil)
 		return err
 	})
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
+	if amqpx.IsNotFound(err) {
 		return q, false, nil
 	}
 	return q, err == nil, err
+}
+
+func (in *inspector) close() {
+	if in.ch != nil {
+		_ = in.ch.Close()
+	}
 }

@@ -114,8 +114,7 @@ func passive(ctx context.Context, ch *amqp.Channel, queue string) (amqp.Queue, e
 		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err
 	})
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
+	if amqpx.IsNotFound(err) {
 		return q, amqpx.Permanent(fmt.Errorf("%w: %s", ErrNoQueue, queue))
 	}
 	return q, err
@@ -254,7 +253,9 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, opt.Batch))
 	res.Total, res.Scanned, res.Failed = res.Replayed+q.Messages, res.Replayed, map[string]int{}
-	t := &txn{o: o, conn: conn, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]int{}, sent: map[string]amqp.Delivery{}}
+	in := &inspector{conn: conn}
+	defer in.close()
+	t := &txn{o: o, in: in, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]int{}, sent: map[string]amqp.Delivery{}}
 	pace := pacer{rate: opt.Rate}
 	for range q.Messages {
 		cctx, cancel := callCtx()
@@ -339,10 +340,10 @@ func routeOf(m Message, d amqp.Delivery, to string) (route, string) {
 // txn is the transaction of a replay pass.
 type txn struct {
 	o       *Ops
-	conn    *amqp.Connection
 	ch      *amqp.Channel
 	src     source
 	returns <-chan amqp.Return
+	in      *inspector               // checks destinations
 	exists  map[route]bool           // destinations checked in this pass
 	used    map[route]int            // messages sent to each destination in this transaction
 	sent    map[string]amqp.Delivery // publish id → original, in this transaction
@@ -408,27 +409,12 @@ func (t *txn) check(ctx context.Context, r route) (string, error) {
 	return "", nil
 }
 
-// exist asks the broker whether r exists, on a channel of its own.
+// exist asks the broker whether r exists.
 func (t *txn) exist(ctx context.Context, r route) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, t.o.cfg.Timeout)
 	defer cancel()
-	ch, err := t.conn.Channel()
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = ch.Close() }()
-	err = amqpx.Do(ctx, ch, func() error {
-		if r.exchange != "" {
-			return ch.ExchangeDeclarePassive(r.exchange, amqp.ExchangeHeaders, true, false, false, false, nil)
-		}
-		_, err := ch.QueueDeclarePassive(r.key, true, false, false, false, nil)
-		return err
-	})
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
-		return false, nil
-	}
-	return err == nil, err
+	_, ok, err := t.in.inspect(ctx, r)
+	return ok, err
 }
 
 // send publishes the copy of d to r and acknowledges d, both within the transaction.

@@ -69,28 +69,30 @@ func (o *Ops) Status(ctx context.Context, queues ...string) (Status, error) {
 		if err != nil {
 			return err
 		}
+		in := &inspector{conn: conn}
+		defer in.close()
 		s.Queues = s.Queues[:0]
 		for _, name := range queues {
-			q, err := o.queueStatus(ctx, conn, name)
+			q, err := o.queueStatus(ctx, conn, in, name)
 			if err != nil {
 				return err
 			}
 			s.Queues = append(s.Queues, q)
 		}
-		s.Delay, err = o.delayStatus(ctx, conn)
+		s.Delay, err = o.delayStatus(ctx, in)
 		return err
 	})
 	return s, err
 }
 
-func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, name string) (QueueStatus, error) {
+func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, in *inspector, name string) (QueueStatus, error) {
 	s := QueueStatus{Queue: name, Poison: -1}
-	q, ok, err := depth(ctx, conn, name)
+	q, ok, err := in.inspect(ctx, route{key: name})
 	if err != nil || !ok {
 		return s, err
 	}
 	s.Exists, s.Ready, s.Consumers = true, q.Messages, q.Consumers
-	if p, ok, err := depth(ctx, conn, topology.PoisonQueue(name)); err != nil {
+	if p, ok, err := in.inspect(ctx, route{key: topology.PoisonQueue(name)}); err != nil {
 		return s, err
 	} else if ok {
 		s.Poison = p.Messages
@@ -105,13 +107,13 @@ func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, name strin
 	return s, nil
 }
 
-func (o *Ops) delayStatus(ctx context.Context, conn *amqp.Connection) (DelayStatus, error) {
+func (o *Ops) delayStatus(ctx context.Context, in *inspector) (DelayStatus, error) {
 	d := o.cfg.Delay
 	s := DelayStatus{Name: d.Name(), Parked: -1}
 	for p := range d.Levels {
 		for digit := 1; digit < d.Radix; digit++ {
 			l := LevelStatus{Queue: d.LevelQueue(p, digit), TTL: d.TTL(p, digit)}
-			q, ok, err := depth(ctx, conn, l.Queue)
+			q, ok, err := in.inspect(ctx, route{key: l.Queue})
 			if err != nil {
 				return s, fmt.Errorf("%s: %w", l.Queue, err)
 			}
@@ -123,7 +125,7 @@ func (o *Ops) delayStatus(ctx context.Context, conn *amqp.Connection) (DelayStat
 			s.Levels = append(s.Levels, l)
 		}
 	}
-	q, ok, err := depth(ctx, conn, d.ParkingQueue())
+	q, ok, err := in.inspect(ctx, route{key: d.ParkingQueue()})
 	if err != nil {
 		return s, err
 	}

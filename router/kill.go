@@ -442,9 +442,8 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 		res.QueueExists, res.QueueConsumers = err == nil, q.Consumers
 		return err
 	})
-	var ae *amqp.Error
 	switch {
-	case errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err):
+	case amqpx.IsNotFound(err):
 		if !k.cfg.Force {
 			return nil, amqpx.Permanent(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
 		}

@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -48,8 +47,7 @@ func KillState(ctx context.Context, conn *amqp.Connection, queue string, secret 
 		}
 		return nil
 	})
-	var ae *amqp.Error
-	if errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
+	if amqpx.IsNotFound(err) {
 		return Command{}, false, nil
 	}
 	if err != nil {

@@ -117,9 +117,8 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 				return settleState(opCtx, ch, name, ds, stale, body)
 			})
 		}()
-		var ae *amqp.Error
 		switch {
-		case errors.As(err, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(err):
+		case amqpx.IsNotFound(err):
 			return Command{}, nil, absent, nil
 		case ctx.Err() != nil:
 			return Command{}, nil, unknown, nil

@@ -841,8 +841,7 @@ func (sub *subscription) requeueLater(tag uint64, cs *channelState) {
 // a cancelled consumer, or a queue reported "down or inaccessible", is consumed again.
 func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
 	_, ierr := inspect(conn, sub.queue)
-	var ae *amqp.Error
-	if errors.As(ierr, &ae) && ae.Code == amqp.NotFound && amqpx.IsPermanentBrokerError(ae) {
+	if amqpx.IsNotFound(ierr) {
 		return fmt.Errorf("%w: %v", errQueueGone, err)
 	}
 	if ierr != nil {

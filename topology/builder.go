@@ -115,19 +115,12 @@ func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology)
 	}
 	conn = conn.WithDefaults()
 	dialer := amqpx.NewDialer(conn, "warren topology", b.logger)
-	return amqpx.RetryLogged(ctx, conn.ConnectTimeout, "topology: apply", b.logger, nil, func(ctx context.Context) error {
-		conn, err := dialer.Dial(ctx)
-		if err != nil {
-			return err
-		}
-		defer amqpx.Close(conn)
-		stop := amqpx.Watch(ctx, conn)
-		defer stop()
+	return dialer.Run(ctx, conn.ConnectTimeout, "topology: apply", func(ctx context.Context, conn *amqp.Connection) error {
 		ch, err := conn.Channel()
 		if err != nil {
 			return err
 		}
-		return amqpx.PermanentIfRefused(b.Declare(ctx, ch, t))
+		return b.Declare(ctx, ch, t)
 	})
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -30,18 +29,7 @@ func (g *globals) onBroker(cmd *cobra.Command, what string, op func(ctx context.
 	if err != nil {
 		return err
 	}
-	log := logger(cmd)
-	dialer := amqpx.NewDialer(c, "warren cli", log)
-	return amqpx.RetryLogged(cmd.Context(), g.timeout, what, log, nil, func(ctx context.Context) error {
-		conn, err := dialer.Dial(ctx)
-		if err != nil {
-			return err
-		}
-		defer amqpx.Close(conn)
-		stop := amqpx.Watch(ctx, conn)
-		defer stop()
-		return amqpx.PermanentIfRefused(op(ctx, conn))
-	})
+	return amqpx.NewDialer(c, "warren cli", logger(cmd)).Run(cmd.Context(), g.timeout, what, op)
 }
 
 // verify prints the Report of b.Verify(t), as text or, with asJSON, as JSON, and returns an
@@ -105,8 +93,5 @@ func printReport(out io.Writer, r topology.Report, asJSON bool) error {
 			Existing: string(d.Existing), Hint: d.Hint, Error: d.Err.Error(),
 		})
 	}
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(j)
+	return printJSON(out, j)
 }

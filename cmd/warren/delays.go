@@ -69,6 +69,15 @@ func (f *delayFlags) config(timeout time.Duration) (topology.Config, error) {
 	return cfg.WithDefaults(), nil
 }
 
+// builder is a topology.Builder of the delay levels the flags name.
+func (f *delayFlags) builder(cmd *cobra.Command, timeout time.Duration) (*topology.Builder, error) {
+	cfg, err := f.config(timeout)
+	if err != nil {
+		return nil, err
+	}
+	return topology.NewBuilder(cfg, logger(cmd))
+}
+
 func newDelays(g *globals) *cobra.Command {
 	delays := &cobra.Command{
 		Use:   "delays",
@@ -87,11 +96,7 @@ func newDelaysApply(g *globals) *cobra.Command {
 		Short: "Declare the delay levels (idempotent)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := df.config(g.timeout)
-			if err != nil {
-				return err
-			}
-			b, err := topology.NewBuilder(cfg, logger(cmd))
+			b, err := df.builder(cmd, g.timeout)
 			if err != nil {
 				return err
 			}
@@ -120,11 +125,7 @@ func newDelaysVerify(g *globals) *cobra.Command {
 		Short: "Check that the delay levels exist with the arguments the flags give them; exit 1 if not",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := df.config(g.timeout)
-			if err != nil {
-				return err
-			}
-			b, err := topology.NewBuilder(cfg, logger(cmd))
+			b, err := df.builder(cmd, g.timeout)
 			if err != nil {
 				return err
 			}

@@ -73,13 +73,7 @@ func newList(g *globals, use, short string, args cobra.PositionalArgs, src func(
 			if err != nil {
 				return err
 			}
-			m, d := src(args)
-			if delay != nil {
-				if d, err = delay(); err != nil {
-					return err
-				}
-			}
-			o, err := g.ops(cmd, d)
+			m, o, err := g.open(cmd, args, src, delay)
 			if err != nil {
 				return err
 			}
@@ -115,6 +109,21 @@ func newList(g *globals, use, short string, args cobra.PositionalArgs, src func(
 		delay = delayFlagsOf(list)
 	}
 	return list
+}
+
+// open returns the messages that src makes of args, and an Ops for them (on the delay levels
+// that delay reads from the flags, if set), which the caller closes.
+func (g *globals) open(cmd *cobra.Command, args []string, src func([]string) (messages, topology.Delay),
+	delay func() (topology.Delay, error)) (messages, *ops.Ops, error) {
+	m, d := src(args)
+	if delay != nil {
+		var err error
+		if d, err = delay(); err != nil {
+			return m, nil, err
+		}
+	}
+	o, err := g.ops(cmd, d)
+	return m, o, err
 }
 
 func nonNil[T any](s []T) []T {
@@ -180,13 +189,7 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 			if opt.Filter, err = ff.filter(time.Now()); err != nil {
 				return err
 			}
-			m, d := src(args)
-			if delay != nil {
-				if d, err = delay(); err != nil {
-					return err
-				}
-			}
-			o, err := g.ops(cmd, d)
+			m, o, err := g.open(cmd, args, src, delay)
 			if err != nil {
 				return err
 			}

@@ -381,3 +381,11 @@ func IsPermanentBrokerError(err error) bool {
 	}
 	return false
 }
+
+// IsNotFound reports whether err is the broker's answer that a queue or exchange does not
+// exist (404 NOT_FOUND), and not the one about a durable queue whose node is down (see
+// IsPermanentBrokerError).
+func IsNotFound(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Code == amqp.NotFound && IsPermanentBrokerError(err)
+}

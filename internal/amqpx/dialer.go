@@ -3,6 +3,7 @@ package amqpx
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -64,4 +65,20 @@ func (d *Dialer) emit(ev warren.ConnectionEvent) {
 	if d.conn.OnEvent != nil {
 		d.conn.OnEvent(ev)
 	}
+}
+
+// Run dials a connection and runs op on it, retrying (RetryLogged, told to the Dialer's
+// logger) a failure to connect or a lost connection for up to limit; a broker refusal ends
+// it. The connection is closed when op returns, and closed under op if ctx ends.
+func (d *Dialer) Run(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
+	return RetryLogged(ctx, limit, what, d.logger, nil, func(ctx context.Context) error {
+		conn, err := d.Dial(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = Close(conn) }()
+		stop := Watch(ctx, conn)
+		defer stop()
+		return PermanentIfRefused(op(ctx, conn))
+	})
 }
