@@ -182,3 +182,29 @@ func TestReplayKeepsWhatThePropertyCannotTake(t *testing.T) {
 		assert.Equal(t, "guest", d.Headers[warren.MetadataUserID])
 	}
 }
+
+// A message that expires in its work queue (its own expiration, say a retry's published at
+// once) is dead-lettered into the poison queue by the broker, which removes the expiration:
+// a replay does not make it expire again.
+func TestExpiredInTheWorkQueueIsPoisonedAndReplayedWithoutExpiration(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "expired")
+	ch := env.Channel()
+	require.NoError(t, ch.Publish("", q, false, false, amqp.Publishing{MessageId: "short-lived", Expiration: "1",
+		CorrelationId: "corr-1", Body: []byte("x")}))
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	o := newOps(t, env.URL, topology.Delay{})
+	msgs, err := o.Poisoned(context.Background(), q, ops.Browse{})
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "dead-lettered by the broker: expired", msgs[0].Reason)
+
+	res, err := o.ReplayPoisoned(context.Background(), q, ops.ReplayOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Replayed)
+	got := drain(t, env, q)
+	require.Len(t, got, 1)
+	assert.Empty(t, got[0].Expiration)
+	assert.Equal(t, "corr-1", got[0].CorrelationId)
+}
