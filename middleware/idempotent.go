@@ -46,7 +46,9 @@ type IdempotentConfig struct {
 	// Store holds the claims and the processed keys. Required.
 	Store IdempotencyStore
 	// Key returns the key of msg; a message whose key is "" is handled without the store.
-	// Default CopyKey.
+	// CopyKey (copies of one publish), MessageIDKey (a message id sent twice) or a key of the
+	// user's own; which one depends on where Idempotent sits (see Idempotent). Default
+	// CopyKey.
 	Key func(msg *message.Message) string
 	// Retention is how long a processed key is remembered. Default 10m.
 	Retention time.Duration
@@ -89,17 +91,29 @@ func (c IdempotentConfig) Validate() error {
 
 // Idempotent handles a message at most once per key (within Retention): it claims the
 // message's key in the Store before calling the handler, records it as processed when the
-// handler returns no error, and gives the claim up when it returns one (so that a retry, or
-// a copy, may take it). A message whose key was processed is acked without calling the
-// handler; one whose key another holder is processing goes back to its queue, as a
-// *RequeueError, to be tried again once that holder is done.
+// handler returns no error, and gives the claim up when it returns one or panics (so that a
+// retry, or a copy, may take it). A message whose key was processed is acked without calling
+// the handler; one whose key another holder is processing goes back to its queue, as a
+// *RequeueError, to be tried again once that holder is done. A holder that dies while it
+// processes (a process killed) holds the key until the store frees it: MemoryStore's claims
+// die with the process; redisstore's end with their lease.
 //
-// What "processed" means depends on where Idempotent sits. Around the handler alone, it is
-// success: a business operation happens once (a failed attempt releases the key). Outside
-// Poison and Backoff, as router.Config.CopyStore places it, it is "settled for good":
-// processed, retried or poisoned; with CopyKey, every copy of one delivery of one attempt
-// (a publisher's re-send after a lost confirm, a redelivery after a lost ack) is then
-// handled once, in whichever process it arrives.
+// What "processed" means depends on where Idempotent sits, and the key goes with the place:
+//
+//   - Around the handler, inside Backoff (router.HandlerConfig.Middleware, the last of
+//     warren's default chain), it is success: a business operation happens once per key. A
+//     failed attempt releases the key, so that Backoff's retry (which keeps the message id)
+//     or a copy may take it; a copy that finds the key held goes back to its queue, past
+//     Backoff and Poison, as neither a failure nor a retry. Key it by MessageIDKey, or by a
+//     key of the user's own (an order id). One caution: router.HandlerConfig.PublishTopic's
+//     outputs are published outside it, after the key is recorded, so an output that cannot
+//     be published is not published by the retry either (the retry finds the key processed).
+//   - Outside Poison and Backoff, as router.Config.CopyStore places it (outermost), it is
+//     "settled for good": processed, retried or poisoned. Key it by CopyKey there: every
+//     copy of one delivery of one attempt (a publisher's re-send after a lost confirm, a
+//     redelivery after a lost ack) is then handled once, in whichever process it arrives.
+//     Never by MessageIDKey: a retry keeps the message id, and would be acked as processed
+//     unhandled.
 //
 // The store is never a reason to lose a message or hold up a queue: when it fails, the
 // message is handled as if there were no store, and the failure is logged.
@@ -140,19 +154,33 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		case state == Busy:
 			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder", key)}
 		}
-		out, herr := h(msg)
-		ctx, cancel = i.storeContext(msg)
-		defer cancel()
-		if herr != nil {
-			if err := i.cfg.Store.Release(ctx, key); err != nil {
-				i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, fields)
+		settled := false
+		defer func() {
+			if !settled { // the handler panicked: the key is given up, and the panic goes on
+				i.release(msg, key, fields)
 			}
+		}()
+		out, herr := h(msg)
+		settled = true
+		if herr != nil {
+			i.release(msg, key, fields)
 			return out, herr
 		}
+		ctx, cancel = i.storeContext(msg)
+		defer cancel()
 		if err := i.cfg.Store.Done(ctx, key, i.cfg.Retention); err != nil {
 			i.logger.Error("Idempotency store cannot record a processed key: a copy may be handled again", err, fields)
 		}
 		return out, nil
+	}
+}
+
+// release gives key up after a failure, so that a retry or a copy may take it.
+func (i *Idempotent) release(msg *message.Message, key string, fields watermill.LogFields) {
+	ctx, cancel := i.storeContext(msg)
+	defer cancel()
+	if err := i.cfg.Store.Release(ctx, key); err != nil {
+		i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, fields)
 	}
 }
 
@@ -171,6 +199,24 @@ func CopyKey(msg *message.Message) string {
 		return ""
 	}
 	return d.Queue + "\x00" + d.PublishID
+}
+
+// MessageIDKey is the key of a message by its id in the queue it was consumed from: the queue
+// (ConsumedQueue) and msg.UUID, which is the AMQP message-id property (warren's publisher
+// sends the UUID as the message-id; warren.Marshaler reads it back); "" for a message
+// without one. Where CopyKey recognises the copies of one publish, which the broker and
+// warren's publisher make (its publish id is new on every Publish call), MessageIDKey
+// recognises a message that a producer sent twice, in two publishes, with the same id: a
+// producer that timed out and sent again, an outbox relayed twice, a replay. A fan-out to
+// two queues (consumer groups) is handled once in each.
+//
+// Use it around the handler, inside Backoff (see Idempotent), never outermost: a retry keeps
+// the message id.
+func MessageIDKey(msg *message.Message) string {
+	if msg.UUID == "" {
+		return ""
+	}
+	return ConsumedQueue(msg) + "\x00" + msg.UUID
 }
 
 // MemoryStore is an IdempotencyStore in the memory of one process: it recognises what this

@@ -195,3 +195,39 @@ func TestIdempotentConfigIsValidatedNamingTheField(t *testing.T) {
 	_, err = middleware.NewMemoryStore(-1)
 	require.ErrorContains(t, err, "maxKeys")
 }
+
+func TestMessageIDKeyIsQueueAndMessageID(t *testing.T) {
+	a, b := delivered("q", "p1"), delivered("q", "p2")
+	a.UUID, b.UUID = "order-42", "order-42"
+	assert.Equal(t, "q\x00order-42", middleware.MessageIDKey(a))
+	assert.Equal(t, middleware.MessageIDKey(a), middleware.MessageIDKey(b),
+		"two publishes of one message id are one key (CopyKey tells them apart)")
+	assert.NotEqual(t, middleware.CopyKey(a), middleware.CopyKey(b))
+	c := delivered("q2", "p1")
+	c.UUID = "order-42"
+	assert.NotEqual(t, middleware.MessageIDKey(a), middleware.MessageIDKey(c), "each consumer group handles it")
+	a.UUID = ""
+	assert.Empty(t, middleware.MessageIDKey(a), "a message without an id is always handled")
+}
+
+// A handler that panics gives its key up (Recoverer sits outside the handler's own
+// middleware): the message is not held as "being processed" for ever.
+func TestIdempotentReleasesAKeyOnPanic(t *testing.T) {
+	store, err := middleware.NewMemoryStore(0)
+	require.NoError(t, err)
+	i := newIdempotent(t, store)
+	calls := 0
+	h := middleware.Recoverer(i.Middleware(func(*message.Message) ([]*message.Message, error) {
+		calls++
+		if calls == 1 {
+			panic("boom")
+		}
+		return nil, nil
+	}))
+	_, err = h(delivered("q", "p"))
+	var p *middleware.PanicError
+	require.ErrorAs(t, err, &p)
+	_, err = h(delivered("q", "p"))
+	require.NoError(t, err, "released: claimed again, not busy")
+	assert.Equal(t, 2, calls)
+}
