@@ -54,6 +54,17 @@ type IdempotentConfig struct {
 	Retention time.Duration
 	// Timeout bounds each call to the Store. Default 5s.
 	Timeout time.Duration
+	// BusyWait is how long a message whose key another holder holds waits for it, asking the
+	// Store again from time to time (every 20ms at first, then less often, up to every
+	// 500ms), before it goes back to its queue: it is acked as soon as the holder records the
+	// key processed, and handled as soon as the holder gives it up or its claim ends (a
+	// redisstore lease). Waiting here rather than in the queue matters on a quorum queue,
+	// which counts every requeue against its delivery limit (20 by default in warren) and
+	// dead-letters the message into the poison queue past it: requeued every
+	// RequeueDelay (1s) while a dead holder's claim runs out its lease (15s), or while a slow
+	// twin works, a message would come near the limit. Default 30s, twice redisstore's
+	// default lease; a shutdown ends the wait at once (the message goes back to the queue).
+	BusyWait time.Duration
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -67,6 +78,9 @@ func (c IdempotentConfig) WithDefaults() IdempotentConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultIdempotentTimeout
 	}
+	if c.BusyWait == 0 {
+		c.BusyWait = DefaultIdempotentBusyWait
+	}
 	return c
 }
 
@@ -74,6 +88,7 @@ func (c IdempotentConfig) WithDefaults() IdempotentConfig {
 const (
 	DefaultIdempotentRetention = 10 * time.Minute
 	DefaultIdempotentTimeout   = 5 * time.Second
+	DefaultIdempotentBusyWait  = 30 * time.Second
 )
 
 // Validate reports the first field of c that is not usable.
@@ -85,6 +100,8 @@ func (c IdempotentConfig) Validate() error {
 		return fmt.Errorf("middleware: IdempotentConfig.Retention %s is negative", c.Retention)
 	case c.Timeout < 0:
 		return fmt.Errorf("middleware: IdempotentConfig.Timeout %s is negative", c.Timeout)
+	case c.BusyWait < 0:
+		return fmt.Errorf("middleware: IdempotentConfig.BusyWait %s is negative", c.BusyWait)
 	}
 	return nil
 }
@@ -93,18 +110,18 @@ func (c IdempotentConfig) Validate() error {
 // message's key in the Store before calling the handler, records it as processed when the
 // handler returns no error, and gives the claim up when it returns one or panics (so that a
 // retry, or a copy, may take it). A message whose key was processed is acked without calling
-// the handler; one whose key another holder is processing goes back to its queue, as a
-// *RequeueError, to be tried again once that holder is done. A holder that dies while it
-// processes (a process killed) holds the key until the store frees it: MemoryStore's claims
-// die with the process; redisstore's end with their lease.
+// the handler; one whose key another holder is processing waits for that holder, up to
+// BusyWait, and then goes back to its queue as a *RequeueError, to be tried again later. A
+// holder that dies while it processes (a process killed) holds the key until the store
+// frees it: MemoryStore's claims die with the process; redisstore's end with their lease.
 //
 // What "processed" means depends on where Idempotent sits, and the key goes with the place:
 //
 //   - Around the handler, inside Backoff (router.HandlerConfig.Middleware, the last of
 //     warren's default chain), it is success: a business operation happens once per key. A
 //     failed attempt releases the key, so that Backoff's retry (which keeps the message id)
-//     or a copy may take it; a copy that finds the key held goes back to its queue, past
-//     Backoff and Poison, as neither a failure nor a retry. Key it by MessageIDKey, or by a
+//     or a copy may take it; a copy that finds the key held still after BusyWait goes back
+//     to its queue, past Backoff and Poison, as neither a failure nor a retry. Key it by MessageIDKey, or by a
 //     key of the user's own (an order id). One caution: router.HandlerConfig.PublishTopic's
 //     outputs are published outside it, after the key is recorded, so an output that cannot
 //     be published is not published by the retry either (the retry finds the key processed).
@@ -141,9 +158,7 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return h(msg)
 		}
 		fields := watermill.LogFields{"message_uuid": msg.UUID, "key": key}
-		ctx, cancel := i.storeContext(msg)
-		state, err := i.cfg.Store.Claim(ctx, key)
-		cancel()
+		state, err := i.claim(msg, key)
 		switch {
 		case err != nil:
 			i.logger.Error("Idempotency store failed: the message is handled without it", err, fields)
@@ -152,7 +167,7 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			i.logger.Info("Message processed already: acked", fields)
 			return nil, nil
 		case state == Busy:
-			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder", key)}
+			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder (waited up to %s)", key, i.cfg.BusyWait)}
 		}
 		settled := false
 		defer func() {
@@ -166,12 +181,51 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			i.release(msg, key, fields)
 			return out, herr
 		}
-		ctx, cancel = i.storeContext(msg)
+		ctx, cancel := i.storeContext(msg)
 		defer cancel()
 		if err := i.cfg.Store.Done(ctx, key, i.cfg.Retention); err != nil {
 			i.logger.Error("Idempotency store cannot record a processed key: a copy may be handled again", err, fields)
 		}
 		return out, nil
+	}
+}
+
+// Polling of a busy key (see IdempotentConfig.BusyWait).
+const (
+	busyPollFirst = 20 * time.Millisecond
+	busyPollMax   = 500 * time.Millisecond
+)
+
+// claim claims key, waiting up to BusyWait while another holder holds it. It returns Busy
+// when the wait ends, or when msg's context ends (the consumer is stopping).
+func (i *Idempotent) claim(msg *message.Message, key string) (ClaimState, error) {
+	ctx, cancel := i.storeContext(msg)
+	state, err := i.cfg.Store.Claim(ctx, key)
+	cancel()
+	if err != nil || state != Busy {
+		return state, err
+	}
+	deadline := time.NewTimer(i.cfg.BusyWait)
+	defer deadline.Stop()
+	pause := busyPollFirst
+	for {
+		next := time.NewTimer(pause)
+		select {
+		case <-next.C:
+		case <-deadline.C:
+			next.Stop()
+			return Busy, nil
+		case <-msg.Context().Done():
+			next.Stop()
+			return Busy, nil
+		}
+		pause = min(2*pause, busyPollMax)
+		ctx, cancel := i.storeContext(msg)
+		state, err := i.cfg.Store.Claim(ctx, key)
+		cancel()
+		if err != nil || state != Busy {
+			return state, err
+		}
 	}
 }
 

@@ -243,7 +243,8 @@ type HandlerConfig struct {
 //
 //  0. with Config.CopyStore only, middleware.Idempotent keyed by middleware.CopyKey: a copy
 //     of a delivery that a process settled already (processed, retried or poisoned) is acked
-//     without being handled; one that a process is handling now goes back to the queue;
+//     without being handled; one that a process is handling now waits for it (up to
+//     middleware.IdempotentConfig.BusyWait), then is acked, handled or requeued;
 //  1. middleware.RetryCount: the attempt number, from warren's header, for all below;
 //  2. Tracing.Middleware: the consumer span, around everything below, so that retries and
 //     poison messages are published inside it and stay in the same trace;
@@ -259,9 +260,10 @@ type HandlerConfig struct {
 //  8. the handler's own Middleware (HandlerConfig.Middleware), then the handler. An
 //     idempotency guard of the handler's own goes here: middleware.Idempotent keyed by
 //     middleware.MessageIDKey (or a key of the user's own) makes the handler succeed once
-//     per key; a copy that finds the key held by another process goes back to the queue
-//     (a *middleware.RequeueError, neither retried nor poisoned), one that finds it
-//     processed is acked unhandled.
+//     per key; a copy that finds the key held by another holder waits for it (up to
+//     middleware.IdempotentConfig.BusyWait, then it goes back to the queue as a
+//     *middleware.RequeueError, neither retried nor poisoned), one that finds it processed
+//     is acked unhandled.
 //
 // Publishing (Publisher, and the messages handlers return) goes through warren's DLX
 // publisher, traced. A retry or poison copy that cannot be published, and a handler error
