@@ -121,10 +121,11 @@ func (c IdempotentConfig) Validate() error {
 //     warren's default chain), it is success: a business operation happens once per key. A
 //     failed attempt releases the key, so that Backoff's retry (which keeps the message id)
 //     or a copy may take it; a copy that finds the key held still after BusyWait goes back
-//     to its queue, past Backoff and Poison, as neither a failure nor a retry. Key it by MessageIDKey, or by a
-//     key of the user's own (an order id). One caution: router.HandlerConfig.PublishTopic's
-//     outputs are published outside it, after the key is recorded, so an output that cannot
-//     be published is not published by the retry either (the retry finds the key processed).
+//     to its queue, past Backoff and Poison, as neither a failure nor a retry. Key it by
+//     MessageIDKey, or by a key of the user's own (an order id). One caution: the outputs
+//     of router.HandlerConfig.PublishTopic are published outside it, after the key is
+//     recorded, so an output that cannot be published is not published by the retry either
+//     (the retry finds the key processed).
 //   - Outside Poison and Backoff, as router.Config.CopyStore places it (outermost), it is
 //     "settled for good": processed, retried or poisoned. Key it by CopyKey there: every
 //     copy of one delivery of one attempt (a publisher's re-send after a lost confirm, a
