@@ -11,12 +11,16 @@
 //
 //	go run ./examples/publish -delay 5s -count 3
 //
-// It prints, e.g.:
+// It prints, e.g. (a run on this machine, with `-count 3` and the publish above with
+// `-delay 3s -count 2`):
 //
-//	consuming warren.example.demo for 30s (Ctrl-C stops); publish to it with: go run ./examples/publish -delay 5s
-//	17:59:14.226  #1 6ddb8d5e-d5a8-4731-8a1f-7b6c1bb1d4fb  body "hello from warren"  attempt 1
-//	              via the delay levels to queue warren.example.demo; seq=1
-//	              published 17:59:09.213, due 17:59:14.213 (requested 5s): arrived 12.9ms late
+//	consuming warren.example.demo for 30s (Ctrl-C stops), or until 3 messages; publish to it with: go run ./examples/publish -delay 5s
+//	17:31:32.896  #2 8aff10c2-303f-4313-ae8f-09d2294de3ea  body "hello from warren"  attempt 1
+//	              to queue warren.example.demo; seq=1
+//	              waited in the delay levels p2.d11 (2.816s) → p1.d11 (176ms) → p0.d5 (5ms)
+//	              published 17:31:29.886, due 17:31:32.886 (requested 3s): arrived 9.9ms late
+//	…
+//	handled 3 messages in 4.961s; warren.example.demo stays, with what was not consumed
 //
 // The lateness needs the demo_due header (an RFC 3339 time), which examples/publish sets:
 // warren's own due time travels in a transport header that handlers never see. Any other

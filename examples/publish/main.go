@@ -10,13 +10,16 @@
 // due. Then, unless another process consumes the queue already (examples/consumer, which
 // then prints them) or -wait=false, it consumes the queue itself until its messages have
 // arrived and prints, for each, the delay requested and the delay it got, and how late it
-// came (never early). E.g.:
+// came (never early). A run on this machine:
 //
-//	publishing 1 message to warren.example.demo, delayed 5s (delay levels warren.delay.quorum.1ms.r16)
-//	17:58:26.101  published #1 e6a7c3a5-…  body "hello from warren"  due 17:58:31.101 (in 5s)
-//	waiting for it on warren.example.demo (nobody else consumes it)
-//	17:58:31.110  arrived   #1 e6a7c3a5-…  requested 5s  actual 5.009s  9.0ms late
-//	it arrived; deleted warren.example.demo (this run created it)
+//	$ go run ./examples/publish -delay 5s -count 3
+//	publishing 3 messages to warren.example.demo, delayed 5s (delay levels warren.delay.quorum.1ms.r16)
+//	17:33:11.496  published #1 cfed0c09-2199-4086-87cd-075b8a5a1c92  body "hello from warren"  due 17:33:16.496 (in 5s)
+//	…
+//	waiting for them on warren.example.demo (nobody else consumes it)
+//	17:33:16.515  arrived   #1 cfed0c09-2199-4086-87cd-075b8a5a1c92  requested 5s  actual 5.019s  19.4ms late
+//	…
+//	all 3 arrived; deleted warren.example.demo (this run created it)
 //
 // The queue is declared (a quorum work queue with its poison queue and kill exchange) before
 // the first publish, so nothing is lost when no consumer runs yet. The run deletes it at the
