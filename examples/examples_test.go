@@ -149,9 +149,9 @@ func TestDemos(t *testing.T) {
 			t.Fatal("the consumer did not start")
 		}
 		contains(t, run(t, time.Minute, publish, "-queue", queue, "-delay", "1s", "-body", "delayed"),
-			"not waiting: 1 consumer")
+			"not waiting: "+queue+" has 1 consumer already")
 		contains(t, run(t, time.Minute, publish, "-queue", queue, "-body", "at once"),
-			"not waiting: 1 consumer")
+			"not waiting: "+queue+" has 1 consumer already")
 		<-ended
 		err = cmd.Wait()
 		mu.Lock()

@@ -234,7 +234,7 @@ func run(url string, o options) error {
 		fmt.Printf("not waiting (-wait=false): the messages wait in %s for a consumer (go run ./examples/consumer)\n", o.queue)
 		return nil
 	case !wait:
-		fmt.Printf("not waiting: %s consumed %s already, which gets them\n", plural(consumers, "consumer"), o.queue)
+		fmt.Printf("not waiting: %s has %s already, which gets %s\n", o.queue, plural(consumers, "consumer"), pronoun(o.count))
 		return nil
 	}
 	fmt.Printf("waiting for %s on %s (nobody else consumes it)\n", pronoun(o.count), o.queue)
