@@ -112,10 +112,10 @@ func TestDemos(t *testing.T) {
 
 	t.Run("consumer", func(t *testing.T) {
 		consumer, publish := build(t, "consumer"), build(t, "publish")
-		defer deleteQueue(t, queue)
+		defer deleteQueue(t, queue) // if the consumer failed before it deleted it
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, consumer, "-queue", queue, "-count", "2", "-for", "45s")
+		cmd := exec.CommandContext(ctx, consumer, "-queue", queue, "-count", "2", "-for", "45s", "-delete")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +162,7 @@ func TestDemos(t *testing.T) {
 			t.Fatalf("consumer: %v", err)
 		}
 		contains(t, out, `body "at once"`, "without a delay: arrived", `body "delayed"`, "waited in the delay levels p",
-			"(requested 1s): arrived", "handled 2 messages")
+			"(requested 1s): arrived", "handled 2 messages", "deleted "+queue)
 	})
 
 	t.Run("fanout", func(t *testing.T) {

@@ -5,7 +5,7 @@
 // -for (30s by default; 0: until interrupted), after -count messages, or on Ctrl-C
 // (SIGINT, SIGTERM), gracefully: what it holds is finished and acked, the rest stays queued.
 //
-//	go run ./examples/consumer [-for 30s] [-count N] [-queue warren.example.demo]
+//	go run ./examples/consumer [-for 30s] [-count N] [-queue warren.example.demo] [-delete]
 //
 // and, in another terminal:
 //
@@ -29,8 +29,9 @@
 //
 // The queue (a quorum work queue, with its poison queue and kill exchange) is declared when
 // the router starts and stays when it ends, like a service's: messages published to it while
-// no consumer runs wait there for the next one. Delete it with `rabbitmqctl delete_queue
-// warren.example.demo` (and warren.example.demo.poison) when done.
+// no consumer runs wait there for the next one. With -delete the run deletes it at the end
+// (with its poison queue and kill exchange) if it is empty and nobody else consumes it; a
+// delayed message still on its way to it is then parked (`warren parked list`).
 //
 // The broker is $WARREN_AMQP_URL, by default amqp://guest:guest@127.0.0.1:5672/.
 package main
@@ -49,6 +50,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/middleware"
@@ -70,18 +72,19 @@ func main() {
 	queue := flag.String("queue", defaultQueue, "the work queue to consume (declared if missing)")
 	forDur := flag.Duration("for", 30*time.Second, "stop after this long (0: until interrupted)")
 	count := flag.Int("count", 0, "stop after handling this many messages (0: no limit)")
+	del := flag.Bool("delete", false, "at the end, delete the queue (and its poison queue and kill exchange) if it is empty and unused")
 	flag.Parse()
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
 	}
-	if err := run(url, *queue, *forDur, *count); err != nil {
+	if err := run(url, *queue, *forDur, *count, *del); err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(url, queue string, forDur time.Duration, count int) error {
+func run(url, queue string, forDur time.Duration, count int, del bool) error {
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: url},
 		// One message at a time, so that the lines of one message stay together.
@@ -142,9 +145,61 @@ func run(url, queue string, forDur time.Duration, count int) error {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	fmt.Printf("handled %d messages in %s; %s stays, with what was not consumed\n",
-		handled, time.Since(start).Round(time.Millisecond), queue)
+	fmt.Printf("handled %d messages in %s", handled, time.Since(start).Round(time.Millisecond))
+	if !del {
+		fmt.Printf("; %s stays, with what was not consumed\n", queue)
+		return nil
+	}
+	if err := r.Close(); err != nil { // our consumer off the queue first
+		return err
+	}
+	deleted, err := deleteIfUnused(url, queue)
+	switch {
+	case err != nil:
+		return err
+	case deleted:
+		fmt.Printf("; deleted %s, its poison queue and kill exchange\n", queue)
+	default:
+		fmt.Printf("; %s stays: it holds messages or has other consumers\n", queue)
+	}
 	return nil
+}
+
+// deleteIfUnused deletes queue, its poison queue and kill exchange if neither queue has a
+// message or a consumer (the broker cannot delete a quorum queue "if empty": it is checked
+// just before).
+func deleteIfUnused(url, queue string) (bool, error) {
+	c, err := amqp.Dial(firstNode(url))
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	ch, err := c.Channel()
+	if err != nil {
+		return false, err
+	}
+	for _, name := range []string{queue, topology.PoisonQueue(queue)} {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err != nil {
+			return false, err
+		}
+		if q.Messages > 0 || q.Consumers > 0 {
+			return false, nil
+		}
+	}
+	for _, name := range []string{queue, topology.PoisonQueue(queue)} {
+		if _, err := ch.QueueDelete(name, false, false, false); err != nil {
+			return false, err
+		}
+	}
+	return true, ch.ExchangeDelete(topology.KillExchange(queue), false, false)
+}
+
+// firstNode is the first URL of a list of a cluster's nodes (warren's components take the
+// whole list; amqp091's Dial one URL).
+func firstNode(url string) string {
+	first, _, _ := strings.Cut(url, ",")
+	return first
 }
 
 // printMessage prints what a handler knows about msg.
