@@ -96,11 +96,13 @@ func run(url, queue string, forDur time.Duration, count int, del bool) error {
 	}
 	defer r.Close()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	if forDur > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), forDur)
-	}
+	ctx, cancel := context.WithCancel(context.Background()) // cancelled after -count messages
 	defer cancel()
+	if forDur > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, forDur)
+		defer stop()
+	}
 
 	var (
 		mu      sync.Mutex
