@@ -123,12 +123,13 @@ func run(url string, compact bool) error {
 	)
 	got.Add(2)
 	group := func(name string) message.NoPublishHandlerFunc {
+		var once sync.Once // a redelivered copy is printed, and not counted again
 		return func(msg *message.Message) error {
 			d, _ := warren.DeliveryFrom(msg.Context())
 			mu.Lock()
 			fmt.Printf("%-8s  got %s  %s  trace %s\n", name, d.RoutingKey, msg.Payload, middleware.TraceID(msg))
 			mu.Unlock()
-			got.Done()
+			once.Do(got.Done)
 			return nil
 		}
 	}
