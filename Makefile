@@ -7,7 +7,7 @@ FAULTS_TIMEOUT ?= 30m
 # three at once (-p 3) made RabbitMQ 3.10 on 2 cores take over 30 s to declare a quorum queue.
 TEST_PARALLEL ?= 8
 
-.PHONY: all broker broker4 redis demo unit lint test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis demo demos unit lint test test-rabbitmq4 faults cluster bench vet fmt
 
 all: lint test
 
@@ -28,6 +28,11 @@ broker4:
 ## demo: declare the topology, publish ordinary and delayed messages, print requested vs actual delay
 demo: broker
 	$(GO) run ./examples/delays
+
+## demos: build every demo of examples/, run each one that ends by itself (the consumer beside the
+## publish demo) and check its output (examples/examples_test.go; the output is shown)
+demos: broker
+	$(GO) test -count=1 -v -run TestDemos ./examples/
 
 ## unit: the unit tests alone (go test -short: no broker, Redis or time limits), in seconds
 unit:

@@ -186,7 +186,9 @@ func demo(url string) error {
 	d.say("published %d, processed %d; the other %d wait in the queue", n, done, n-done)
 
 	startWorkers(1)
-	time.Sleep(time.Second)
+	// Until its 4 consumers have read the kill (they take turns reading the kill state: on a
+	// busy machine the last may take over a second after the process starts).
+	d.wait(func() bool { return d.count("stopped") == 16 })
 	d.mu.Lock()
 	since := d.processed - done
 	d.mu.Unlock()

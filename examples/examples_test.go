@@ -1,0 +1,195 @@
+// Package examples holds only this test: it builds every demo under examples/ and runs the
+// ones that end by themselves against the broker ($WARREN_AMQP_URL), checking that their
+// output has the lines the README shows. Skipped by go test -short.
+package examples
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/topology"
+)
+
+// build builds the demo in dir into a temporary directory and returns the binary's path.
+func build(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), dir)
+	cmd := exec.Command("go", "build", "-o", bin, "./"+dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/%s: %v\n%s", dir, err, out)
+	}
+	return bin
+}
+
+// run runs bin with args until it exits (at most limit), and returns its output; it fails
+// the test on a non-zero exit.
+func run(t *testing.T, limit time.Duration, bin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s %s:\n%s", filepath.Base(bin), strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("%s %s: %v", filepath.Base(bin), strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// contains fails the test for each of want that out lacks.
+func contains(t *testing.T, out string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("the output lacks %q", w)
+		}
+	}
+	if strings.Contains(out, "EARLY") {
+		t.Errorf("a message arrived early")
+	}
+}
+
+func amqpURL() string {
+	url := os.Getenv("WARREN_AMQP_URL")
+	if url == "" {
+		url = "amqp://guest:guest@127.0.0.1:5672/"
+	}
+	first, _, _ := strings.Cut(url, ",")
+	return first
+}
+
+// deleteQueue deletes a work queue the consumer demo leaves, with its poison queue and kill
+// exchange.
+func deleteQueue(t *testing.T, queue string) {
+	conn, err := amqp.Dial(amqpURL())
+	if err != nil {
+		t.Logf("delete %s: %v", queue, err)
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Logf("delete %s: %v", queue, err)
+		return
+	}
+	_, _ = ch.QueueDelete(queue, false, false, false)
+	_, _ = ch.QueueDelete(topology.PoisonQueue(queue), false, false, false)
+	_ = ch.ExchangeDelete(topology.KillExchange(queue), false, false)
+}
+
+// TestDemos runs the demos one after the other (several share queue names), each in a few
+// seconds; the consumer demo with the publish demo beside it.
+func TestDemos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demos on the broker")
+	}
+	// A queue of this run's own, so that a demo consumer someone runs is not disturbed.
+	queue := fmt.Sprintf("warren.example.demo.test-%d", time.Now().UnixNano())
+
+	t.Run("publish", func(t *testing.T) {
+		bin := build(t, "publish")
+		out := run(t, time.Minute, bin, "-queue", queue)
+		contains(t, out, "publishing 1 message to "+queue+", at once", "published #1", "arrived   #1",
+			"not delayed:", "it arrived; deleted "+queue)
+
+		out = run(t, time.Minute, bin, "-queue", queue, "-delay", "1500ms", "-count", "2")
+		contains(t, out, "delayed 1.5s", "published #2", "requested 1.5s", "late", "all 2 arrived; deleted "+queue)
+
+		out = run(t, time.Minute, bin, "-queue", queue, "-at", time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano))
+		contains(t, out, "scheduled for", "requested at", "late", "it arrived; deleted "+queue)
+	})
+
+	t.Run("consumer", func(t *testing.T) {
+		consumer, publish := build(t, "consumer"), build(t, "publish")
+		defer deleteQueue(t, queue) // if the consumer failed before it deleted it
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, consumer, "-queue", queue, "-count", "2", "-for", "45s", "-delete")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = cmd.Stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu  sync.Mutex
+			buf bytes.Buffer
+		)
+		started, ended := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(ended)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				mu.Lock()
+				buf.WriteString(sc.Text() + "\n")
+				mu.Unlock()
+				if strings.HasPrefix(sc.Text(), "consuming ") {
+					close(started)
+				}
+			}
+		}()
+		select {
+		case <-started:
+		case <-ended:
+			t.Fatal("the consumer ended before it consumed")
+		case <-ctx.Done():
+			t.Fatal("the consumer did not start")
+		}
+		contains(t, run(t, time.Minute, publish, "-queue", queue, "-delay", "1s", "-body", "delayed"),
+			"not waiting: "+queue+" has 1 consumer already")
+		contains(t, run(t, time.Minute, publish, "-queue", queue, "-body", "at once"),
+			"not waiting: "+queue+" has 1 consumer already")
+		<-ended
+		err = cmd.Wait()
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		t.Logf("consumer:\n%s", out)
+		if err != nil {
+			t.Fatalf("consumer: %v", err)
+		}
+		contains(t, out, `body "at once"`, "without a delay: arrived", `body "delayed"`, "waited in the delay levels p",
+			"(requested 1s): arrived", "handled 2 messages", "deleted "+queue)
+	})
+
+	t.Run("fanout", func(t *testing.T) {
+		out := run(t, time.Minute, build(t, "fanout"), "-compact")
+		contains(t, out, "billing   got order.created", "shipping  got order.created", `"SpanKind":4`,
+			"child of place order", "process warren.example.fanout.billing", "process warren.example.fanout.shipping",
+			"one trace: 4 spans share trace id")
+	})
+
+	t.Run("delays", func(t *testing.T) {
+		out := run(t, time.Minute, build(t, "delays"))
+		contains(t, out, "refused   #5 order.eu.created", "arrived   #1 tasks", "arrived   #4 order.created")
+	})
+
+	t.Run("retries", func(t *testing.T) {
+		out := run(t, time.Minute, build(t, "retries"), "-delays", "100ms,200ms")
+		contains(t, out, "attempt 3 fails", "in warren.example.retries.poison, with:", "attempts exhausted")
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		out := run(t, 2*time.Minute, build(t, "kill"))
+		contains(t, out, "all 12 consumers stopped", "4 of its consumers stopped at once; processed since: 0",
+			"resume: 16 consumers consume again", "all 16 ended")
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		out := run(t, time.Minute, build(t, "metrics"))
+		contains(t, out, "warren_messages_poisoned_total")
+	})
+}
