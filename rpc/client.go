@@ -527,7 +527,7 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		}
 	})
 	if err != nil {
-		return nil, c.ended(parent, ctx, "publishing the request", err)
+		return nil, c.ended(parent, ctx, "publish the request", id, err)
 	}
 	k.sent.Store(true)
 	if !wait {
@@ -551,25 +551,25 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 	case <-c.done:
 		return nil, fmt.Errorf("client is %w", ErrClosed)
 	case <-ctx.Done():
-		return nil, c.ended(parent, ctx, fmt.Sprintf("no reply (correlation id %s)", id), nil)
+		return nil, c.ended(parent, ctx, "no reply", id, nil)
 	}
 }
 
-// ended is the error of a call whose ctx ended (or failed with err while ...).
-func (c *Client) ended(parent, ctx context.Context, what string, err error) error {
-	var cause error
+// ended is the error of a call that failed with err (nil: no reply came) or whose context
+// ended: "no reply within ClientConfig.Timeout 300ms (correlation id X): context deadline
+// exceeded".
+func (c *Client) ended(parent, ctx context.Context, what, id string, err error) error {
+	last := ""
+	if err != nil {
+		last = fmt.Sprintf(" (last error: %v)", err)
+	}
 	switch {
 	case parent.Err() != nil:
-		cause = context.Cause(parent)
+		return fmt.Errorf("%s (correlation id %s): %w%s", what, id, context.Cause(parent), last)
 	case ctx.Err() != nil:
-		cause = fmt.Errorf("within ClientConfig.Timeout %s: %w", c.cfg.Timeout, context.DeadlineExceeded)
-	default:
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("%s within ClientConfig.Timeout %s (correlation id %s): %w%s", what, c.cfg.Timeout, id, context.DeadlineExceeded, last)
 	}
-	if err != nil {
-		return fmt.Errorf("%s: %w (last error: %v)", what, cause, err)
-	}
-	return fmt.Errorf("%s: %w", what, cause)
+	return fmt.Errorf("%s (correlation id %s): %w", what, id, err)
 }
 
 // publishing is msg as a request with correlation id id and, with reply, the reply-to.
