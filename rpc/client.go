@@ -13,10 +13,12 @@ import (
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -43,6 +45,12 @@ type ClientConfig struct {
 	// Marshaler turns requests into publishings and replies into messages. Default
 	// warren.Marshaler{}.
 	Marshaler wamqp.Marshaler
+	// TracerProvider traces requests: a producer span per request (until the broker's
+	// confirmation), a child of the span in the context of Call or Send (or of the
+	// message), whose trace context travels in the request's metadata, so that the
+	// server's processing and its reply belong to the caller's trace. Default:
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of ClientConfig.
@@ -99,10 +107,11 @@ func (c ClientConfig) Validate() error {
 // Client sends requests and receives their replies on one connection (see the package doc).
 // It is safe for concurrent use; any number of calls may be in flight at once.
 type Client struct {
-	cfg    ClientConfig
-	logger watermill.LoggerAdapter
-	dialer *amqpx.Dialer
-	direct bool
+	cfg     ClientConfig
+	logger  watermill.LoggerAdapter
+	dialer  *amqpx.Dialer
+	tracing *middleware.Tracing
+	direct  bool
 
 	mu      sync.Mutex
 	sess    *session      // nil while (re)connecting
@@ -139,7 +148,12 @@ func NewClient(config ClientConfig, logger watermill.LoggerAdapter) (*Client, er
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	tracing, err := middleware.NewTracing(middleware.TracingConfig{TracerProvider: config.TracerProvider})
+	if err != nil {
+		return nil, fmt.Errorf("rpc: %w", err)
+	}
 	c := &Client{
+		tracing: tracing,
 		cfg:     config,
 		logger:  logger,
 		dialer:  amqpx.NewDialer(config.Connection, "warren rpc client", logger),
@@ -150,7 +164,7 @@ func NewClient(config ClientConfig, logger watermill.LoggerAdapter) (*Client, er
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	c.done = c.ctx.Done()
 	var s *session
-	err := amqpx.RetryLogged(c.ctx, config.Connection.ConnectTimeout, "rpc: connect", logger, nil,
+	err = amqpx.RetryLogged(c.ctx, config.Connection.ConnectTimeout, "rpc: connect", logger, nil,
 		func(ctx context.Context) (err error) {
 			s, err = c.open(ctx)
 			return err
@@ -490,10 +504,6 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 	ctx, cancel := context.WithTimeout(parent, c.cfg.Timeout)
 	defer cancel()
 	id := watermill.NewUUID()
-	pub, err := c.publishing(msg, id, wait)
-	if err != nil {
-		return nil, amqpx.Permanent(err)
-	}
 	k := &call{confirm: make(chan error, 1), reply: make(chan result, 1)}
 	c.mu.Lock()
 	if c.closed {
@@ -508,24 +518,37 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		c.mu.Unlock()
 	}()
 
-	route := c.cfg.Route(topic)
+	if !trace.SpanContextFromContext(msg.Context()).IsValid() {
+		msg.SetContext(parent) // the request's producer span is a child of the caller's
+	}
 	var s *session
-	deadline, _ := ctx.Deadline()
-	err = amqpx.Retry(ctx, time.Until(deadline), "", func(ctx context.Context) error {
-		var err error
-		if s, err = c.current(ctx); err != nil {
+	send := func(ctx context.Context, msg *message.Message) error {
+		pub, err := c.publishing(msg, id, wait)
+		if err != nil {
 			return err
 		}
-		if err := s.publish(ctx, route, k, pub); err != nil {
-			return err
-		}
-		select {
-		case err := <-k.confirm:
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the broker's confirmation: %w", context.Cause(ctx))
-		}
-	})
+		route := c.cfg.Route(topic)
+		deadline, _ := ctx.Deadline()
+		return amqpx.Retry(ctx, time.Until(deadline), "", func(ctx context.Context) error {
+			var err error
+			if s, err = c.current(ctx); err != nil {
+				return err
+			}
+			if err := s.publish(ctx, route, k, pub); err != nil {
+				return err
+			}
+			select {
+			case err := <-k.confirm:
+				return err
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the broker's confirmation: %w", context.Cause(ctx))
+			}
+		})
+	}
+	// Traced: a producer span, and the trace context in the request's metadata.
+	err := c.tracing.Publisher(publisherFunc(func(_ string, msgs ...*message.Message) error {
+		return send(ctx, msgs[0])
+	})).Publish(topic, msg)
 	if err != nil {
 		return nil, c.ended(parent, ctx, "publish the request", id, err)
 	}
@@ -554,6 +577,14 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		return nil, c.ended(parent, ctx, "no reply", id, nil)
 	}
 }
+
+// publisherFunc is a message.Publisher of one function.
+type publisherFunc func(topic string, msgs ...*message.Message) error
+
+func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
+	return f(topic, msgs...)
+}
+func (publisherFunc) Close() error { return nil }
 
 // ended is the error of a call that failed with err (nil: no reply came) or whose context
 // ended: "no reply within ClientConfig.Timeout 300ms (correlation id X): context deadline

@@ -15,6 +15,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
@@ -405,4 +408,42 @@ func TestReconnect(t *testing.T) {
 			assert.Equal(t, "done", string(reply.Payload))
 		})
 	}
+}
+
+// TestTrace: a call's request, the server's processing and its reply are in the caller's
+// trace.
+func TestTrace(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("traced")
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+
+	r, err := router.New(router.Config{
+		Connection: env.Connection(), TracerProvider: tp,
+		Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
+	}, env.Logger())
+	require.NoError(t, err)
+	require.NoError(t, r.AddHandler(router.HandlerConfig{Queue: queue, Reply: true}, rpc.Handler(double)))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	defer func() { _ = r.Close(); <-done }()
+	<-r.Running()
+
+	c := newClient(t, env, func(cfg *rpc.ClientConfig) { cfg.TracerProvider = tp })
+	ctx, root := tp.Tracer("test").Start(context.Background(), "caller")
+	_, err = rpc.Call[request, response](ctx, c, queue, request{N: 1})
+	require.NoError(t, err)
+	root.End()
+
+	kinds := map[trace.SpanKind][]string{}
+	require.Eventually(t, func() bool { // the server's spans end after the reply went out
+		kinds = map[trace.SpanKind][]string{}
+		for _, s := range spans.Ended() {
+			if s.SpanContext().TraceID() == root.SpanContext().TraceID() {
+				kinds[s.SpanKind()] = append(kinds[s.SpanKind()], s.Name())
+			}
+		}
+		return len(kinds[trace.SpanKindProducer]) == 2 && len(kinds[trace.SpanKindConsumer]) == 1
+	}, 10*time.Second, 10*time.Millisecond, "spans of the caller's trace: %v", kinds)
 }
