@@ -233,6 +233,19 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 	if err != nil {
 		return nil, fmt.Errorf("consume replies from %q: %w", source, err)
 	}
+	if !c.direct {
+		// A quorum queue takes a second consumer even when the first is exclusive (RabbitMQ
+		// 3.10.8 and 4.0.5): count them. A consumer of a connection that was just lost may
+		// still be counted; the reconnection is then tried again.
+		q, err := ch.QueueDeclarePassive(source, true, false, false, false, nil)
+		if err != nil {
+			return nil, fmt.Errorf("inspect reply queue %q: %w", source, err)
+		}
+		if q.Consumers > 1 {
+			return nil, amqpx.Permanent(fmt.Errorf("%w: reply queue %q has %d consumers: another client uses it "+
+				"(each client needs a reply queue of its own)", errReplyQueueTaken, source, q.Consumers))
+		}
+	}
 	s := &session{conn: conn, ch: ch, done: make(chan struct{}), sent: map[uint64]*call{}}
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
 	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
@@ -255,6 +268,9 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 	}()
 	return s, nil
 }
+
+// errReplyQueueTaken: another client consumes the reply queue.
+var errReplyQueueTaken = errors.New("reply queue taken")
 
 // replyPrefetch is how many replies of a reply queue the broker sends before their acks.
 const replyPrefetch = 1000

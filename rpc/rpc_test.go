@@ -57,7 +57,7 @@ func serve(t *testing.T, env *testenv.Env, queue string, retry *middleware.Backo
 	require.NoError(t, r.AddHandler(router.HandlerConfig{Queue: queue, Reply: true, Concurrency: 32, Retry: retry}, fn))
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	t.Cleanup(func() { _ = r.Close(); <-done })
+	t.Cleanup(func() { _ = stop(r, done) })
 	select {
 	case <-r.Running():
 	case err := <-done:
@@ -427,7 +427,7 @@ func TestTrace(t *testing.T) {
 	require.NoError(t, r.AddHandler(router.HandlerConfig{Queue: queue, Reply: true}, rpc.Handler(double)))
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	defer func() { _ = r.Close(); <-done }()
+	defer func() { _ = stop(r, done) }()
 	<-r.Running()
 
 	c := newClient(t, env, func(cfg *rpc.ClientConfig) { cfg.TracerProvider = tp })
@@ -446,4 +446,28 @@ func TestTrace(t *testing.T) {
 		}
 		return len(kinds[trace.SpanKindProducer]) == 2 && len(kinds[trace.SpanKindConsumer]) == 1
 	}, 10*time.Second, 10*time.Millisecond, "spans of the caller's trace: %v", kinds)
+}
+
+// TestReplyQueueIsTheClientsOwn: a second client with the same reply queue is refused at once
+// (it would take the first one's replies): a classic queue refuses its exclusive consumer, a
+// quorum queue's consumers are counted.
+func TestReplyQueueIsTheClientsOwn(t *testing.T) {
+	env := testenv.New(t)
+	for _, typ := range []topology.QueueType{topology.Quorum, topology.Classic} {
+		t.Run(string(typ), func(t *testing.T) {
+			replies := env.Name("replies." + string(typ))
+			env.Remove([]string{replies}, nil)
+			cfg := rpc.ClientConfig{Connection: env.Connection(), ReplyQueue: replies, ReplyQueueType: typ}
+			newClient(t, env, func(c *rpc.ClientConfig) { *c = cfg })
+			_, err := rpc.NewClient(cfg, env.Logger())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), replies)
+		})
+	}
+}
+
+// stop closes r and waits for its Run, which sends its error to done, to return.
+func stop(r *router.Router, done <-chan error) error {
+	err := r.Close()
+	return errors.Join(err, <-done)
 }
