@@ -25,10 +25,17 @@
 //     ClientConfig.ReplyQueueExpires without a consumer (a client that crashed leaves
 //     nothing for long); Close deletes it. Replies are acked once handed to their caller, so
 //     a reply sent while the client reconnects waits in the queue and the call still gets it
-//     within its time limit. The name must be the client's own (one consumer only: a second
-//     client with the same name is refused).
+//     within its time limit. The name must be the client's own, not shared by the replicas
+//     of a service: a second client consuming it is refused (a classic queue refuses its
+//     exclusive consumer; a quorum queue, which RabbitMQ lets a second consumer take even
+//     then, has its consumers counted). A client closed while it reconnects leaves its
+//     queue to x-expires.
 //
-// A reply that arrives after its call gave up is dropped (and acked).
+// Direct reply-to costs nothing to set up and is the faster of the two; a reply queue is for
+// calls whose replies must survive a dropped connection (a long call, a flaky network), at
+// the price of a queue per client. A reply that arrives after its call gave up is dropped
+// (and acked). Requests are traced (ClientConfig.TracerProvider): the server's processing
+// and its reply belong to the caller's trace.
 //
 // # The server
 //
@@ -41,7 +48,11 @@
 // 4.0 return every direct reply-to reply to a mandatory publisher, delivered or not, so a
 // return says nothing there). A request that ends in the poison queue (a permanent error,
 // or its last attempt failed) is answered with an error reply, which Call returns as a
-// *RemoteError: the caller learns at once that and why its request was given up.
+// *RemoteError: the caller learns at once that and why its request was given up. A handler
+// that returns no message sends no reply (it may have forwarded the request, reply-to and
+// correlation id included, to another server that answers). A delivery the subscriber
+// poisons before any handler sees it (it cannot be unmarshaled, its headers cannot be read)
+// gets no error reply: its call times out.
 //
 // Handler and the function Call are the typed forms, with JSON bodies, like handlers.JSON.
 //
