@@ -57,7 +57,7 @@ func Example() {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	defer func() { _ = r.Close(); <-done }()
+	defer func() { _ = stop(r, done) }()
 	<-r.Running()
 
 	c, err := rpc.NewClient(rpc.ClientConfig{Connection: warren.Connection{URL: url}}, watermill.NopLogger{})

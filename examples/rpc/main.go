@@ -85,7 +85,7 @@ func run(url string) error {
 	}
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	defer func() { _ = r.Close(); <-done }()
+	defer func() { _ = stop(r, done) }()
 	select {
 	case <-r.Running():
 	case err := <-done:
@@ -157,4 +157,10 @@ func cleanup(url string) {
 		_, _ = ch.QueueDelete(q, false, false, false)
 	}
 	_ = ch.ExchangeDelete(topology.KillExchange(queue), false, false)
+}
+
+// stop closes r and waits for its Run, which sends its error to done, to return.
+func stop(r *router.Router, done <-chan error) error {
+	err := r.Close()
+	return errors.Join(err, <-done)
 }

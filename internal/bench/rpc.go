@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -137,7 +138,7 @@ func rpcWarren(q string, delay topology.Delay, replyQueue topology.QueueType) (t
 	case err := <-done:
 		return 0, fmt.Errorf("router: %w", err)
 	}
-	defer func() { _ = r.Close(); <-done }()
+	defer func() { _ = stop(r, done) }()
 
 	cfg := rpc.ClientConfig{Connection: warren.Connection{URL: *url}}
 	if replyQueue != "" {
@@ -154,4 +155,10 @@ func rpcWarren(q string, delay topology.Delay, replyQueue topology.QueueType) (t
 		_, err := c.Call(ctx, q, message.NewMessage(watermill.NewUUID(), body))
 		return err
 	})
+}
+
+// stop closes r and waits for its Run, which sends its error to done, to return.
+func stop(r *router.Router, done <-chan error) error {
+	err := r.Close()
+	return errors.Join(err, <-done)
 }
