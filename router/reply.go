@@ -67,9 +67,10 @@ func (r *Router) publishReplies(h message.HandlerFunc) message.HandlerFunc {
 func (r *Router) publishReply(replyTo, correlationID string, msgs ...*message.Message) error {
 	pub := r.retryPub
 	if rpc.IsDirectReplyTo(replyTo) {
-		r.mu.Lock()
-		pub = r.directPub
-		r.mu.Unlock()
+		var err error
+		if pub, err = r.directPublisher(); err != nil {
+			return err
+		}
 	}
 	err := pub.Publish(replyTo, msgs...)
 	var ret *dlx.ReturnedError
@@ -81,20 +82,36 @@ func (r *Router) publishReply(replyTo, correlationID string, msgs ...*message.Me
 	return err
 }
 
-// replyPublisher makes, once, the publisher of replies to direct reply-to addresses
-// (without the mandatory flag). r.mu must be held.
-func (r *Router) replyPublisher() error {
-	if r.direct != nil {
-		return nil
+// directPublisher returns the publisher of replies to direct reply-to addresses (without
+// the mandatory flag), made on the first such reply.
+func (r *Router) directPublisher() (message.Publisher, error) {
+	r.mu.Lock()
+	pub, closed := r.directPub, r.closed
+	r.mu.Unlock()
+	switch {
+	case pub != nil:
+		return pub, nil
+	case closed:
+		return nil, fmt.Errorf("router is %w", ErrClosed)
 	}
 	pcfg := r.cfg.Publisher
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, true
-	direct, err := dlx.NewPublisher(pcfg, r.logger)
+	direct, err := dlx.NewPublisher(pcfg, r.logger) // not under r.mu: it connects
 	if err != nil {
-		return err
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed: // Close did not see it
+		_ = direct.Close()
+		return nil, fmt.Errorf("router is %w", ErrClosed)
+	case r.directPub != nil: // another reply made one first
+		_ = direct.Close()
+		return r.directPub, nil
 	}
 	r.direct, r.directPub = direct, r.tracing.Publisher(direct)
-	return nil
+	return r.directPub, nil
 }
 
 // errorReplying publishes poison copies with next and then, for a request with a reply-to,

@@ -287,7 +287,7 @@ type Router struct {
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
-	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made with the first replying handler
+	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made for the first one
 	directPub message.Publisher
 }
 
@@ -366,11 +366,6 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	chain, err := r.chain(h)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
-	}
-	if h.Reply {
-		if err := r.replyPublisher(); err != nil {
-			return fmt.Errorf("router: handler %s: %w", h.Name, err)
-		}
 	}
 	concurrency := h.Concurrency
 	if concurrency == 0 {
