@@ -96,6 +96,7 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 	}
 	pcfg := r.cfg.Publisher
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, true
+	pcfg.Marshaler = replyMarshaler{pcfg.Marshaler}
 	direct, err := dlx.NewPublisher(pcfg, r.logger) // not under r.mu: it connects
 	if err != nil {
 		return nil, err
@@ -141,11 +142,27 @@ func (p errorReplying) Publish(topic string, msgs ...*message.Message) error {
 
 func (errorReplying) Close() error { return nil }
 
-// replyMarshaler is the subscriber Marshaler of a replying handler: it puts the request's
-// reply-to and correlation-id properties in the metadata (warren.MetadataReplyTo and
-// warren.MetadataCorrelationID), where the reply is addressed from. Redundant, and harmless,
-// once warren.Marshaler maps every property (issue 12).
+// replyMarshaler is the Marshaler of a replying handler's subscriber and of the publishers of
+// replies (and of retries and poison copies): it maps the reply-to and correlation-id
+// properties to the metadata keys warren.MetadataReplyTo and warren.MetadataCorrelationID
+// and back, so that a reply is addressed from the request's properties and a foreign caller
+// finds its correlation id in the reply's property. Redundant, and harmless, once
+// warren.Marshaler maps every property (issue 12).
 type replyMarshaler struct{ wamqp.Marshaler }
+
+func (m replyMarshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
+	p, err := m.Marshaler.Marshal(msg)
+	if err != nil {
+		return p, err
+	}
+	if p.ReplyTo == "" {
+		p.ReplyTo = msg.Metadata.Get(warren.MetadataReplyTo)
+	}
+	if p.CorrelationId == "" {
+		p.CorrelationId = msg.Metadata.Get(warren.MetadataCorrelationID)
+	}
+	return p, nil
+}
 
 func (m replyMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 	msg, err := m.Marshaler.Unmarshal(d)

@@ -318,6 +318,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		return nil, err
 	}
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, false
+	pcfg.Marshaler = replyMarshaler{pcfg.Marshaler} // it publishes replies too
 	retries, err := dlx.NewPublisher(pcfg, logger)
 	if err != nil {
 		_ = out.Close()

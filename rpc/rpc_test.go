@@ -2,6 +2,7 @@ package rpc_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -470,4 +471,36 @@ func TestReplyQueueIsTheClientsOwn(t *testing.T) {
 func stop(r *router.Router, done <-chan error) error {
 	err := r.Close()
 	return errors.Join(err, <-done)
+}
+
+// TestForeignCaller: a plain AMQP client (amqp091-go, direct reply-to, as RabbitMQ's RPC
+// tutorial writes it) gets the reply with its correlation id in the property; a request
+// without a correlation id gets its message id.
+func TestForeignCaller(t *testing.T) {
+	env := testenv.New(t)
+	queue := env.Queue("foreign")
+	serve(t, env, queue, nil, rpc.Handler(double))
+
+	ch := env.Channel()
+	replies, err := ch.Consume(rpc.DirectReplyTo, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		request       amqp.Publishing
+		correlationID string
+		double        int
+	}{
+		{amqp.Publishing{CorrelationId: "corr-1", MessageId: "msg-1", ReplyTo: rpc.DirectReplyTo, Body: []byte(`{"n":4}`)}, "corr-1", 8},
+		{amqp.Publishing{MessageId: "msg-2", ReplyTo: rpc.DirectReplyTo, Body: []byte(`{"n":5}`)}, "msg-2", 10},
+	} {
+		require.NoError(t, ch.PublishWithContext(context.Background(), "", queue, true, false, tc.request))
+		select {
+		case d := <-replies:
+			assert.Equal(t, tc.correlationID, d.CorrelationId)
+			var resp response
+			require.NoError(t, json.Unmarshal(d.Body, &resp))
+			assert.Equal(t, tc.double, resp.Double)
+		case <-time.After(20 * time.Second):
+			t.Fatal("no reply")
+		}
+	}
 }
