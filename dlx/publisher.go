@@ -135,6 +135,11 @@ func (c Config) Validate() error {
 // error at once, and a nack is published again until the time limit, then an error that
 // wraps ErrNacked. Many messages are in flight on the channel at once,
 // whether from one Publish call or from many goroutines.
+//
+// A delayed message crosses the delay levels without its expiration and priority properties:
+// they travel as the headers warren.MetadataExpiration and warren.MetadataPriority, which
+// warren.Marshaler reads back into the same metadata (a per-message TTL would cut the wait
+// short, a priority would hold other messages back on RabbitMQ 4.0).
 type Publisher struct {
 	cfg     Config
 	logger  watermill.LoggerAdapter
@@ -508,6 +513,11 @@ func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
 	if plan.Exchange != "" {
 		extra := amqp.Table{topology.HeaderDestQueue: route.RoutingKey, topology.HeaderDestExchange: route.Exchange,
 			topology.HeaderDue: int64(0)}
+		moved := amqp.Publishing{Headers: amqp.Table{}, Expiration: pub.Expiration, Priority: pub.Priority}
+		levelSafe(&moved)
+		for k, v := range moved.Headers {
+			extra[k] = v
+		}
 		for k, v := range plan.Headers {
 			extra[k] = v
 		}
@@ -620,12 +630,33 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 		pub.Headers[k] = v
 	}
 	pub.Headers[topology.HeaderDue] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
+	levelSafe(&pub)
 	if route.Exchange == "" {
 		pub.Headers[topology.HeaderDestQueue] = route.RoutingKey
 	} else {
 		pub.Headers[topology.HeaderDestExchange] = route.Exchange
 	}
 	return plan.Exchange, key, pub, nil
+}
+
+// levelSafe moves the properties that would break the delay levels into headers of their
+// metadata keys, which warren.Marshaler reads back: the expiration (a per-message TTL would cut
+// the wait in a level queue short; the broker removes it on dead-lettering anyway) and the
+// priority (quorum queues of RabbitMQ 4.0 take high-priority messages first, and a level
+// queue then expires the messages behind one only with it: a priority 0 message that entered
+// a 2 s level 1 s before a priority 9 one came out with it, 1 s late, measured on 4.0.5;
+// 3.10.8, whose quorum queues have no priorities, was on time).
+// The destination therefore gets a delayed message without these properties, and its
+// metadata with them.
+func levelSafe(pub *amqp.Publishing) {
+	if pub.Expiration != "" {
+		pub.Headers[warren.MetadataExpiration] = pub.Expiration
+		pub.Expiration = ""
+	}
+	if pub.Priority != 0 {
+		pub.Headers[warren.MetadataPriority] = strconv.Itoa(int(pub.Priority))
+		pub.Priority = 0
+	}
 }
 
 // publishAlone publishes o on a confirm channel of its own, so that a broker refusal that

@@ -10,10 +10,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/middleware"
 )
 
-// ContentType is set on the messages NewJSON makes.
+// ContentType is set on the messages NewJSON makes, as their AMQP content-type property
+// (warren.MetadataContentType).
 const ContentType = "application/json"
 
 // JSON adapts fn to a message.NoPublishHandlerFunc: the payload is decoded into a T and fn
@@ -58,7 +60,7 @@ func NewJSON(ctx context.Context, v any) (*message.Message, error) {
 		return nil, fmt.Errorf("encode %T: %w", v, err)
 	}
 	msg := message.NewMessage(watermill.NewUUID(), b)
-	msg.Metadata.Set("content_type", ContentType)
+	msg.Metadata.Set(warren.MetadataContentType, ContentType)
 	msg.SetContext(ctx)
 	return msg, nil
 }

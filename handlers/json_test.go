@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/handlers"
 	"github.com/warrenmq/warren/middleware"
 )
@@ -64,7 +65,7 @@ func TestJSONWithOutputKeepsTheContext(t *testing.T) {
 	require.Len(t, out, 1)
 	assert.JSONEq(t, `{"id":"o-1-shipped","total":0}`, string(out[0].Payload))
 	assert.Equal(t, "trace", out[0].Context().Value(ctxKey{}))
-	assert.Equal(t, handlers.ContentType, out[0].Metadata.Get("content_type"))
+	assert.Equal(t, handlers.ContentType, out[0].Metadata.Get(warren.MetadataContentType))
 }
 
 func ExampleJSON() {

@@ -7,7 +7,9 @@
 // Idempotent (a key handled at most once, in a store the processes may share: see
 // MemoryStore and the redisstore package).
 //
-// router.Router chains them in this order, outermost first: Idempotent (only with
-// router.Config.CopyStore), RetryCount, Tracing, Poison, Backoff, then the publishing of the
-// handler's outputs, Recoverer and the handler's own middleware.
+// router.Router chains them in this order, outermost first: Idempotent keyed by CopyKey
+// (only with router.Config.CopyStore), RetryCount, Tracing, Poison, Backoff, then the
+// publishing of the handler's outputs, Recoverer and the handler's own middleware
+// (router.HandlerConfig.Middleware), where an Idempotent keyed by MessageIDKey, or by a key
+// of the user's own, goes: see Idempotent for what each place means.
 package middleware

@@ -46,12 +46,25 @@ type IdempotentConfig struct {
 	// Store holds the claims and the processed keys. Required.
 	Store IdempotencyStore
 	// Key returns the key of msg; a message whose key is "" is handled without the store.
-	// Default CopyKey.
+	// CopyKey (copies of one publish), MessageIDKey (a message id sent twice) or a key of the
+	// user's own; which one depends on where Idempotent sits (see Idempotent). Default
+	// CopyKey.
 	Key func(msg *message.Message) string
 	// Retention is how long a processed key is remembered. Default 10m.
 	Retention time.Duration
 	// Timeout bounds each call to the Store. Default 5s.
 	Timeout time.Duration
+	// BusyWait is how long a message whose key another holder holds waits for it, asking the
+	// Store again from time to time (every 20ms at first, then less often, up to every
+	// 500ms), before it goes back to its queue: it is acked as soon as the holder records the
+	// key processed, and handled as soon as the holder gives it up or its claim ends (a
+	// redisstore lease). Waiting here rather than in the queue matters on a quorum queue,
+	// which counts every requeue against its delivery limit (20 by default in warren) and
+	// dead-letters the message into the poison queue past it: requeued every
+	// RequeueDelay (1s) while a dead holder's claim runs out its lease (15s), or while a slow
+	// twin works, a message would come near the limit. Default 30s, twice redisstore's
+	// default lease; a shutdown ends the wait at once (the message goes back to the queue).
+	BusyWait time.Duration
 }
 
 // WithDefaults returns c with every unset field set to its default.
@@ -65,6 +78,9 @@ func (c IdempotentConfig) WithDefaults() IdempotentConfig {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultIdempotentTimeout
 	}
+	if c.BusyWait == 0 {
+		c.BusyWait = DefaultIdempotentBusyWait
+	}
 	return c
 }
 
@@ -72,6 +88,7 @@ func (c IdempotentConfig) WithDefaults() IdempotentConfig {
 const (
 	DefaultIdempotentRetention = 10 * time.Minute
 	DefaultIdempotentTimeout   = 5 * time.Second
+	DefaultIdempotentBusyWait  = 30 * time.Second
 )
 
 // Validate reports the first field of c that is not usable.
@@ -83,23 +100,38 @@ func (c IdempotentConfig) Validate() error {
 		return fmt.Errorf("middleware: IdempotentConfig.Retention %s is negative", c.Retention)
 	case c.Timeout < 0:
 		return fmt.Errorf("middleware: IdempotentConfig.Timeout %s is negative", c.Timeout)
+	case c.BusyWait < 0:
+		return fmt.Errorf("middleware: IdempotentConfig.BusyWait %s is negative", c.BusyWait)
 	}
 	return nil
 }
 
 // Idempotent handles a message at most once per key (within Retention): it claims the
 // message's key in the Store before calling the handler, records it as processed when the
-// handler returns no error, and gives the claim up when it returns one (so that a retry, or
-// a copy, may take it). A message whose key was processed is acked without calling the
-// handler; one whose key another holder is processing goes back to its queue, as a
-// *RequeueError, to be tried again once that holder is done.
+// handler returns no error, and gives the claim up when it returns one or panics (so that a
+// retry, or a copy, may take it). A message whose key was processed is acked without calling
+// the handler; one whose key another holder is processing waits for that holder, up to
+// BusyWait, and then goes back to its queue as a *RequeueError, to be tried again later. A
+// holder that dies while it processes (a process killed) holds the key until the store
+// frees it: MemoryStore's claims die with the process; redisstore's end with their lease.
 //
-// What "processed" means depends on where Idempotent sits. Around the handler alone, it is
-// success: a business operation happens once (a failed attempt releases the key). Outside
-// Poison and Backoff, as router.Config.CopyStore places it, it is "settled for good":
-// processed, retried or poisoned; with CopyKey, every copy of one delivery of one attempt
-// (a publisher's re-send after a lost confirm, a redelivery after a lost ack) is then
-// handled once, in whichever process it arrives.
+// What "processed" means depends on where Idempotent sits, and the key goes with the place:
+//
+//   - Around the handler, inside Backoff (router.HandlerConfig.Middleware, the last of
+//     warren's default chain), it is success: a business operation happens once per key. A
+//     failed attempt releases the key, so that Backoff's retry (which keeps the message id)
+//     or a copy may take it; a copy that finds the key held still after BusyWait goes back
+//     to its queue, past Backoff and Poison, as neither a failure nor a retry. Key it by
+//     MessageIDKey, or by a key of the user's own (an order id). One caution: the outputs
+//     of router.HandlerConfig.PublishTopic are published outside it, after the key is
+//     recorded, so an output that cannot be published is not published by the retry either
+//     (the retry finds the key processed).
+//   - Outside Poison and Backoff, as router.Config.CopyStore places it (outermost), it is
+//     "settled for good": processed, retried or poisoned. Key it by CopyKey there: every
+//     copy of one delivery of one attempt (a publisher's re-send after a lost confirm, a
+//     redelivery after a lost ack) is then handled once, in whichever process it arrives.
+//     Never by MessageIDKey: a retry keeps the message id, and would be acked as processed
+//     unhandled.
 //
 // The store is never a reason to lose a message or hold up a queue: when it fails, the
 // message is handled as if there were no store, and the failure is logged.
@@ -127,9 +159,7 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return h(msg)
 		}
 		fields := watermill.LogFields{"message_uuid": msg.UUID, "key": key}
-		ctx, cancel := i.storeContext(msg)
-		state, err := i.cfg.Store.Claim(ctx, key)
-		cancel()
+		state, err := i.claim(msg, key)
 		switch {
 		case err != nil:
 			i.logger.Error("Idempotency store failed: the message is handled without it", err, fields)
@@ -138,21 +168,74 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			i.logger.Info("Message processed already: acked", fields)
 			return nil, nil
 		case state == Busy:
-			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder", key)}
+			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder (waited up to %s)", key, i.cfg.BusyWait)}
 		}
-		out, herr := h(msg)
-		ctx, cancel = i.storeContext(msg)
-		defer cancel()
-		if herr != nil {
-			if err := i.cfg.Store.Release(ctx, key); err != nil {
-				i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, fields)
+		settled := false
+		defer func() {
+			if !settled { // the handler panicked: the key is given up, and the panic goes on
+				i.release(msg, key, fields)
 			}
+		}()
+		out, herr := h(msg)
+		settled = true
+		if herr != nil {
+			i.release(msg, key, fields)
 			return out, herr
 		}
+		ctx, cancel := i.storeContext(msg)
+		defer cancel()
 		if err := i.cfg.Store.Done(ctx, key, i.cfg.Retention); err != nil {
 			i.logger.Error("Idempotency store cannot record a processed key: a copy may be handled again", err, fields)
 		}
 		return out, nil
+	}
+}
+
+// Polling of a busy key (see IdempotentConfig.BusyWait).
+const (
+	busyPollFirst = 20 * time.Millisecond
+	busyPollMax   = 500 * time.Millisecond
+)
+
+// claim claims key, waiting up to BusyWait while another holder holds it. It returns Busy
+// when the wait ends, or when msg's context ends (the consumer is stopping).
+func (i *Idempotent) claim(msg *message.Message, key string) (ClaimState, error) {
+	ctx, cancel := i.storeContext(msg)
+	state, err := i.cfg.Store.Claim(ctx, key)
+	cancel()
+	if err != nil || state != Busy {
+		return state, err
+	}
+	deadline := time.NewTimer(i.cfg.BusyWait)
+	defer deadline.Stop()
+	pause := busyPollFirst
+	for {
+		next := time.NewTimer(pause)
+		select {
+		case <-next.C:
+		case <-deadline.C:
+			next.Stop()
+			return Busy, nil
+		case <-msg.Context().Done():
+			next.Stop()
+			return Busy, nil
+		}
+		pause = min(2*pause, busyPollMax)
+		ctx, cancel := i.storeContext(msg)
+		state, err := i.cfg.Store.Claim(ctx, key)
+		cancel()
+		if err != nil || state != Busy {
+			return state, err
+		}
+	}
+}
+
+// release gives key up after a failure, so that a retry or a copy may take it.
+func (i *Idempotent) release(msg *message.Message, key string, fields watermill.LogFields) {
+	ctx, cancel := i.storeContext(msg)
+	defer cancel()
+	if err := i.cfg.Store.Release(ctx, key); err != nil {
+		i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, fields)
 	}
 }
 
@@ -171,6 +254,24 @@ func CopyKey(msg *message.Message) string {
 		return ""
 	}
 	return d.Queue + "\x00" + d.PublishID
+}
+
+// MessageIDKey is the key of a message by its id in the queue it was consumed from: the queue
+// (ConsumedQueue) and msg.UUID, which is the AMQP message-id property (warren's publisher
+// sends the UUID as the message-id; warren.Marshaler reads it back); "" for a message
+// without one. Where CopyKey recognises the copies of one publish, which the broker and
+// warren's publisher make (its publish id is new on every Publish call), MessageIDKey
+// recognises a message that a producer sent twice, in two publishes, with the same id: a
+// producer that timed out and sent again, an outbox relayed twice, a replay. A fan-out to
+// two queues (consumer groups) is handled once in each.
+//
+// Use it around the handler, inside Backoff (see Idempotent), never outermost: a retry keeps
+// the message id.
+func MessageIDKey(msg *message.Message) string {
+	if msg.UUID == "" {
+		return ""
+	}
+	return ConsumedQueue(msg) + "\x00" + msg.UUID
 }
 
 // MemoryStore is an IdempotencyStore in the memory of one process: it recognises what this

@@ -82,18 +82,83 @@ func TestIdempotentReleasesAKeyOnFailure(t *testing.T) {
 	assert.Equal(t, 2, calls, "a failure gives the key up; a success keeps it")
 }
 
-func TestIdempotentRequeuesACopyBeingHandled(t *testing.T) {
-	store, err := middleware.NewMemoryStore(0)
-	require.NoError(t, err)
-	i := newIdempotent(t, store)
-	inside, release := make(chan struct{}), make(chan struct{})
-	var calls atomic.Int32
-	h := i.Middleware(func(*message.Message) ([]*message.Message, error) {
-		calls.Add(1)
-		close(inside)
-		<-release
+// countingStore counts the Busy answers of its store.
+type countingStore struct {
+	middleware.IdempotencyStore
+	busy atomic.Int32
+}
+
+func (s *countingStore) Claim(ctx context.Context, key string) (middleware.ClaimState, error) {
+	st, err := s.IdempotencyStore.Claim(ctx, key)
+	if st == middleware.Busy {
+		s.busy.Add(1)
+	}
+	return st, err
+}
+
+// blockingHandler returns a handler guarded by i that, on its first call, signals inside and
+// waits for release, then returns result.
+func blockingHandler(i *middleware.Idempotent, calls *atomic.Int32, inside, release chan struct{}, result error) message.HandlerFunc {
+	return i.Middleware(func(*message.Message) ([]*message.Message, error) {
+		if calls.Add(1) == 1 {
+			close(inside)
+			<-release
+			return nil, result
+		}
 		return nil, nil
 	})
+}
+
+// A twin of a message being handled waits for the holder, asking the store again, and is
+// acked once the holder is done (processed), or handled once the holder failed.
+func TestIdempotentTwinWaitsForTheHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		holderErr error
+		wantCalls int32
+	}{
+		{"holder_succeeds", nil, 1},
+		{"holder_fails", errors.New("boom"), 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, err := middleware.NewMemoryStore(0)
+			require.NoError(t, err)
+			store := &countingStore{IdempotencyStore: mem}
+			i := newIdempotent(t, store)
+			inside, release := make(chan struct{}), make(chan struct{})
+			var calls atomic.Int32
+			h := blockingHandler(i, &calls, inside, release, tc.holderErr)
+			holder := make(chan error)
+			go func() {
+				_, err := h(delivered("q", "p"))
+				holder <- err
+			}()
+			<-inside
+			twin := make(chan error)
+			go func() {
+				_, err := h(delivered("q", "p"))
+				twin <- err
+			}()
+			require.Eventually(t, func() bool { return store.busy.Load() >= 2 }, 10*time.Second, time.Millisecond,
+				"the twin finds the key busy, and asks again")
+			close(release)
+			require.ErrorIs(t, <-holder, tc.holderErr)
+			require.NoError(t, <-twin)
+			assert.Equal(t, tc.wantCalls, calls.Load())
+		})
+	}
+}
+
+// A twin that waited BusyWait in vain goes back to its queue; so does one whose consumer
+// stops while it waits.
+func TestIdempotentRequeuesATwinAfterBusyWait(t *testing.T) {
+	store, err := middleware.NewMemoryStore(0)
+	require.NoError(t, err)
+	i, err := middleware.NewIdempotent(middleware.IdempotentConfig{Store: store, BusyWait: 50 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	inside, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	h := blockingHandler(i, &calls, inside, release, nil)
 	done := make(chan error)
 	go func() {
 		_, err := h(delivered("q", "p"))
@@ -102,7 +167,17 @@ func TestIdempotentRequeuesACopyBeingHandled(t *testing.T) {
 	<-inside
 	_, err = h(delivered("q", "p"))
 	var rq *middleware.RequeueError
-	require.ErrorAs(t, err, &rq, "the twin goes back to the queue, to be tried once the first is done")
+	require.ErrorAs(t, err, &rq, "the twin goes back to the queue, to be tried later")
+
+	stopping, stop := context.WithCancel(context.Background())
+	msg := delivered("q", "p")
+	msg.SetContext(warren.WithDelivery(stopping, warren.Delivery{Queue: "q", PublishID: "p"}))
+	stop()
+	slow, err := middleware.NewIdempotent(middleware.IdempotentConfig{Store: store, BusyWait: time.Hour}, nil)
+	require.NoError(t, err)
+	_, err = slow.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(msg)
+	require.ErrorAs(t, err, &rq, "a consumer that stops does not wait")
+
 	close(release)
 	require.NoError(t, <-done)
 	_, err = h(delivered("q", "p"))
@@ -194,4 +269,40 @@ func TestIdempotentConfigIsValidatedNamingTheField(t *testing.T) {
 	require.ErrorContains(t, err, "IdempotentConfig.Retention")
 	_, err = middleware.NewMemoryStore(-1)
 	require.ErrorContains(t, err, "maxKeys")
+}
+
+func TestMessageIDKeyIsQueueAndMessageID(t *testing.T) {
+	a, b := delivered("q", "p1"), delivered("q", "p2")
+	a.UUID, b.UUID = "order-42", "order-42"
+	assert.Equal(t, "q\x00order-42", middleware.MessageIDKey(a))
+	assert.Equal(t, middleware.MessageIDKey(a), middleware.MessageIDKey(b),
+		"two publishes of one message id are one key (CopyKey tells them apart)")
+	assert.NotEqual(t, middleware.CopyKey(a), middleware.CopyKey(b))
+	c := delivered("q2", "p1")
+	c.UUID = "order-42"
+	assert.NotEqual(t, middleware.MessageIDKey(a), middleware.MessageIDKey(c), "each consumer group handles it")
+	a.UUID = ""
+	assert.Empty(t, middleware.MessageIDKey(a), "a message without an id is always handled")
+}
+
+// A handler that panics gives its key up (Recoverer sits outside the handler's own
+// middleware): the message is not held as "being processed" for ever.
+func TestIdempotentReleasesAKeyOnPanic(t *testing.T) {
+	store, err := middleware.NewMemoryStore(0)
+	require.NoError(t, err)
+	i := newIdempotent(t, store)
+	calls := 0
+	h := middleware.Recoverer(i.Middleware(func(*message.Message) ([]*message.Message, error) {
+		calls++
+		if calls == 1 {
+			panic("boom")
+		}
+		return nil, nil
+	}))
+	_, err = h(delivered("q", "p"))
+	var p *middleware.PanicError
+	require.ErrorAs(t, err, &p)
+	_, err = h(delivered("q", "p"))
+	require.NoError(t, err, "released: claimed again, not busy")
+	assert.Equal(t, 2, calls)
 }

@@ -34,6 +34,10 @@ const (
 	PoisonLastFailKey   = "warren_poison_last_failure"
 	PoisonTraceIDKey    = "warren_poison_trace_id" // the trace the message belongs to
 	PoisonStackKey      = "warren_poison_stack"    // for a panic: the goroutine's stack
+	// PoisonExpirationKey keeps the message's expiration (warren.MetadataExpiration), which
+	// the poison copy does not carry as its property: it would expire in the poison queue. A
+	// replay (ops) restores the property.
+	PoisonExpirationKey = "warren_poison_expiration"
 )
 
 // Values of PoisonReasonKey.
@@ -163,7 +167,7 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 // SetPoisonHeaders adds the Poison* headers to msg, which failed with err on the queue
 // queue at now; msg's context gives the handler, the delivery and the trace. It also makes
-// sure the message is published at once.
+// sure the message is published at once, and moves its expiration to PoisonExpirationKey.
 func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now time.Time) {
 	ctx := msg.Context()
 	recordFirstFailure(msg, now)
@@ -172,6 +176,10 @@ func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now
 		if strings.HasPrefix(k, PoisonHeaderPrefix) { // of an earlier poisoning: replaced, never kept
 			delete(md, k)
 		}
+	}
+	if exp, ok := md[warren.MetadataExpiration]; ok { // a poison copy never expires
+		md.Set(PoisonExpirationKey, exp)
+		delete(md, warren.MetadataExpiration)
 	}
 	md.Set(PoisonErrorKey, truncate(err.Error(), maxErrorLen))
 	md.Set(PoisonErrorTypeKey, errorType(err))

@@ -197,3 +197,25 @@ func TestSetPoisonHeadersNamesTheHandler(t *testing.T) {
 	require.NoError(t, <-ran)
 	require.NoError(t, pubSub.Close())
 }
+
+// The expiration moves to a poison header (a poison copy never expires); the other
+// properties stay. An earlier poisoning's kept expiration is replaced like every poison
+// header; without an expiration, none is kept.
+func TestSetPoisonHeadersMovesTheExpiration(t *testing.T) {
+	msg := message.NewMessage("m1", nil)
+	msg.Metadata = message.Metadata{warren.MetadataExpiration: "60000", warren.MetadataPriority: "9",
+		warren.MetadataCorrelationID: "c", PoisonExpirationKey: "1"}
+	SetPoisonHeaders(msg, errors.New("boom"), PoisonReasonExhausted, "q", time.Unix(0, 0))
+	assert.NotContains(t, msg.Metadata, warren.MetadataExpiration)
+	assert.Equal(t, "60000", msg.Metadata.Get(PoisonExpirationKey))
+	assert.Equal(t, "9", msg.Metadata.Get(warren.MetadataPriority))
+	assert.Equal(t, "c", msg.Metadata.Get(warren.MetadataCorrelationID))
+	pub, err := warren.Marshaler{}.Marshal(msg)
+	require.NoError(t, err)
+	assert.Empty(t, pub.Expiration)
+
+	msg = message.NewMessage("m2", nil)
+	msg.Metadata.Set(PoisonExpirationKey, "1")
+	SetPoisonHeaders(msg, errors.New("boom"), PoisonReasonExhausted, "q", time.Unix(0, 0))
+	assert.NotContains(t, msg.Metadata, PoisonExpirationKey)
+}

@@ -207,9 +207,15 @@ func groupID(handler, errorType, normalized string) string {
 	return hex.EncodeToString(sum[:4])
 }
 
-// replayHeaders are the headers of the copy a replay publishes: h without what the
-// failure or the trip added, and with warren_replays counted up.
-func replayHeaders(h amqp.Table) amqp.Table {
+// replayHeaders are the headers of the copy of d a replay publishes, and its expiration
+// property: d's headers without what the failure or the trip added, with warren_replays
+// counted up. The expiration is d's, else the one the poison middleware kept
+// (middleware.PoisonExpirationKey), which goes back to the header warren.MetadataExpiration
+// if RabbitMQ would refuse it as the property. A user-id property (of a message the broker
+// dead-lettered) becomes the header warren.MetadataUserID: the broker refuses a publish with
+// another user's id.
+func replayHeaders(d amqp.Delivery) (amqp.Table, string) {
+	h := d.Headers
 	out := make(amqp.Table, len(h)+2)
 	for k, v := range h {
 		if strings.HasPrefix(k, middleware.PoisonHeaderPrefix) || k == middleware.AttemptKey || k == middleware.FirstFailureKey ||
@@ -220,7 +226,24 @@ func replayHeaders(h amqp.Table) amqp.Table {
 	}
 	n, _ := strconv.Atoi(warren.HeaderString(h[ReplaysHeader]))
 	out[ReplaysHeader] = strconv.Itoa(n + 1)
-	return out
+	keepUserID(out, d)
+	expiration := d.Expiration
+	if kept := warren.HeaderString(h[middleware.PoisonExpirationKey]); expiration == "" && kept != "" {
+		if warren.ValidExpiration(kept) {
+			expiration = kept
+		} else {
+			out[warren.MetadataExpiration] = kept
+		}
+	}
+	return out, expiration
+}
+
+// keepUserID sets the header warren.MetadataUserID of h to d's user-id property, unless h has
+// it already (the property is never published again: see warren.Marshaler).
+func keepUserID(h amqp.Table, d amqp.Delivery) {
+	if _, ok := h[warren.MetadataUserID]; !ok && d.UserId != "" {
+		h[warren.MetadataUserID] = d.UserId
+	}
 }
 
 // ReplaysHeader counts how many times a message was replayed.

@@ -420,11 +420,11 @@ func (t *txn) exist(ctx context.Context, r route) (bool, error) {
 // send publishes the copy of d to r and acknowledges d, both within the transaction.
 func (t *txn) send(ctx context.Context, r route, d amqp.Delivery) error {
 	id := strconv.FormatUint(rand.Uint64(), 16)
-	h := replayHeaders(d.Headers)
+	h, expiration := replayHeaders(d)
 	h[warren.PublishIDHeader] = id
 	err := t.ch.PublishWithContext(ctx, r.exchange, r.key, true, false, amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
-		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: d.Expiration,
+		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: expiration,
 		MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type, AppId: d.AppId, Body: d.Body,
 	})
 	if err != nil {

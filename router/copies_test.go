@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,4 +96,57 @@ func TestCopyStoreMakesOneChainAcrossProcesses(t *testing.T) {
 	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, 10*time.Second, 20*time.Millisecond)
 	assert.Equal(t, 3, n.get("m"), "one call per attempt, MaxAttempts 3")
 	assert.Zero(t, env.Messages(topology.PoisonQueue(queue)), "poisoned once")
+}
+
+// A message published twice with one message id (two publishes: CopyStore does not take them
+// for copies) reaches two processes whose handlers are guarded by Idempotent keyed by
+// MessageIDKey in HandlerConfig.Middleware, inside Backoff. Its first attempt fails: the key
+// is given up, so that the other copy or the retry (which keeps the message id) succeeds,
+// once; whichever comes last is acked unhandled.
+func TestMessageIDGuardInHandlerMiddlewareLetsARetryThrough(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	queue := env.Queue("ids")
+	stores := copyStores(t, env, 2)
+	var n calls
+	var mu sync.Mutex
+	returned := map[bool]int{} // handler chain results seen inside Backoff: failed or not
+	for _, store := range stores {
+		once, err := middleware.NewIdempotent(middleware.IdempotentConfig{Store: store, Key: middleware.MessageIDKey}, env.Logger())
+		require.NoError(t, err)
+		record := func(h message.HandlerFunc) message.HandlerFunc {
+			return func(msg *message.Message) ([]*message.Message, error) {
+				out, err := h(msg)
+				mu.Lock()
+				returned[err != nil]++
+				mu.Unlock()
+				return out, err
+			}
+		}
+		r := newRouter(t, env, func(c *router.Config) {
+			c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond}}
+		})
+		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{
+			Queue: queue, Middleware: []message.HandlerMiddleware{record, once.Middleware},
+		}, func(msg *message.Message) error {
+			if n.add(msg.UUID) == 1 {
+				return errors.New("fails once")
+			}
+			n.add("success")
+			return nil
+		}))
+		start(t, r)
+	}
+	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p1"}})
+	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p2"}})
+	// Three deliveries: the failed first attempt, the other copy and the retry.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return returned[true] == 1 && returned[false] == 2
+	}, 20*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 2, n.get("m"), "the failed attempt and one success")
+	assert.Equal(t, 1, n.get("success"))
+	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, 10*time.Second, 20*time.Millisecond)
+	assert.Zero(t, env.Messages(topology.PoisonQueue(queue)))
 }

@@ -58,6 +58,9 @@ type Config struct {
 	// again. Without it, each subscriber recognises the copies that reach its own process
 	// only, and a copy that reaches another one is handled again, with attempts of its own.
 	// Use a store the processes share, such as redisstore's; the router does not close it.
+	// It does not recognise a message that a producer published twice with the same
+	// message id (two publishes, two publish ids): for that, add middleware.Idempotent keyed
+	// by middleware.MessageIDKey to HandlerConfig.Middleware (see Router, item 8).
 	CopyStore middleware.IdempotencyStore
 	// TracerProvider traces publishing and processing. Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -236,7 +239,11 @@ type HandlerConfig struct {
 	// is logged, and the request acked), and a request that is poisoned is answered with an
 	// error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
 	Reply bool
-	// Middleware run inside the default chain, around the handler itself.
+	// Middleware run inside the default chain, around the handler itself (inside Backoff,
+	// Poison and Recoverer: see Router). This is the place of a middleware.Idempotent that
+	// makes a business operation happen once per message id (middleware.MessageIDKey) or per
+	// key of the handler's own: there "processed" means the handler succeeded, and a failure
+	// or a panic gives the key up for the retry.
 	Middleware []message.HandlerMiddleware
 }
 
@@ -245,7 +252,8 @@ type HandlerConfig struct {
 //
 //  0. with Config.CopyStore only, middleware.Idempotent keyed by middleware.CopyKey: a copy
 //     of a delivery that a process settled already (processed, retried or poisoned) is acked
-//     without being handled; one that a process is handling now goes back to the queue;
+//     without being handled; one that a process is handling now waits for it (up to
+//     middleware.IdempotentConfig.BusyWait), then is acked, handled or requeued;
 //  1. middleware.RetryCount: the attempt number, from warren's header, for all below;
 //  2. Tracing.Middleware: the consumer span, around everything below, so that retries and
 //     poison messages are published inside it and stay in the same trace;
@@ -259,7 +267,13 @@ type HandlerConfig struct {
 //     HandlerConfig.Reply to the request's reply-to), so that a failure to publish them is
 //     retried and poisoned like any failure of the handler;
 //  7. middleware.Recoverer: a panic becomes an error, with its stack;
-//  8. the handler's own Middleware, then the handler.
+//  8. the handler's own Middleware (HandlerConfig.Middleware), then the handler. An
+//     idempotency guard of the handler's own goes here: middleware.Idempotent keyed by
+//     middleware.MessageIDKey (or a key of the user's own) makes the handler succeed once
+//     per key; a copy that finds the key held by another holder waits for it (up to
+//     middleware.IdempotentConfig.BusyWait, then it goes back to the queue as a
+//     *middleware.RequeueError, neither retried nor poisoned), one that finds it processed
+//     is acked unhandled.
 //
 // Publishing (Publisher, and the messages handlers return) goes through warren's DLX
 // publisher, traced. A retry or poison copy that cannot be published, and a handler error

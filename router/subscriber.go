@@ -936,9 +936,19 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 	} {
 		headers[k] = v
 	}
+	// Every property is kept but two (see warren.Marshaler): the user-id, which the broker
+	// refuses from another user, as a header; the expiration, which would expire the copy in
+	// the poison queue, as the poison header a replay restores it from.
+	if _, ok := headers[warren.MetadataUserID]; !ok && d.UserId != "" {
+		headers[warren.MetadataUserID] = d.UserId
+	}
+	if d.Expiration != "" {
+		headers[middleware.PoisonExpirationKey] = d.Expiration
+	}
 	pub := amqp.Publishing{
 		Headers: headers, Body: d.Body, MessageId: d.MessageId, ContentType: d.ContentType,
 		ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent, Timestamp: d.Timestamp,
+		CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Type: d.Type, AppId: d.AppId, Priority: d.Priority,
 	}
 	fields := watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId, "reason": reason}
 	if size, err := amqpx.HeaderFrameSize(pub); err != nil || size > amqpx.MaxHeaderFrame {

@@ -32,8 +32,8 @@ func benchConsume() {
 	defer cleanupDelay(delay)
 	want := func(c string) bool { return *consumers == "" || strings.Contains(","+*consumers+",", ","+c+",") }
 
-	var copies middleware.IdempotencyStore
-	if want("copystore") {
+	var copies, idemRedis middleware.IdempotencyStore
+	if want("copystore") || want("idem-redis") {
 		rdb := redis.NewClient(&redis.Options{Addr: *redisAddr})
 		defer rdb.Close()
 		prefix := "warren:bench:" + name("copies") + ":"
@@ -41,7 +41,7 @@ func benchConsume() {
 		store, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: prefix}, nil)
 		must(err)
 		defer store.Close()
-		copies = store
+		copies, idemRedis = store, store // the keys differ: CopyKey's are publish ids, MessageIDKey's message ids
 	}
 
 	var contenders []contender
@@ -51,10 +51,22 @@ func benchConsume() {
 		contender
 	}{
 		{"raw", contender{"raw amqp091-go", consumeRaw}},
-		{"warren", contender{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay, nil, nil) }}},
+		{"warren", contender{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay, warrenOptions{}) }}},
 		{"watermill", contender{"watermill-amqp", consumeWatermill}},
-		{"copystore", contender{"warren+CopyStore", func(q string) (time.Duration, error) { return consumeWarren(q, delay, copies, nil) }}},
+		{"copystore", contender{"warren+CopyStore", func(q string) (time.Duration, error) {
+			return consumeWarren(q, delay, warrenOptions{copies: copies})
+		}}},
 		{"metrics", contender{"warren+metrics", consumeWarrenMetrics(delay)}},
+		{"idem-memory", contender{"warren+idem(mem)", func(q string) (time.Duration, error) {
+			store, err := middleware.NewMemoryStore(0) // one per run, as one process has it
+			if err != nil {
+				return 0, err
+			}
+			return consumeWarrenIdempotent(q, delay, store)
+		}}},
+		{"idem-redis", contender{"warren+idem(Redis)", func(q string) (time.Duration, error) {
+			return consumeWarrenIdempotent(q, delay, idemRedis)
+		}}},
 	} {
 		if want(c.key) {
 			index[c.key] = len(contenders)
@@ -62,7 +74,7 @@ func benchConsume() {
 		}
 	}
 	cmp := compare(*consume, contenders)
-	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run)\n", *redisAddr)
+	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis)\n", *redisAddr)
 	ratio := func(name, a, b string) {
 		i, okA := index[a]
 		j, okB := index[b]
@@ -75,6 +87,8 @@ func benchConsume() {
 	ratio("consume_copystore_vs_warren", "copystore", "warren")
 	ratio("consume_metrics_vs_raw", "metrics", "raw")
 	ratio("consume_metrics_vs_warren", "metrics", "warren")
+	ratio("consume_idem_memory_vs_warren", "idem-memory", "warren")
+	ratio("consume_idem_redis_vs_warren", "idem-redis", "warren")
 }
 
 // consumeWarrenMetrics is consumeWarren with metrics recorded into an SDK MeterProvider, as a
@@ -85,7 +99,7 @@ func consumeWarrenMetrics(delay topology.Delay) func(q string) (time.Duration, e
 		reader := sdkmetric.NewManualReader()
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 		defer func() { _ = mp.Shutdown(context.Background()) }()
-		d, err := consumeWarren(q, delay, nil, mp)
+		d, err := consumeWarren(q, delay, warrenOptions{mp: mp})
 		if err != nil {
 			return d, err
 		}
@@ -178,7 +192,25 @@ type discard struct{}
 func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
 func (discard) Shutdown(context.Context) error                             { return nil }
 
-func consumeWarren(queue string, delay topology.Delay, copies middleware.IdempotencyStore, mp metric.MeterProvider) (time.Duration, error) {
+// consumeWarrenIdempotent is consumeWarren with the handler guarded by middleware.Idempotent
+// keyed by middleware.MessageIDKey on store, where a service puts it (the handler's own
+// Middleware): every message is new, so each costs a claim and a done.
+func consumeWarrenIdempotent(queue string, delay topology.Delay, store middleware.IdempotencyStore) (time.Duration, error) {
+	once, err := middleware.NewIdempotent(middleware.IdempotentConfig{Store: store, Key: middleware.MessageIDKey}, nil)
+	if err != nil {
+		return 0, err
+	}
+	return consumeWarren(queue, delay, warrenOptions{middleware: []message.HandlerMiddleware{once.Middleware}})
+}
+
+// warrenOptions are what the warren contenders add to the plain router.
+type warrenOptions struct {
+	copies     middleware.IdempotencyStore // router.Config.CopyStore
+	mp         metric.MeterProvider        // router.Config.MeterProvider
+	middleware []message.HandlerMiddleware // router.HandlerConfig.Middleware
+}
+
+func consumeWarren(queue string, delay topology.Delay, opts warrenOptions) (time.Duration, error) {
 	tcfg := config(delay)
 	b, err := topology.NewBuilder(tcfg, nil)
 	if err != nil {
@@ -192,7 +224,7 @@ func consumeWarren(queue string, delay topology.Delay, copies middleware.Idempot
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	r, err := router.New(router.Config{
-		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: copies, MeterProvider: mp,
+		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: opts.copies, MeterProvider: opts.mp,
 	}, nil)
 	if err != nil {
 		return 0, err
@@ -200,7 +232,7 @@ func consumeWarren(queue string, delay topology.Delay, copies middleware.Idempot
 	defer r.Close()
 	var n atomic.Int64
 	done := make(chan struct{})
-	err = r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
+	err = r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Middleware: opts.middleware}, func(msg *message.Message) error {
 		if n.Add(1) == int64(*consume) {
 			close(done)
 		}

@@ -69,7 +69,7 @@ func compare(n int, contenders []contender) comparison {
 		}
 	}
 	for i, c := range contenders {
-		fmt.Printf("   %-16s %9.0f msg/s  %5.1f µs CPU/msg   (runs: %s)\n",
+		fmt.Printf("   %-18s %9.0f msg/s  %5.1f µs CPU/msg   (runs: %s)\n",
 			c.name, median(cmp.rates[i]), cmp.cpuPerMsg(i), fmtRates(cmp.rates[i]))
 	}
 	return cmp

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,7 +20,14 @@ import (
 	"github.com/warrenmq/warren/middleware/redisstore"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs a consumer process of the multi-process tests when the test binary is
+// started as one (see consumerMain); otherwise the tests, checking for leaked goroutines.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == childValue {
+		os.Exit(consumerMain())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // newStores returns n Stores on the test Redis, as n processes would have, under a prefix of
 // the test's own (deleted when it ends).
