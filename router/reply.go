@@ -7,9 +7,7 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
-	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
@@ -96,7 +94,6 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 	}
 	pcfg := r.cfg.Publisher
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, true
-	pcfg.Marshaler = replyMarshaler{pcfg.Marshaler}
 	direct, err := dlx.NewPublisher(pcfg, r.logger) // not under r.mu: it connects
 	if err != nil {
 		return nil, err
@@ -141,39 +138,3 @@ func (p errorReplying) Publish(topic string, msgs ...*message.Message) error {
 }
 
 func (errorReplying) Close() error { return nil }
-
-// replyMarshaler is the Marshaler of a replying handler's subscriber and of the publishers of
-// replies (and of retries and poison copies): it maps the reply-to and correlation-id
-// properties to the metadata keys warren.MetadataReplyTo and warren.MetadataCorrelationID
-// and back, so that a reply is addressed from the request's properties and a foreign caller
-// finds its correlation id in the reply's property. Redundant, and harmless, once
-// warren.Marshaler maps every property (issue 12).
-type replyMarshaler struct{ wamqp.Marshaler }
-
-func (m replyMarshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
-	p, err := m.Marshaler.Marshal(msg)
-	if err != nil {
-		return p, err
-	}
-	if p.ReplyTo == "" {
-		p.ReplyTo = msg.Metadata.Get(warren.MetadataReplyTo)
-	}
-	if p.CorrelationId == "" {
-		p.CorrelationId = msg.Metadata.Get(warren.MetadataCorrelationID)
-	}
-	return p, nil
-}
-
-func (m replyMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
-	msg, err := m.Marshaler.Unmarshal(d)
-	if err != nil {
-		return nil, err
-	}
-	if d.ReplyTo != "" {
-		msg.Metadata.Set(warren.MetadataReplyTo, d.ReplyTo)
-	}
-	if d.CorrelationId != "" {
-		msg.Metadata.Set(warren.MetadataCorrelationID, d.CorrelationId)
-	}
-	return msg, nil
-}

@@ -332,7 +332,6 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		return nil, err
 	}
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, false
-	pcfg.Marshaler = replyMarshaler{pcfg.Marshaler} // it publishes replies too
 	retries, err := dlx.NewPublisher(pcfg, logger)
 	if err != nil {
 		_ = out.Close()
@@ -388,9 +387,6 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	scfg := r.cfg.Subscriber
 	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
-	if h.Reply {
-		scfg.Marshaler = replyMarshaler{scfg.Marshaler}
-	}
 	sub, err := NewSubscriber(scfg, r.logger)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)

@@ -217,7 +217,7 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	source := DirectReplyTo
+	source := warren.DirectReplyTo
 	if !c.direct {
 		source = c.cfg.ReplyQueue
 		args := amqp.Table{"x-expires": c.cfg.ReplyQueueExpires.Milliseconds(), amqp.QueueTypeArg: string(c.cfg.ReplyQueueType)}
@@ -279,9 +279,6 @@ const replyPrefetch = 1000
 func (c *Client) consume(deliveries <-chan amqp.Delivery) {
 	for d := range deliveries {
 		id := d.CorrelationId
-		if id == "" {
-			id = warren.HeaderString(d.Headers[warren.MetadataCorrelationID])
-		}
 		msg, err := c.cfg.Marshaler.Unmarshal(d)
 		if err == nil {
 			msg.Metadata.Set(warren.MetadataCorrelationID, id)
@@ -640,7 +637,7 @@ func (c *Client) publishing(msg *message.Message, id string, reply bool) (amqp.P
 	if reply {
 		p.ReplyTo = c.cfg.ReplyQueue
 		if c.direct {
-			p.ReplyTo = DirectReplyTo // the broker replaces it with the channel's address
+			p.ReplyTo = warren.DirectReplyTo // the broker replaces it with the channel's address
 		}
 	}
 	if ct := msg.Metadata.Get(warren.MetadataContentType); ct != "" {

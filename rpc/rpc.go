@@ -17,12 +17,9 @@ import (
 // error reply also carries the request's poison headers (middleware.PoisonReasonKey, ...).
 const ErrorKey = "warren_rpc_error"
 
-// DirectReplyTo is the pseudo-queue of RabbitMQ's direct reply-to.
-const DirectReplyTo = "amq.rabbitmq.reply-to"
-
 // IsDirectReplyTo reports whether replyTo is an address of RabbitMQ's direct reply-to.
 func IsDirectReplyTo(replyTo string) bool {
-	return strings.HasPrefix(replyTo, DirectReplyTo+".")
+	return strings.HasPrefix(replyTo, warren.DirectReplyTo+".")
 }
 
 // RemoteError is the error Call returns for an error reply: the server gave the request up

@@ -22,6 +22,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/handlers"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -259,7 +260,7 @@ func TestSend(t *testing.T) {
 	got := make(chan *message.Message, 1)
 	serve(t, env, queue, nil, func(msg *message.Message) ([]*message.Message, error) {
 		got <- msg
-		reply, err := rpc.NewJSON(msg.Context(), "ignored")
+		reply, err := handlers.NewJSON(msg.Context(), "ignored")
 		return []*message.Message{reply}, err
 	})
 	for name, mod := range modes(env) {
@@ -482,15 +483,15 @@ func TestForeignCaller(t *testing.T) {
 	serve(t, env, queue, nil, rpc.Handler(double))
 
 	ch := env.Channel()
-	replies, err := ch.Consume(rpc.DirectReplyTo, "", true, false, false, false, nil)
+	replies, err := ch.Consume(warren.DirectReplyTo, "", true, false, false, false, nil)
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		request       amqp.Publishing
 		correlationID string
 		double        int
 	}{
-		{amqp.Publishing{CorrelationId: "corr-1", MessageId: "msg-1", ReplyTo: rpc.DirectReplyTo, Body: []byte(`{"n":4}`)}, "corr-1", 8},
-		{amqp.Publishing{MessageId: "msg-2", ReplyTo: rpc.DirectReplyTo, Body: []byte(`{"n":5}`)}, "msg-2", 10},
+		{amqp.Publishing{CorrelationId: "corr-1", MessageId: "msg-1", ReplyTo: warren.DirectReplyTo, Body: []byte(`{"n":4}`)}, "corr-1", 8},
+		{amqp.Publishing{MessageId: "msg-2", ReplyTo: warren.DirectReplyTo, Body: []byte(`{"n":5}`)}, "msg-2", 10},
 	} {
 		require.NoError(t, ch.PublishWithContext(context.Background(), "", queue, true, false, tc.request))
 		select {

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/handlers"
 )
 
@@ -29,7 +27,7 @@ func Handler[Req, Resp any](fn func(ctx context.Context, req Req) (Resp, error))
 		if err != nil {
 			return nil, err
 		}
-		reply, err := NewJSON(msg.Context(), resp)
+		reply, err := handlers.NewJSON(msg.Context(), resp)
 		if err != nil {
 			return nil, err
 		}
@@ -37,24 +35,11 @@ func Handler[Req, Resp any](fn func(ctx context.Context, req Req) (Resp, error))
 	}
 }
 
-// NewJSON makes a message with v encoded as JSON (content type application/json), a new
-// UUID and ctx as its context.
-func NewJSON(ctx context.Context, v any) (*message.Message, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("rpc: encode %T: %w", v, err)
-	}
-	msg := message.NewMessage(watermill.NewUUID(), b)
-	msg.Metadata.Set(warren.MetadataContentType, handlers.ContentType)
-	msg.SetContext(ctx)
-	return msg, nil
-}
-
 // Call sends req, encoded as JSON, to topic's destination with c, and decodes the reply's
 // JSON body into a Resp. It fails like Client.Call, and when the reply cannot be decoded.
 func Call[Req, Resp any](ctx context.Context, c *Client, topic string, req Req) (Resp, error) {
 	var resp Resp
-	msg, err := NewJSON(ctx, req)
+	msg, err := handlers.NewJSON(ctx, req)
 	if err != nil {
 		return resp, err
 	}
@@ -71,7 +56,7 @@ func Call[Req, Resp any](ctx context.Context, c *Client, topic string, req Req) 
 // Send sends req, encoded as JSON, to topic's destination with c, without waiting for a
 // reply (see Client.Send).
 func Send[Req any](ctx context.Context, c *Client, topic string, req Req) error {
-	msg, err := NewJSON(ctx, req)
+	msg, err := handlers.NewJSON(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -76,7 +76,7 @@ func rpcRaw(q string) (time.Duration, error) {
 		return 0, err
 	}
 	defer conn.Close()
-	replies, err := ch.Consume(rpc.DirectReplyTo, "", true, false, false, false, nil)
+	replies, err := ch.Consume(warren.DirectReplyTo, "", true, false, false, false, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -105,7 +105,7 @@ func rpcRaw(q string) (time.Duration, error) {
 		mu.Lock()
 		waiting[id] = w
 		mu.Unlock()
-		if err := ch.Publish("", q, true, false, amqp.Publishing{CorrelationId: id, ReplyTo: rpc.DirectReplyTo, Body: body}); err != nil {
+		if err := ch.Publish("", q, true, false, amqp.Publishing{CorrelationId: id, ReplyTo: warren.DirectReplyTo, Body: body}); err != nil {
 			return err
 		}
 		select {
