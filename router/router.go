@@ -235,9 +235,9 @@ type HandlerConfig struct {
 	PublishTopic string
 	// Reply makes the handler a request/reply server (see package rpc): the messages it
 	// returns are published to the request's reply-to, with its correlation id, inside the
-	// middleware chain (a failure to publish them fails the handler; a caller that is gone
-	// is logged, and the request acked), and a request that is poisoned is answered with an
-	// error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
+	// middleware chain (a failure to publish them fails the handler; a reply to a caller
+	// that is gone is dropped, and the request acked), and a request that is poisoned is
+	// answered with an error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
 	Reply bool
 	// Middleware run inside the default chain, around the handler itself (inside Backoff,
 	// Poison and Recoverer: see Router). This is the place of a middleware.Idempotent that

@@ -44,9 +44,11 @@
 // reply-to as routing key) with the request's correlation id (its message id when it has
 // none), inside the middleware chain and only after the handler succeeded. A request sent
 // with Send has no reply-to: the handler's reply is then dropped. A reply to a caller that is
-// gone is logged and the request acked; it is never retried or poisoned (RabbitMQ 3.10 and
-// 4.0 return every direct reply-to reply to a mandatory publisher, delivered or not, so a
-// return says nothing there). A request that ends in the poison queue (a permanent error,
+// gone is dropped and the request acked, never retried or poisoned: the broker returns a
+// reply to a reply queue that no longer exists, which is logged; a reply to a direct
+// reply-to address is published without the mandatory flag (RabbitMQ 3.10.8 and 4.0.5
+// return every such reply to a mandatory publisher, delivered or not: a return would say
+// nothing) and the broker drops it when its caller is gone. A request that ends in the poison queue (a permanent error,
 // or its last attempt failed) is answered with an error reply, which Call returns as a
 // *RemoteError: the caller learns at once that and why its request was given up. A handler
 // that returns no message sends no reply (it may have forwarded the request, reply-to and
