@@ -192,6 +192,9 @@ func (h HandlerConfig) validate() error {
 	case h.Exchange != "" && len(h.Keys) == 0:
 		return fmt.Errorf("router: handler %s: HandlerConfig.Keys is empty: Exchange %q is bound to the queue with each key "+
 			"(for a fanout exchange, Keys: []string{\"\"})", h.Name, h.Exchange)
+	case h.Reply && h.PublishTopic != "":
+		return fmt.Errorf("router: handler %s: HandlerConfig.PublishTopic %q is set with Reply: a replying handler's "+
+			"messages go to the request's reply-to", h.Name, h.PublishTopic)
 	case h.Exchange == "" && len(h.Keys) > 0:
 		return fmt.Errorf("router: handler %s: HandlerConfig.Exchange is empty: Keys %q bind the queue to it", h.Name, h.Keys)
 	}
@@ -230,6 +233,12 @@ type HandlerConfig struct {
 	// schedule and then poisoned (a message that can never be published, e.g. unroutable, is
 	// poisoned at once).
 	PublishTopic string
+	// Reply makes the handler a request/reply server (see package rpc): the messages it
+	// returns are published to the request's reply-to, with its correlation id, inside the
+	// middleware chain (a failure to publish them fails the handler; a reply to a caller
+	// that is gone is dropped, and the request acked), and a request that is poisoned is
+	// answered with an error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
+	Reply bool
 	// Middleware run inside the default chain, around the handler itself (inside Backoff,
 	// Poison and Recoverer: see Router). This is the place of a middleware.Idempotent that
 	// makes a business operation happen once per message id (middleware.MessageIDKey) or per
@@ -254,8 +263,9 @@ type HandlerConfig struct {
 //     acked; a permanent error or the last attempt's failure goes on to Poison;
 //  5. recording messaging.process.duration: how long the handler took, and whether it
 //     failed (error.type), as Backoff sees it;
-//  6. publishing the messages the handler returns (to HandlerConfig.PublishTopic), so that
-//     a failure to publish them is retried and poisoned like any failure of the handler;
+//  6. publishing the messages the handler returns (to HandlerConfig.PublishTopic, or with
+//     HandlerConfig.Reply to the request's reply-to), so that a failure to publish them is
+//     retried and poisoned like any failure of the handler;
 //  7. middleware.Recoverer: a panic becomes an error, with its stack;
 //  8. the handler's own Middleware (HandlerConfig.Middleware), then the handler. An
 //     idempotency guard of the handler's own goes here: middleware.Idempotent keyed by
@@ -291,6 +301,8 @@ type Router struct {
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
+	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made for the first one
+	directPub message.Publisher
 }
 
 // New connects the router's publishers and declares Config.Declare.
@@ -419,7 +431,12 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 	if err != nil {
 		return nil, err
 	}
-	poison, err := middleware.NewPoison(middleware.PoisonConfig{Publisher: redeclaring{r}, MeterProvider: r.cfg.MeterProvider}, r.logger)
+	var poisonPub message.Publisher = redeclaring{r}
+	outputs := publishOutputs(r.pub, h.PublishTopic)
+	if h.Reply {
+		poisonPub, outputs = errorReplying{r, poisonPub}, r.publishReplies
+	}
+	poison, err := middleware.NewPoison(middleware.PoisonConfig{Publisher: poisonPub, MeterProvider: r.cfg.MeterProvider}, r.logger)
 	if err != nil {
 		return nil, err
 	}
@@ -437,7 +454,7 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 		poison.Middleware,
 		backoff.Middleware,
 		r.processMetrics,
-		publishOutputs(r.pub, h.PublishTopic),
+		outputs,
 		middleware.Recoverer,
 	)
 	return append(chain, h.Middleware...), nil
@@ -643,6 +660,12 @@ func (r *Router) Close() error {
 			for _, sub := range subs {
 				err = errors.Join(err, sub.Close())
 			}
+		}
+		r.mu.Lock()
+		direct := r.direct
+		r.mu.Unlock()
+		if direct != nil {
+			err = errors.Join(err, direct.Close())
 		}
 		r.closeErr = errors.Join(err, r.out.Close(), r.retries.Close())
 	})

@@ -1,0 +1,140 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/rpc"
+	"github.com/warrenmq/warren/topology"
+)
+
+// publishReplies publishes the messages a replying handler (HandlerConfig.Reply) returns to
+// the request's reply-to, with its correlation id, inside the chain like publishOutputs. A
+// request without reply-to (sent with rpc.Client.Send) gets no reply; a reply the broker
+// cannot route (the caller is gone) is logged, and the request acked.
+func (r *Router) publishReplies(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		out, err := h(msg)
+		if err != nil || len(out) == 0 {
+			return nil, err
+		}
+		replyTo, correlationID := rpc.ReplyTo(msg)
+		if replyTo == "" {
+			r.logger.Debug("Request without reply-to: reply dropped", watermill.LogFields{"message_uuid": msg.UUID})
+			return nil, nil
+		}
+		if err := msg.Context().Err(); err != nil { // shutting down: not published, not acked
+			return nil, fmt.Errorf("reply to %q: %w", replyTo, context.Cause(msg.Context()))
+		}
+		for i, o := range out {
+			rpc.PrepareReply(msg, o)
+			if !trace.SpanContextFromContext(o.Context()).IsValid() {
+				o.SetContext(msg.Context())
+			}
+			if id := middleware.DerivedPublishID(msg, ">"+strconv.Itoa(i)); id != "" && o.Metadata.Get(warren.MetadataPublishID) == "" {
+				o.Metadata.Set(warren.MetadataPublishID, id)
+			}
+		}
+		if err := r.publishReply(replyTo, correlationID, out...); err != nil {
+			err = fmt.Errorf("reply to %q: %w", replyTo, err)
+			if dlx.IsPermanent(err) {
+				return nil, middleware.Permanent(err)
+			}
+			return nil, err
+		}
+		return nil, nil
+	}
+}
+
+// publishReply publishes msgs to the reply-to address replyTo. A reply that no queue takes
+// is logged and counts as published: the caller gave up (its reply queue is gone), and
+// retrying or poisoning the request would not bring it back.
+//
+// Replies to a direct reply-to address are published without the mandatory flag: RabbitMQ
+// (3.10.8 and 4.0.5, measured) returns every one of them to a mandatory publisher, delivered
+// or not, so a return would say nothing and count every reply as failed.
+func (r *Router) publishReply(replyTo, correlationID string, msgs ...*message.Message) error {
+	pub := r.retryPub
+	if rpc.IsDirectReplyTo(replyTo) {
+		var err error
+		if pub, err = r.directPublisher(); err != nil {
+			return err
+		}
+	}
+	err := pub.Publish(replyTo, msgs...)
+	var ret *dlx.ReturnedError
+	if errors.As(err, &ret) {
+		r.logger.Info("Reply not delivered: its caller is gone", watermill.LogFields{
+			"reply_to": replyTo, "correlation_id": correlationID, "error": err.Error()})
+		return nil
+	}
+	return err
+}
+
+// directPublisher returns the publisher of replies to direct reply-to addresses (without
+// the mandatory flag), made on the first such reply.
+func (r *Router) directPublisher() (message.Publisher, error) {
+	r.mu.Lock()
+	pub, closed := r.directPub, r.closed
+	r.mu.Unlock()
+	switch {
+	case pub != nil:
+		return pub, nil
+	case closed:
+		return nil, fmt.Errorf("router is %w", ErrClosed)
+	}
+	pcfg := r.cfg.Publisher
+	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, true
+	direct, err := dlx.NewPublisher(pcfg, r.logger) // not under r.mu: it connects
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed: // Close did not see it
+		_ = direct.Close()
+		return nil, fmt.Errorf("router is %w", ErrClosed)
+	case r.directPub != nil: // another reply made one first
+		_ = direct.Close()
+		return r.directPub, nil
+	}
+	r.direct, r.directPub = direct, r.tracing.Publisher(direct)
+	return r.directPub, nil
+}
+
+// errorReplying publishes poison copies with next and then, for a request with a reply-to,
+// the error reply (see rpc.ErrorReply): the caller learns at once that its request was
+// given up. An error reply that cannot be published is logged; the request stays poisoned.
+type errorReplying struct {
+	r    *Router
+	next message.Publisher
+}
+
+func (p errorReplying) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.next.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		reply, replyTo := rpc.ErrorReply(m)
+		if reply == nil {
+			continue
+		}
+		_, correlationID := rpc.ReplyTo(m)
+		if err := p.r.publishReply(replyTo, correlationID, reply); err != nil {
+			p.r.logger.Error("Error reply not sent", err, watermill.LogFields{"reply_to": replyTo, "correlation_id": correlationID})
+		}
+	}
+	return nil
+}
+
+func (errorReplying) Close() error { return nil }

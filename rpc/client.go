@@ -1,0 +1,690 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/topology"
+)
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Connection says how to reach the broker (URL required). A lost connection is opened
+	// again at once, with backoff, for as long as the client is open.
+	Connection warren.Connection
+	// Route maps a topic to where its requests are published. Default dlx.ToQueue (the
+	// server's queue, named like the topic). The destination is never declared.
+	Route func(topic string) dlx.Route
+	// ReplyQueue, when set, is the name of the client's own reply queue; empty (the
+	// default) uses RabbitMQ's direct reply-to. See the package doc for the choice.
+	ReplyQueue string
+	// ReplyQueueType is the type of the reply queue. Default topology.Quorum.
+	ReplyQueueType topology.QueueType
+	// ReplyQueueExpires is how long the reply queue lives without a consumer before the
+	// broker deletes it (x-expires): longer than the client may stay disconnected. Default
+	// DefaultReplyQueueExpires.
+	ReplyQueueExpires time.Duration
+	// Timeout bounds a Call (publishing and waiting for the reply) and a Send, unless its
+	// context ends earlier. Default DefaultTimeout.
+	Timeout time.Duration
+	// Marshaler turns requests into publishings and replies into messages. Default
+	// warren.Marshaler{}.
+	Marshaler wamqp.Marshaler
+	// TracerProvider traces requests: a producer span per request (until the broker's
+	// confirmation), a child of the span in the context of Call or Send (or of the
+	// message), whose trace context travels in the request's metadata, so that the
+	// server's processing and its reply belong to the caller's trace. Default:
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+}
+
+// Defaults of ClientConfig.
+const (
+	DefaultTimeout           = 30 * time.Second
+	DefaultReplyQueueExpires = 10 * time.Minute
+)
+
+// WithDefaults returns c with every unset field set to its default.
+func (c ClientConfig) WithDefaults() ClientConfig {
+	c.Connection = c.Connection.WithDefaults()
+	if c.Route == nil {
+		c.Route = dlx.ToQueue
+	}
+	if c.ReplyQueueType == "" {
+		c.ReplyQueueType = topology.Quorum
+	}
+	if c.ReplyQueueExpires == 0 {
+		c.ReplyQueueExpires = DefaultReplyQueueExpires
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Marshaler == nil {
+		c.Marshaler = warren.Marshaler{}
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable. No error contains a password
+// of ClientConfig.Connection.URL.
+func (c ClientConfig) Validate() error {
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("rpc: ClientConfig.%w", err)
+	}
+	switch {
+	case c.Timeout < 0:
+		return fmt.Errorf("rpc: ClientConfig.Timeout %s is negative", c.Timeout)
+	case c.ReplyQueueExpires < 0:
+		return fmt.Errorf("rpc: ClientConfig.ReplyQueueExpires %s is negative", c.ReplyQueueExpires)
+	case c.ReplyQueueExpires > 0 && c.ReplyQueueExpires < time.Millisecond:
+		return fmt.Errorf("rpc: ClientConfig.ReplyQueueExpires %s is below 1ms", c.ReplyQueueExpires)
+	case strings.HasPrefix(c.ReplyQueue, "amq."):
+		return fmt.Errorf("rpc: ClientConfig.ReplyQueue %q: names starting with amq. are the broker's "+
+			"(leave it empty for direct reply-to)", c.ReplyQueue)
+	case len(c.ReplyQueue) > 255:
+		return fmt.Errorf("rpc: ClientConfig.ReplyQueue is %d bytes long, the limit is 255", len(c.ReplyQueue))
+	case c.ReplyQueueType != "" && c.ReplyQueueType != topology.Quorum && c.ReplyQueueType != topology.Classic:
+		return fmt.Errorf("rpc: ClientConfig.ReplyQueueType %q is neither %q nor %q", c.ReplyQueueType, topology.Quorum, topology.Classic)
+	}
+	return nil
+}
+
+// Client sends requests and receives their replies on one connection (see the package doc).
+// It is safe for concurrent use; any number of calls may be in flight at once.
+type Client struct {
+	cfg     ClientConfig
+	logger  watermill.LoggerAdapter
+	dialer  *amqpx.Dialer
+	tracing *middleware.Tracing
+	direct  bool
+
+	mu      sync.Mutex
+	sess    *session      // nil while (re)connecting
+	ready   chan struct{} // closed once sess is set
+	pending map[string]*call
+	closed  bool
+
+	ctx  context.Context // ends with Close
+	stop context.CancelFunc
+	done <-chan struct{} // ctx.Done()
+	wg   sync.WaitGroup
+}
+
+// call is a request in flight, by its correlation id.
+type call struct {
+	confirm  chan error   // the broker's confirmation of the request (one per publish)
+	reply    chan result  // the reply (or error reply, or the request's return)
+	returned *amqp.Return // set by the session's confirm loop, under session.mu
+	sent     atomic.Bool  // the broker confirmed the request
+}
+
+type result struct {
+	msg *message.Message
+	err error
+}
+
+// NewClient connects, and with ClientConfig.ReplyQueue declares the reply queue, retrying
+// until Connection.ConnectTimeout.
+func NewClient(config ClientConfig, logger watermill.LoggerAdapter) (*Client, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	config = config.WithDefaults()
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	tracing, err := middleware.NewTracing(middleware.TracingConfig{TracerProvider: config.TracerProvider})
+	if err != nil {
+		return nil, fmt.Errorf("rpc: %w", err)
+	}
+	c := &Client{
+		tracing: tracing,
+		cfg:     config,
+		logger:  logger,
+		dialer:  amqpx.NewDialer(config.Connection, "warren rpc client", logger),
+		direct:  config.ReplyQueue == "",
+		ready:   make(chan struct{}),
+		pending: map[string]*call{},
+	}
+	c.ctx, c.stop = context.WithCancel(context.Background())
+	c.done = c.ctx.Done()
+	var s *session
+	err = amqpx.RetryLogged(c.ctx, config.Connection.ConnectTimeout, "rpc: connect", logger, nil,
+		func(ctx context.Context) (err error) {
+			s, err = c.open(ctx)
+			return err
+		})
+	if err != nil {
+		c.stop()
+		return nil, err
+	}
+	c.setSession(s)
+	c.wg.Add(1)
+	go c.run(s)
+	return c, nil
+}
+
+// session is one connection and its channel, which publishes the requests and consumes the
+// replies (direct reply-to needs both on one channel).
+type session struct {
+	conn *amqp.Connection
+	ch   *amqp.Channel
+	done chan struct{} // closed once the channel is closed and every reply on it handed over
+
+	sendMu sync.Mutex // serialises publishing, so that seq follows the broker's delivery tags
+	mu     sync.Mutex
+	seq    uint64
+	sent   map[uint64]*call // awaiting the broker's confirmation, by delivery tag
+	err    error            // why the channel closed
+}
+
+// open connects, opens the channel in confirm mode and consumes the replies.
+func (c *Client) open(ctx context.Context) (*session, error) {
+	conn, err := c.dialer.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	s, err := c.setUp(ctx, conn)
+	if err != nil {
+		_ = amqpx.Close(conn)
+		return nil, amqpx.PermanentIfRefused(err)
+	}
+	return s, nil
+}
+
+func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, error) {
+	stop := amqpx.Watch(ctx, conn)
+	defer stop()
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("open channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	source := warren.DirectReplyTo
+	if !c.direct {
+		source = c.cfg.ReplyQueue
+		args := amqp.Table{"x-expires": c.cfg.ReplyQueueExpires.Milliseconds(), amqp.QueueTypeArg: string(c.cfg.ReplyQueueType)}
+		if _, err := ch.QueueDeclare(source, true, false, false, false, args); err != nil {
+			return nil, fmt.Errorf("declare reply queue %q: %w", source, err)
+		}
+		if err := ch.Qos(replyPrefetch, 0, false); err != nil {
+			return nil, fmt.Errorf("prefetch: %w", err)
+		}
+	}
+	// Direct reply-to is consumed without acks; a reply queue with them, by this client only.
+	deliveries, err := ch.Consume(source, "", c.direct, !c.direct, false, false, nil)
+	if err != nil {
+		return nil, fmt.Errorf("consume replies from %q: %w", source, err)
+	}
+	if !c.direct {
+		// A quorum queue takes a second consumer even when the first is exclusive (RabbitMQ
+		// 3.10.8 and 4.0.5): count them. A consumer of a connection that was just lost may
+		// still be counted; the reconnection is then tried again.
+		q, err := ch.QueueDeclarePassive(source, true, false, false, false, nil)
+		if err != nil {
+			return nil, fmt.Errorf("inspect reply queue %q: %w", source, err)
+		}
+		if q.Consumers > 1 {
+			return nil, amqpx.Permanent(fmt.Errorf("%w: reply queue %q has %d consumers: another client uses it "+
+				"(each client needs a reply queue of its own)", errReplyQueueTaken, source, q.Consumers))
+		}
+	}
+	s := &session{conn: conn, ch: ch, done: make(chan struct{}), sent: map[uint64]*call{}}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
+	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	consumed := make(chan struct{})
+	c.wg.Add(2)
+	go func() {
+		defer c.wg.Done()
+		defer close(consumed)
+		c.consume(deliveries)
+		// Also when the broker cancelled the consumer (its queue's node went down) on a channel
+		// that stays open: the session ends, and the next one consumes again.
+		_ = ch.Close()
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.confirmLoop(s, confirms, returns, closes)
+		<-consumed // the replies that came before the close are handed over first
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// errReplyQueueTaken: another client consumes the reply queue.
+var errReplyQueueTaken = errors.New("reply queue taken")
+
+// replyPrefetch is how many replies of a reply queue the broker sends before their acks.
+const replyPrefetch = 1000
+
+// consume hands each reply to its call, until the channel closes.
+func (c *Client) consume(deliveries <-chan amqp.Delivery) {
+	for d := range deliveries {
+		id := d.CorrelationId
+		msg, err := c.cfg.Marshaler.Unmarshal(d)
+		if err == nil {
+			msg.Metadata.Set(warren.MetadataCorrelationID, id)
+			if rerr := remoteError(msg); rerr != nil {
+				msg, err = nil, rerr
+			}
+		}
+		c.mu.Lock()
+		k := c.pending[id]
+		c.mu.Unlock()
+		if k != nil {
+			select {
+			case k.reply <- result{msg, err}:
+			default: // a second reply (the request was processed twice): the first one counts
+			}
+		} else {
+			c.logger.Debug("Reply to no call in flight dropped (its call gave up, or a copy)",
+				watermill.LogFields{"correlation_id": id})
+		}
+		if !c.direct {
+			_ = d.Ack(false) // a lost ack brings the reply again, which is then dropped
+		}
+	}
+}
+
+// confirmLoop resolves each request the session published to confirmed, nacked or returned,
+// until the channel closes.
+//
+// RabbitMQ sends basic.return before the basic.ack of the same message and amqp091 hands both
+// over in that order; the returns already handed over are taken before each confirmation
+// (as dlx's publisher does), so a request's return is always recorded before its
+// confirmation is handled.
+func (c *Client) confirmLoop(s *session, confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
+	record := func(r amqp.Return) {
+		c.mu.Lock()
+		k := c.pending[r.CorrelationId]
+		c.mu.Unlock()
+		if k == nil {
+			return
+		}
+		s.mu.Lock()
+		k.returned = &r
+		s.mu.Unlock()
+		select { // a Call waiting for its reply after the confirmation learns it that way
+		case k.reply <- result{err: returnedError(r)}:
+		default:
+		}
+	}
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			record(r)
+		case conf, ok := <-confirms:
+		drain:
+			for returns != nil {
+				select {
+				case r, ok := <-returns:
+					if !ok {
+						returns = nil
+						break drain
+					}
+					record(r)
+				default:
+					break drain
+				}
+			}
+			if !ok {
+				err := errors.New("channel closed")
+				if e, ok := <-closes; ok && e != nil {
+					err = fmt.Errorf("channel closed: %w", e)
+				}
+				s.mu.Lock()
+				s.err = err
+				for tag, k := range s.sent {
+					k.confirm <- err
+					delete(s.sent, tag)
+				}
+				s.mu.Unlock()
+				return
+			}
+			s.mu.Lock()
+			k := s.sent[conf.DeliveryTag]
+			delete(s.sent, conf.DeliveryTag)
+			var ret *amqp.Return
+			if k != nil {
+				ret = k.returned
+			}
+			s.mu.Unlock()
+			switch {
+			case k == nil:
+			case !conf.Ack:
+				k.confirm <- dlx.ErrNacked
+			case ret != nil:
+				k.confirm <- amqpx.Permanent(returnedError(*ret))
+			default:
+				k.confirm <- nil
+			}
+		}
+	}
+}
+
+func returnedError(r amqp.Return) error {
+	return &dlx.ReturnedError{Exchange: r.Exchange, RoutingKey: r.RoutingKey, ReplyCode: r.ReplyCode, ReplyText: r.ReplyText}
+}
+
+// publish sends p for k on s; k.confirm then gets the broker's answer.
+func (s *session) publish(ctx context.Context, route dlx.Route, k *call, p amqp.Publishing) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return s.err
+	}
+	s.seq++
+	tag := s.seq
+	s.sent[tag] = k
+	k.returned = nil
+	s.mu.Unlock()
+	if err := s.ch.PublishWithContext(ctx, route.Exchange, route.RoutingKey, true, false, p); err != nil {
+		s.mu.Lock()
+		if _, ok := s.sent[tag]; ok { // not already failed by the close
+			delete(s.sent, tag)
+			s.seq-- // amqp091 did not count it either
+		}
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// setSession makes s the current session, unless the client is closed (s is then closed).
+func (c *Client) setSession(s *session) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		_ = amqpx.Close(s.conn)
+		return false
+	}
+	c.sess = s
+	close(c.ready)
+	return true
+}
+
+// run opens the connection again whenever it is lost, until Close.
+func (c *Client) run(s *session) {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-s.done:
+		}
+		c.mu.Lock()
+		if c.sess == s {
+			c.sess, c.ready = nil, make(chan struct{})
+		}
+		c.mu.Unlock()
+		_ = amqpx.Close(s.conn)
+		c.logger.Info("rpc: reconnecting", watermill.LogFields{"cause": s.err})
+		for {
+			err := amqpx.RetryLogged(c.ctx, c.cfg.Connection.ConnectTimeout, "rpc: reconnect", c.logger, nil,
+				func(ctx context.Context) (err error) {
+					s, err = c.open(ctx)
+					return err
+				})
+			if err == nil {
+				break
+			}
+			select { // a refusal (the reply queue's consumer taken) is tried again after a pause
+			case <-c.done:
+				return
+			case <-time.After(reconnectPause):
+			}
+		}
+		if !c.setSession(s) {
+			return
+		}
+	}
+}
+
+// reconnectPause separates two rounds of reconnection that both failed.
+const reconnectPause = 2 * time.Second
+
+// current returns the open session, waiting for a reconnection until ctx ends.
+func (c *Client) current(ctx context.Context) (*session, error) {
+	for {
+		c.mu.Lock()
+		s, ready, closed := c.sess, c.ready, c.closed
+		c.mu.Unlock()
+		switch {
+		case closed:
+			return nil, amqpx.Permanent(fmt.Errorf("rpc: client is %w", ErrClosed))
+		case s != nil:
+			return s, nil
+		}
+		select {
+		case <-ready:
+		case <-c.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for the connection: %w", context.Cause(ctx))
+		}
+	}
+}
+
+// Call publishes msg to topic's destination as a request, and returns the reply. It fails
+// when ctx ends or ClientConfig.Timeout has elapsed first (the error then wraps
+// context.DeadlineExceeded, or ctx's cause), with a *RemoteError when the server gave the
+// request up (it is in the poison queue), with a *dlx.ReturnedError when no queue takes the
+// request, and with ErrReplyLost when the direct reply-to connection was lost while waiting.
+// The request gets a new correlation id and the reply-to; msg's other metadata are sent as
+// headers.
+func (c *Client) Call(ctx context.Context, topic string, msg *message.Message) (*message.Message, error) {
+	r, err := c.roundTrip(ctx, topic, msg, true)
+	if err != nil {
+		return nil, fmt.Errorf("rpc: call %q: %w", topic, err)
+	}
+	return r, nil
+}
+
+// Send publishes msg to topic's destination as a request without reply-to (the server's
+// reply is dropped), and returns once the broker has confirmed it; it fails like Call
+// except for the reply. msg gets a new correlation id.
+func (c *Client) Send(ctx context.Context, topic string, msg *message.Message) error {
+	if _, err := c.roundTrip(ctx, topic, msg, false); err != nil {
+		return fmt.Errorf("rpc: send to %q: %w", topic, err)
+	}
+	return nil
+}
+
+func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Message, wait bool) (*message.Message, error) {
+	ctx, cancel := context.WithTimeout(parent, c.cfg.Timeout)
+	defer cancel()
+	id := watermill.NewUUID()
+	k := &call{confirm: make(chan error, 1), reply: make(chan result, 1)}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("client is %w", ErrClosed)
+	}
+	c.pending[id] = k
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, id)
+		c.mu.Unlock()
+	}()
+
+	if !trace.SpanContextFromContext(msg.Context()).IsValid() {
+		msg.SetContext(parent) // the request's producer span is a child of the caller's
+	}
+	var s *session
+	send := func(ctx context.Context, msg *message.Message) error {
+		pub, err := c.publishing(msg, id, wait)
+		if err != nil {
+			return err
+		}
+		route := c.cfg.Route(topic)
+		deadline, _ := ctx.Deadline()
+		return amqpx.Retry(ctx, time.Until(deadline), "", func(ctx context.Context) error {
+			var err error
+			if s, err = c.current(ctx); err != nil {
+				return err
+			}
+			if err := s.publish(ctx, route, k, pub); err != nil {
+				return err
+			}
+			select {
+			case err := <-k.confirm:
+				return err
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the broker's confirmation: %w", context.Cause(ctx))
+			}
+		})
+	}
+	// Traced: a producer span, and the trace context in the request's metadata.
+	err := c.tracing.Publisher(publisherFunc(func(_ string, msgs ...*message.Message) error {
+		return send(ctx, msgs[0])
+	})).Publish(topic, msg)
+	if err != nil {
+		return nil, c.ended(parent, ctx, "publish the request", id, err)
+	}
+	k.sent.Store(true)
+	if !wait {
+		return nil, nil
+	}
+	var lost <-chan struct{}
+	if c.direct {
+		lost = s.done
+	}
+	select {
+	case r := <-k.reply:
+		return r.msg, r.err
+	case <-lost:
+		select {
+		case r := <-k.reply: // it came before the connection was lost
+			return r.msg, r.err
+		default:
+		}
+		return nil, fmt.Errorf("%w: direct reply-to, and the connection was lost (%v) after the request "+
+			"(correlation id %s) was sent; it may still be processed", ErrReplyLost, s.err, id)
+	case <-c.done:
+		return nil, fmt.Errorf("client is %w", ErrClosed)
+	case <-ctx.Done():
+		return nil, c.ended(parent, ctx, "no reply", id, nil)
+	}
+}
+
+// publisherFunc is a message.Publisher of one function.
+type publisherFunc func(topic string, msgs ...*message.Message) error
+
+func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
+	return f(topic, msgs...)
+}
+func (publisherFunc) Close() error { return nil }
+
+// ended is the error of a call that failed with err (nil: no reply came) or whose context
+// ended: "no reply within ClientConfig.Timeout 300ms (correlation id X): context deadline
+// exceeded".
+func (c *Client) ended(parent, ctx context.Context, what, id string, err error) error {
+	last := ""
+	if err != nil {
+		last = fmt.Sprintf(" (last error: %v)", err)
+	}
+	switch {
+	case parent.Err() != nil:
+		return fmt.Errorf("%s (correlation id %s): %w%s", what, id, context.Cause(parent), last)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s within ClientConfig.Timeout %s (correlation id %s): %w%s", what, c.cfg.Timeout, id, context.DeadlineExceeded, last)
+	}
+	return fmt.Errorf("%s (correlation id %s): %w", what, id, err)
+}
+
+// publishing is msg as a request with correlation id id and, with reply, the reply-to.
+func (c *Client) publishing(msg *message.Message, id string, reply bool) (amqp.Publishing, error) {
+	p, err := c.cfg.Marshaler.Marshal(msg)
+	if err != nil {
+		return p, fmt.Errorf("marshal message %s: %w", msg.UUID, err)
+	}
+	if p.Headers == nil {
+		p.Headers = amqp.Table{}
+	}
+	for k := range p.Headers {
+		if warren.IsDelayMetadata(k) || k == warren.MetadataPublishID {
+			delete(p.Headers, k) // instructions to dlx's publisher, which requests do not go through
+		}
+	}
+	// The properties only: the server's subscriber maps them to metadata.
+	delete(p.Headers, warren.MetadataCorrelationID)
+	delete(p.Headers, warren.MetadataReplyTo)
+	p.CorrelationId, p.ReplyTo = id, ""
+	if reply {
+		p.ReplyTo = c.cfg.ReplyQueue
+		if c.direct {
+			p.ReplyTo = warren.DirectReplyTo // the broker replaces it with the channel's address
+		}
+	}
+	if ct := msg.Metadata.Get(warren.MetadataContentType); ct != "" {
+		p.ContentType = ct
+	}
+	if size, err := amqpx.HeaderFrameSize(p); err != nil || size > amqpx.MaxHeaderFrame {
+		return p, fmt.Errorf("message %s: %w", msg.UUID, dlx.ErrTooLarge)
+	}
+	return p, nil
+}
+
+// Close fails the calls in flight with ErrClosed, deletes the reply queue (with
+// ClientConfig.ReplyQueue) and closes the connection. Close may be called more than once.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	s := c.sess
+	c.mu.Unlock()
+	c.stop()
+	var err error
+	if s != nil {
+		if !c.direct {
+			err = c.deleteReplyQueue(s)
+		}
+		err = errors.Join(err, amqpx.Close(s.conn))
+	}
+	c.wg.Wait()
+	return err
+}
+
+// deleteReplyQueue deletes the reply queue, on a channel of its own.
+func (c *Client) deleteReplyQueue(s *session) error {
+	ctx, cancel := context.WithTimeout(context.Background(), amqpx.CloseTimeout)
+	defer cancel()
+	stop := amqpx.Watch(ctx, s.conn)
+	defer stop()
+	ch, err := s.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rpc: delete reply queue %q: %w", c.cfg.ReplyQueue, err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDelete(c.cfg.ReplyQueue, false, false, false); err != nil {
+		return fmt.Errorf("rpc: delete reply queue %q: %w", c.cfg.ReplyQueue, err)
+	}
+	return nil
+}
