@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/rpc"
@@ -35,15 +32,10 @@ func (r *Router) publishReplies(h message.HandlerFunc) message.HandlerFunc {
 		if err := msg.Context().Err(); err != nil { // shutting down: not published, not acked
 			return nil, fmt.Errorf("reply to %q: %w", replyTo, context.Cause(msg.Context()))
 		}
-		for i, o := range out {
+		for _, o := range out {
 			rpc.PrepareReply(msg, o)
-			if !trace.SpanContextFromContext(o.Context()).IsValid() {
-				o.SetContext(msg.Context())
-			}
-			if id := middleware.DerivedPublishID(msg, ">"+strconv.Itoa(i)); id != "" && o.Metadata.Get(warren.MetadataPublishID) == "" {
-				o.Metadata.Set(warren.MetadataPublishID, id)
-			}
 		}
+		deriveOutputs(msg, out)
 		if err := r.publishReply(replyTo, correlationID, out...); err != nil {
 			err = fmt.Errorf("reply to %q: %w", replyTo, err)
 			if dlx.IsPermanent(err) {

@@ -488,14 +488,7 @@ func publishOutputs(pub message.Publisher, topic string) message.HandlerMiddlewa
 			if err := msg.Context().Err(); err != nil { // shutting down: not published, not acked
 				return nil, fmt.Errorf("publish %d messages to %q: %w", len(out), topic, context.Cause(msg.Context()))
 			}
-			for i, o := range out { // published within the message's trace, and its lifetime
-				if !trace.SpanContextFromContext(o.Context()).IsValid() {
-					o.SetContext(msg.Context())
-				}
-				if id := middleware.DerivedPublishID(msg, ">"+strconv.Itoa(i)); id != "" && o.Metadata.Get(warren.MetadataPublishID) == "" {
-					o.Metadata.Set(warren.MetadataPublishID, id) // copies of msg make copies of its outputs
-				}
-			}
+			deriveOutputs(msg, out)
 			if err := pub.Publish(topic, out...); err != nil {
 				err = fmt.Errorf("publish %d messages to %q: %w", len(out), topic, err)
 				if dlx.IsPermanent(err) {
@@ -504,6 +497,20 @@ func publishOutputs(pub message.Publisher, topic string) message.HandlerMiddlewa
 				return nil, err
 			}
 			return nil, nil
+		}
+	}
+}
+
+// deriveOutputs readies the messages out that the handler of msg returned for publishing:
+// within msg's trace and lifetime, with publish ids derived from msg's, so that copies of msg
+// make copies of its outputs (recognised in turn).
+func deriveOutputs(msg *message.Message, out []*message.Message) {
+	for i, o := range out {
+		if !trace.SpanContextFromContext(o.Context()).IsValid() {
+			o.SetContext(msg.Context())
+		}
+		if id := middleware.DerivedPublishID(msg, ">"+strconv.Itoa(i)); id != "" && o.Metadata.Get(warren.MetadataPublishID) == "" {
+			o.Metadata.Set(warren.MetadataPublishID, id)
 		}
 	}
 }
