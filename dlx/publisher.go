@@ -156,7 +156,7 @@ type Publisher struct {
 	queues    map[string]topology.Queue    // listed in Config.Declare or Declare, by name
 	exchanges map[string]topology.Exchange // likewise
 	conn      *amqp.Connection
-	conf      *confirmer
+	conf      *amqpx.Confirmer
 	declared  map[Route]bool // destinations declared on this connection
 	closed    bool
 
@@ -248,7 +248,7 @@ func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
 // connect returns the open confirm channel, dialling and opening it when needed. One call
 // at a time dials, without holding p.mu; the others wait for it, each until its own ctx
 // ends.
-func (p *Publisher) connect(ctx context.Context) (*confirmer, error) {
+func (p *Publisher) connect(ctx context.Context) (*amqpx.Confirmer, error) {
 	if conf, err := p.current(); conf != nil || err != nil {
 		return conf, err
 	}
@@ -283,7 +283,7 @@ func (p *Publisher) connect(ctx context.Context) (*confirmer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	conf, err := newConfirmer(ch)
+	conf, err := amqpx.NewConfirmer(ch)
 	if err != nil {
 		_ = ch.Close()
 		return nil, err
@@ -315,13 +315,13 @@ var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", ErrC
 
 // current returns the open confirm channel, or nil if there is none; the error is set once
 // the publisher is closed.
-func (p *Publisher) current() (*confirmer, error) {
+func (p *Publisher) current() (*amqpx.Confirmer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return nil, errPublisherClosed
 	}
-	if p.conf != nil && p.conf.closed() == nil && p.conn != nil && !p.conn.IsClosed() {
+	if p.conf != nil && p.conf.Closed() == nil && p.conn != nil && !p.conn.IsClosed() {
 		return p.conf, nil
 	}
 	return nil, nil
@@ -557,10 +557,10 @@ func messagesContext(msgs []*message.Message) (context.Context, context.CancelFu
 // final; a nack and a closed channel are retried by the caller. A broker refusal that closes
 // the channel (access refused, a message size over the broker's limit) cannot be told apart
 // from the messages in flight with it: those are marked suspect and sent alone next time.
-func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route, out []outgoing, confirmed, suspect []bool) error {
+func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route Route, out []outgoing, confirmed, suspect []bool) error {
 	type sent struct {
 		i int
-		f *inflight
+		f *amqpx.Inflight
 	}
 	flights := make([]sent, 0, len(out))
 	var sendErr error
@@ -573,7 +573,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route
 			sendErr = amqpx.Permanent(err)
 			break
 		}
-		f, err := conf.publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
+		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
 		if err != nil {
 			suspect[i] = amqpx.IsPermanentBrokerError(err)
 			sendErr = err
@@ -583,7 +583,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *confirmer, route Route
 	}
 	var final error
 	for _, s := range flights {
-		err := s.f.wait(ctx)
+		err := s.f.Wait(ctx)
 		var ret *ReturnedError
 		switch {
 		case err == nil:
@@ -667,13 +667,13 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 		return amqpx.Permanent(err)
 	}
 	return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
-		conf, err := newConfirmer(ch)
+		conf, err := amqpx.NewConfirmer(ch)
 		if err != nil {
 			return err
 		}
-		f, err := conf.publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
+		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
 		if err == nil {
-			err = f.wait(ctx)
+			err = f.Wait(ctx)
 		}
 		if IsPermanent(err) {
 			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))

@@ -127,10 +127,8 @@ type Client struct {
 
 // call is a request in flight, by its correlation id.
 type call struct {
-	confirm  chan error   // the broker's confirmation of the request (one per publish)
-	reply    chan result  // the reply (or error reply, or the request's return)
-	returned *amqp.Return // set by the session's confirm loop, under session.mu
-	sent     atomic.Bool  // the broker confirmed the request
+	reply chan result // the reply (or error reply)
+	sent  atomic.Bool // the broker confirmed the request
 }
 
 type result struct {
@@ -183,14 +181,8 @@ func NewClient(config ClientConfig, logger watermill.LoggerAdapter) (*Client, er
 // replies (direct reply-to needs both on one channel).
 type session struct {
 	conn *amqp.Connection
-	ch   *amqp.Channel
-	done chan struct{} // closed once the channel is closed and every reply on it handed over
-
-	sendMu sync.Mutex // serialises publishing, so that seq follows the broker's delivery tags
-	mu     sync.Mutex
-	seq    uint64
-	sent   map[uint64]*call // awaiting the broker's confirmation, by delivery tag
-	err    error            // why the channel closed
+	conf *amqpx.Confirmer // the channel: conf.Closed() says why it closed
+	done chan struct{}    // closed once the channel is closed and every reply on it handed over
 }
 
 // open connects, opens the channel in confirm mode and consumes the replies.
@@ -214,8 +206,9 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 	if err != nil {
 		return nil, fmt.Errorf("open channel: %w", err)
 	}
-	if err := ch.Confirm(false); err != nil {
-		return nil, fmt.Errorf("confirm mode: %w", err)
+	conf, err := amqpx.NewConfirmer(ch)
+	if err != nil {
+		return nil, err
 	}
 	source := warren.DirectReplyTo
 	if !c.direct {
@@ -246,10 +239,7 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 				"(each client needs a reply queue of its own)", errReplyQueueTaken, source, q.Consumers))
 		}
 	}
-	s := &session{conn: conn, ch: ch, done: make(chan struct{}), sent: map[uint64]*call{}}
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
-	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
-	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	s := &session{conn: conn, conf: conf, done: make(chan struct{})}
 	consumed := make(chan struct{})
 	c.wg.Add(2)
 	go func() {
@@ -262,8 +252,8 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 	}()
 	go func() {
 		defer c.wg.Done()
-		c.confirmLoop(s, confirms, returns, closes)
-		<-consumed // the replies that came before the close are handed over first
+		<-conf.Done() // every request in flight on the channel failed
+		<-consumed    // the replies that came before the close are handed over first
 		close(s.done)
 	}()
 	return s, nil
@@ -304,116 +294,6 @@ func (c *Client) consume(deliveries <-chan amqp.Delivery) {
 	}
 }
 
-// confirmLoop resolves each request the session published to confirmed, nacked or returned,
-// until the channel closes.
-//
-// RabbitMQ sends basic.return before the basic.ack of the same message and amqp091 hands both
-// over in that order; the returns already handed over are taken before each confirmation
-// (as dlx's publisher does), so a request's return is always recorded before its
-// confirmation is handled.
-func (c *Client) confirmLoop(s *session, confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
-	record := func(r amqp.Return) {
-		c.mu.Lock()
-		k := c.pending[r.CorrelationId]
-		c.mu.Unlock()
-		if k == nil {
-			return
-		}
-		s.mu.Lock()
-		k.returned = &r
-		s.mu.Unlock()
-		select { // a Call waiting for its reply after the confirmation learns it that way
-		case k.reply <- result{err: returnedError(r)}:
-		default:
-		}
-	}
-	for {
-		select {
-		case r, ok := <-returns:
-			if !ok {
-				returns = nil
-				continue
-			}
-			record(r)
-		case conf, ok := <-confirms:
-		drain:
-			for returns != nil {
-				select {
-				case r, ok := <-returns:
-					if !ok {
-						returns = nil
-						break drain
-					}
-					record(r)
-				default:
-					break drain
-				}
-			}
-			if !ok {
-				err := errors.New("channel closed")
-				if e, ok := <-closes; ok && e != nil {
-					err = fmt.Errorf("channel closed: %w", e)
-				}
-				s.mu.Lock()
-				s.err = err
-				for tag, k := range s.sent {
-					k.confirm <- err
-					delete(s.sent, tag)
-				}
-				s.mu.Unlock()
-				return
-			}
-			s.mu.Lock()
-			k := s.sent[conf.DeliveryTag]
-			delete(s.sent, conf.DeliveryTag)
-			var ret *amqp.Return
-			if k != nil {
-				ret = k.returned
-			}
-			s.mu.Unlock()
-			switch {
-			case k == nil:
-			case !conf.Ack:
-				k.confirm <- dlx.ErrNacked
-			case ret != nil:
-				k.confirm <- amqpx.Permanent(returnedError(*ret))
-			default:
-				k.confirm <- nil
-			}
-		}
-	}
-}
-
-func returnedError(r amqp.Return) error {
-	return &dlx.ReturnedError{Exchange: r.Exchange, RoutingKey: r.RoutingKey, ReplyCode: r.ReplyCode, ReplyText: r.ReplyText}
-}
-
-// publish sends p for k on s; k.confirm then gets the broker's answer.
-func (s *session) publish(ctx context.Context, route dlx.Route, k *call, p amqp.Publishing) error {
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return s.err
-	}
-	s.seq++
-	tag := s.seq
-	s.sent[tag] = k
-	k.returned = nil
-	s.mu.Unlock()
-	if err := s.ch.PublishWithContext(ctx, route.Exchange, route.RoutingKey, true, false, p); err != nil {
-		s.mu.Lock()
-		if _, ok := s.sent[tag]; ok { // not already failed by the close
-			delete(s.sent, tag)
-			s.seq-- // amqp091 did not count it either
-		}
-		s.mu.Unlock()
-		return err
-	}
-	return nil
-}
-
 // setSession makes s the current session, unless the client is closed (s is then closed).
 func (c *Client) setSession(s *session) bool {
 	c.mu.Lock()
@@ -442,7 +322,7 @@ func (c *Client) run(s *session) {
 		}
 		c.mu.Unlock()
 		_ = amqpx.Close(s.conn)
-		c.logger.Info("rpc: reconnecting", watermill.LogFields{"cause": s.err})
+		c.logger.Info("rpc: reconnecting", watermill.LogFields{"cause": s.conf.Closed()})
 		for {
 			err := amqpx.RetryLogged(c.ctx, c.cfg.Connection.ConnectTimeout, "rpc: reconnect", c.logger, nil,
 				func(ctx context.Context) (err error) {
@@ -517,7 +397,7 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 	ctx, cancel := context.WithTimeout(parent, c.cfg.Timeout)
 	defer cancel()
 	id := watermill.NewUUID()
-	k := &call{confirm: make(chan error, 1), reply: make(chan result, 1)}
+	k := &call{reply: make(chan result, 1)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -547,15 +427,15 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 			if s, err = c.current(ctx); err != nil {
 				return err
 			}
-			if err := s.publish(ctx, route, k, pub); err != nil {
-				return err
+			f, err := s.conf.Publish(ctx, route.Exchange, route.RoutingKey, true, pub)
+			if err == nil {
+				err = f.Wait(ctx) // a return comes before the confirmation: the result says so
 			}
-			select {
-			case err := <-k.confirm:
-				return err
-			case <-ctx.Done():
-				return fmt.Errorf("waiting for the broker's confirmation: %w", context.Cause(ctx))
+			var ret *dlx.ReturnedError
+			if errors.As(err, &ret) {
+				return amqpx.Permanent(err)
 			}
+			return err
 		})
 	}
 	// Traced: a producer span, and the trace context in the request's metadata.
@@ -583,7 +463,7 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		default:
 		}
 		return nil, fmt.Errorf("%w: direct reply-to, and the connection was lost (%v) after the request "+
-			"(correlation id %s) was sent; it may still be processed", ErrReplyLost, s.err, id)
+			"(correlation id %s) was sent; it may still be processed", ErrReplyLost, s.conf.Closed(), id)
 	case <-c.done:
 		return nil, fmt.Errorf("client is %w", ErrClosed)
 	case <-ctx.Done():

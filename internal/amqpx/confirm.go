@@ -1,0 +1,227 @@
+package amqpx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrNacked is wrapped by the error of a publishing the broker nacked (dlx.ErrNacked).
+var ErrNacked = errors.New("the broker nacked the message")
+
+// ReturnedError is the error of a mandatory publishing the broker could not route
+// (dlx.ReturnedError).
+type ReturnedError struct {
+	Exchange, RoutingKey string
+	ReplyCode            uint16
+	ReplyText            string
+}
+
+// Error says which exchange and routing key the broker could not route, and why.
+func (e *ReturnedError) Error() string {
+	return fmt.Sprintf("the broker returned the message: %d %s (exchange %q, routing key %q)",
+		e.ReplyCode, e.ReplyText, e.Exchange, e.RoutingKey)
+}
+
+// Confirmer publishes on one channel in confirm mode, with any number of publishings in
+// flight, and resolves each to acked, nacked (ErrNacked) or returned (*ReturnedError). dlx's
+// publisher and rpc's client (whose requests go out on the channel that consumes the
+// replies) publish through it.
+//
+// Ordering is what makes returns exact: RabbitMQ sends basic.return before the basic.ack of
+// the same message, and amqp091 hands both over, in that order, from its one reader
+// goroutine. The channels are buffered (the reader does not wait for run at every message),
+// so run takes every return already handed over before it handles a confirmation: a
+// publishing's return is always recorded before its confirmation is handled.
+type Confirmer struct {
+	ch *amqp.Channel
+
+	sendMu sync.Mutex // serialises publishing, so that seq follows the broker's delivery tags
+	seq    uint64
+
+	mu      sync.Mutex
+	pending map[uint64]*Inflight
+	// unreturned holds, per (exchange, routing key, message id, correlation id), the
+	// mandatory publishings that are neither confirmed nor returned yet, oldest first. A
+	// return carries no delivery tag; it belongs to the oldest of them.
+	unreturned map[returnKey][]*Inflight
+	err        error         // set when the channel is closed
+	done       chan struct{} // closed once the channel is closed and everything in flight failed
+}
+
+type returnKey struct{ exchange, key, messageID, correlationID string }
+
+// Inflight is a publishing awaiting the broker's confirmation.
+type Inflight struct {
+	key      returnKey
+	returned *amqp.Return
+	result   chan error
+}
+
+// NewConfirmer puts ch in confirm mode and tracks the publishings on it until it closes.
+func NewConfirmer(ch *amqp.Channel) (*Confirmer, error) {
+	if err := ch.Confirm(false); err != nil {
+		return nil, fmt.Errorf("confirm mode: %w", err)
+	}
+	c := newConfirmer(ch)
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
+	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
+	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	go c.run(confirms, returns, closes)
+	return c, nil
+}
+
+func newConfirmer(ch *amqp.Channel) *Confirmer {
+	return &Confirmer{ch: ch, pending: map[uint64]*Inflight{}, unreturned: map[returnKey][]*Inflight{}, done: make(chan struct{})}
+}
+
+func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
+	defer close(c.done)
+	record := func(r amqp.Return) {
+		c.mu.Lock()
+		k := returnKey{r.Exchange, r.RoutingKey, r.MessageId, r.CorrelationId}
+		if q := c.unreturned[k]; len(q) > 0 {
+			q[0].returned = &r
+			c.dropUnreturned(q[0])
+		}
+		c.mu.Unlock()
+	}
+	for {
+		select {
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			record(r)
+		case conf, ok := <-confirms:
+			// The returns handed over before this confirmation come first.
+		drain:
+			for returns != nil {
+				select {
+				case r, ok := <-returns:
+					if !ok {
+						returns = nil
+						break drain
+					}
+					record(r)
+				default:
+					break drain
+				}
+			}
+			if !ok {
+				err := errors.New("channel closed")
+				if e, ok := <-closes; ok && e != nil {
+					err = fmt.Errorf("channel closed: %w", e)
+				}
+				c.closeAll(err)
+				return
+			}
+			c.mu.Lock()
+			f := c.pending[conf.DeliveryTag]
+			delete(c.pending, conf.DeliveryTag)
+			if f != nil {
+				c.dropUnreturned(f)
+			}
+			c.mu.Unlock()
+			if f == nil {
+				continue
+			}
+			switch {
+			case !conf.Ack:
+				f.result <- ErrNacked
+			case f.returned != nil:
+				r := f.returned
+				f.result <- &ReturnedError{r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText}
+			default:
+				f.result <- nil
+			}
+		}
+	}
+}
+
+// dropUnreturned removes f from the unreturned list of its key. c.mu must be held.
+func (c *Confirmer) dropUnreturned(f *Inflight) {
+	q := c.unreturned[f.key]
+	for i, g := range q {
+		if g == f {
+			q = append(q[:i:i], q[i+1:]...)
+			break
+		}
+	}
+	if len(q) == 0 {
+		delete(c.unreturned, f.key)
+	} else {
+		c.unreturned[f.key] = q
+	}
+}
+
+func (c *Confirmer) closeAll(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.err = err
+	for tag, f := range c.pending {
+		f.result <- err
+		delete(c.pending, tag)
+	}
+	c.unreturned = map[returnKey][]*Inflight{}
+}
+
+// Closed reports the error the channel closed with, or nil while it is open.
+func (c *Confirmer) Closed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Done is closed once the channel is closed and every publishing in flight on it failed:
+// Closed then says why.
+func (c *Confirmer) Done() <-chan struct{} { return c.done }
+
+// Publish sends p and returns the publishing in flight; its result is nil once the broker
+// has confirmed it, or the reason it did not.
+func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory bool, p amqp.Publishing) (*Inflight, error) {
+	f := &Inflight{key: returnKey{exchange, key, p.MessageId, p.CorrelationId}, result: make(chan error, 1)}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return nil, c.err
+	}
+	c.seq++
+	tag := c.seq
+	c.pending[tag] = f
+	if mandatory {
+		c.unreturned[f.key] = append(c.unreturned[f.key], f)
+	}
+	c.mu.Unlock()
+
+	// The confirmation can only arrive after the frame is sent, and f is registered before.
+	if err := c.ch.PublishWithContext(ctx, exchange, key, mandatory, false, p); err != nil {
+		c.mu.Lock()
+		if _, ok := c.pending[tag]; ok { // not already failed by closeAll
+			delete(c.pending, tag)
+			c.dropUnreturned(f)
+			c.seq-- // amqp091 did not count it either
+		}
+		c.mu.Unlock()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Wait returns the publishing's result, or the context's error if it ends first. A return
+// comes before the confirmation: a returned publishing's result is a *ReturnedError.
+func (f *Inflight) Wait(ctx context.Context) error {
+	select {
+	case err := <-f.result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the broker's confirmation: %w", ctx.Err())
+	}
+}
