@@ -151,11 +151,34 @@
 //
 // The router then runs middleware.Idempotent, keyed by middleware.CopyKey, outermost: a copy
 // of a delivery that a process settled already (processed, retried or poisoned) is acked
-// without being handled, and one that another process is handling goes back to the queue
-// until it is done. A claim of a process that died expires after the store's lease (15s). A
-// store that fails never holds a message up: the message is handled as without one. The
-// router does not close the store. For a business operation done once per key of your own,
-// put middleware.Idempotent around the handler (HandlerConfig.Middleware).
+// without being handled, and one that another process is handling waits for it (up to
+// middleware.IdempotentConfig.BusyWait, then back to the queue). A claim of a process that
+// died expires after the store's lease (15s). A store that fails never holds a message up:
+// the message is handled as without one. The router does not close the store. For a message
+// a producer sent twice with one id, or a business operation done once per key of your own,
+// put middleware.Idempotent keyed by middleware.MessageIDKey (or your key) around the
+// handler (HandlerConfig.Middleware).
+//
+// # AMQP properties
+//
+// [Marshaler] maps the AMQP basic properties (content type and encoding, correlation id,
+// reply-to, type, app id, user id, timestamp, priority, expiration) to metadata keys
+// ([MetadataContentType], ...) and back, so that they survive handlers, retries, delays, the
+// poison queue and a replay, and other clients see real properties. A value the broker would
+// refuse travels as a header instead, and so does the user id: no message can make a retry
+// fail for ever.
+//
+// # Request/reply
+//
+// Package [github.com/warrenmq/warren/rpc] sends a request and waits for its reply (Call), or
+// sends and forgets (Send), with RabbitMQ's direct reply-to or a reply queue of the client's
+// own; a router handler with HandlerConfig.Reply answers, after success, and a request that
+// ends in the poison queue is answered with an error reply:
+//
+//	r.AddHandler(router.HandlerConfig{Queue: "quotes", Reply: true},
+//		rpc.Handler(func(ctx context.Context, req QuoteRequest) (Quote, error) { return lookup(ctx, req) }))
+//	c, err := rpc.NewClient(rpc.ClientConfig{Connection: conn}, logger)
+//	q, err := rpc.Call[QuoteRequest, Quote](ctx, c, "quotes", QuoteRequest{Symbol: "WRN"})
 //
 // # The kill topic
 //
@@ -211,9 +234,14 @@
 // and what they cost, what warren guarantees and how (nothing lost, nothing loops), running
 // on a cluster, benchmarks, and the decisions and limits, with measurements. CHANGELOG.md
 // lists what changed between versions. Each package's documentation details its part; router,
-// dlx, topology, middleware and handlers have runnable examples (those of router, dlx and
-// topology use the broker at $WARREN_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/). The
-// programs in examples/ show the parts at work: delays (go run ./examples/delays), retries
-// and then the poison queue (go run ./examples/retries), the kill topic across processes
-// (go run ./examples/kill), and the metrics (go run ./examples/metrics).
+// dlx, topology, middleware, handlers, ops and rpc have runnable examples (those on the
+// broker use $WARREN_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/). The
+// programs in examples/ show the parts at work, one command each (the README's Demos lists
+// what each prints): a consumer (go run ./examples/consumer), ordinary, delayed and
+// scheduled publishes (go run ./examples/publish [-delay 5s | -at TIME]), delays (go run
+// ./examples/delays), retries and then the poison queue (go run ./examples/retries), the
+// kill topic across processes (go run ./examples/kill), request/reply (go run
+// ./examples/rpc), consumer groups of a topic with a trace (go run ./examples/fanout),
+// idempotency with Redis (go run ./examples/idempotency), and the metrics (go run
+// ./examples/metrics).
 package warren
