@@ -460,6 +460,8 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		select {
 		case r := <-k.reply: // it came before the connection was lost
 			return r.msg, r.err
+		case <-c.done: // Close stops the client before it closes the connection
+			return nil, fmt.Errorf("client is %w", ErrClosed)
 		default:
 		}
 		return nil, fmt.Errorf("%w: direct reply-to, and the connection was lost (%v) after the request "+
