@@ -77,6 +77,7 @@ func consume(t *testing.T, env *testenv.Env, queue string, n int, timeout time.D
 			require.NoError(t, err)
 			got = append(got, arrival{msg, at, d})
 		case <-deadline:
+			env.LogDepths() // where they are: the delay levels, the parking queue?
 			t.Fatalf("queue %s: %d of %d messages arrived within %s", queue, len(got), n, timeout)
 		}
 	}

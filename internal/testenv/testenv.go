@@ -144,6 +144,21 @@ func (e *Env) Remove(queues, exchanges []string) {
 	e.exchanges = append(e.exchanges, exchanges...)
 }
 
+// LogDepths logs the messages and consumers of every queue registered for removal that
+// exists and holds a message or has a consumer: where the messages are when a test waited
+// for them in vain.
+func (e *Env) LogDepths() {
+	e.t.Helper()
+	e.mu.Lock()
+	queues := unique(append([]string(nil), e.queues...))
+	e.mu.Unlock()
+	for _, q := range queues {
+		if i, err := e.Inspect(q); err == nil && (i.Messages > 0 || i.Consumers > 0) {
+			e.t.Logf("queue %s: %d messages, %d consumers", q, i.Messages, i.Consumers)
+		}
+	}
+}
+
 // DelayLevels is the number of delay levels Env.Delay gives a test that sets none: 4 digits
 // of the default radix 16 (60 queues, delays up to 65.5 s) instead of the default 8 (120
 // queues, 49.7 days). No test delays longer, and every test declares its levels: with 8, the
