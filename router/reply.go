@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/rpc"
@@ -121,7 +122,7 @@ func (p errorReplying) Publish(topic string, msgs ...*message.Message) error {
 		if reply == nil {
 			continue
 		}
-		_, correlationID := rpc.ReplyTo(m)
+		correlationID := reply.Metadata.Get(warren.MetadataCorrelationID)
 		if err := p.r.publishReply(replyTo, correlationID, reply); err != nil {
 			p.r.logger.Error("Error reply not sent", err, watermill.LogFields{"reply_to": replyTo, "correlation_id": correlationID})
 		}

@@ -504,9 +504,6 @@ func (c *Client) publishing(msg *message.Message, id string, reply bool) (amqp.P
 	if err != nil {
 		return p, fmt.Errorf("marshal message %s: %w", msg.UUID, err)
 	}
-	if p.Headers == nil {
-		p.Headers = amqp.Table{}
-	}
 	for k := range p.Headers {
 		if warren.IsDelayMetadata(k) || k == warren.MetadataPublishID {
 			delete(p.Headers, k) // instructions to dlx's publisher, which requests do not go through
@@ -521,9 +518,6 @@ func (c *Client) publishing(msg *message.Message, id string, reply bool) (amqp.P
 		if c.direct {
 			p.ReplyTo = warren.DirectReplyTo // the broker replaces it with the channel's address
 		}
-	}
-	if ct := msg.Metadata.Get(warren.MetadataContentType); ct != "" {
-		p.ContentType = ct
 	}
 	if size, err := amqpx.HeaderFrameSize(p); err != nil || size > amqpx.MaxHeaderFrame {
 		return p, fmt.Errorf("message %s: %w", msg.UUID, dlx.ErrTooLarge)
