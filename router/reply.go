@@ -108,6 +108,9 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 // errorReplying publishes poison copies with next and then, for a request with a reply-to,
 // the error reply (see rpc.ErrorReply): the caller learns at once that its request was
 // given up. An error reply that cannot be published is logged; the request stays poisoned.
+// The error reply is a new message: its content is the request's poison record (what
+// rpc.RemoteError reads), and it carries none of the rest of the request's bookkeeping
+// (see middleware.IsBookkeeping).
 type errorReplying struct {
 	r    *Router
 	next message.Publisher

@@ -357,8 +357,40 @@ func retryRoute(topic string) dlx.Route {
 }
 
 // Publisher publishes through warren's DLX publisher (delays, confirms), traced, to the
-// destinations of Config.Publisher.Route. Closing it does nothing: the router closes it.
-func (r *Router) Publisher() message.Publisher { return nonClosing{r.pub} }
+// destinations of Config.Publisher.Route. Like a handler's outputs, what it publishes carries
+// none of a delivery's bookkeeping (middleware.IsBookkeeping): a copy of a message being
+// handled starts at attempt 1 where it goes. Closing it does nothing: the router closes it.
+func (r *Router) Publisher() message.Publisher { return freshPublisher{r.pub} }
+
+// fresh returns m without bookkeeping (see middleware.IsBookkeeping), the same message when
+// it has none, else a copy of it (in its context): every message a handler sends on (its
+// outputs and replies, a copy of the message it got, what it publishes through Publisher)
+// is a new hop and starts at attempt 1, and the caller's m is left as it is (it may be the
+// message being handled, whose bookkeeping its retry needs).
+func fresh(m *message.Message) *message.Message {
+	for k := range m.Metadata {
+		if middleware.IsBookkeeping(k) {
+			c := m.Copy()
+			c.SetContext(m.Context())
+			middleware.StripBookkeeping(c.Metadata)
+			return c
+		}
+	}
+	return m
+}
+
+// freshPublisher publishes the messages without bookkeeping (see fresh); Close does nothing.
+type freshPublisher struct{ message.Publisher }
+
+func (p freshPublisher) Publish(topic string, msgs ...*message.Message) error {
+	out := make([]*message.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = fresh(m)
+	}
+	return p.Publisher.Publish(topic, out...)
+}
+
+func (freshPublisher) Close() error { return nil }
 
 // AddHandler registers fn on h.Queue; the messages fn returns are published to
 // h.PublishTopic.
@@ -502,10 +534,12 @@ func publishOutputs(pub message.Publisher, topic string) message.HandlerMiddlewa
 }
 
 // deriveOutputs readies the messages out that the handler of msg returned for publishing:
-// within msg's trace and lifetime, with publish ids derived from msg's, so that copies of msg
-// make copies of its outputs (recognised in turn).
+// without bookkeeping (see fresh), within msg's trace and lifetime, with publish ids derived
+// from msg's, so that copies of msg make copies of its outputs (recognised in turn).
 func deriveOutputs(msg *message.Message, out []*message.Message) {
 	for i, o := range out {
+		o = fresh(o)
+		out[i] = o
 		if !trace.SpanContextFromContext(o.Context()).IsValid() {
 			o.SetContext(msg.Context())
 		}
