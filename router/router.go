@@ -301,7 +301,9 @@ type Router struct {
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
-	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made for the first one
+	replies   bool           // a handler has HandlerConfig.Reply
+	directMu  sync.Mutex     // held while direct is made (see directPublisher)
+	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made once
 	directPub message.Publisher
 }
 
@@ -434,6 +436,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	})
 
 	r.names[h.Name] = true
+	r.replies = r.replies || h.Reply
 	r.subs = append(r.subs, sub)
 	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
 	if h.Exchange != "" {
@@ -609,7 +612,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	runDone := make(chan struct{})
 	r.runDone = runDone
-	topo, subs := r.topo, r.subs
+	topo, subs, replies := r.topo, r.subs, r.replies
 	r.mu.Unlock()
 
 	declareCtx, cancel := context.WithCancel(ctx)
@@ -622,6 +625,9 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}()
 	err := r.out.Declare(declareCtx, topo) // retries go to queues that exist
+	if err == nil && replies {
+		_, err = r.directPublisher() // before Running: see directPublisher
+	}
 	select {
 	case <-r.closing: // closed before the handlers ran
 		close(runDone)
