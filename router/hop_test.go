@@ -212,12 +212,12 @@ func TestReplyCarriesNoBookkeeping(t *testing.T) {
 	assert.Empty(t, record, "error reply: only the poison record")
 }
 
-// bookkeeping lists the headers of h that are a delivery's bookkeeping, but the delivery's
-// own publish id.
+// bookkeeping lists the headers of h that are a delivery's bookkeeping, but those of the
+// delivery read: its publish id, and the count a quorum queue keeps.
 func bookkeeping(h amqp.Table) []string {
 	var out []string
 	for k, v := range h {
-		if middleware.IsBookkeeping(k) && k != warren.PublishIDHeader {
+		if middleware.IsBookkeeping(k) && k != warren.PublishIDHeader && k != "x-delivery-count" {
 			out = append(out, fmt.Sprintf("%s=%v", k, v))
 		}
 	}
