@@ -130,7 +130,8 @@ func (c BackoffConfig) Validate() error {
 //
 // A retry keeps the body, headers and UUID, and records when the first attempt failed and
 // where the message was first published to (FirstFailureKey, OriginalExchangeKey,
-// OriginalRoutingKeyKey), for the poison queue.
+// OriginalRoutingKeyKey), for the poison queue, and the queue it retries in (RetryQueueKey):
+// warren's subscriber believes the attempt number only on a retry of the queue it consumes.
 type Backoff struct {
 	cfg     BackoffConfig
 	logger  watermill.LoggerAdapter
@@ -204,6 +205,7 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		retry := msg.Copy()
 		retry.SetContext(msg.Context())
 		retry.Metadata.Set(AttemptKey, strconv.Itoa(attempt+1))
+		retry.Metadata.Set(RetryQueueKey, queue)
 		if id := DerivedPublishID(msg, "/"+strconv.Itoa(attempt+1)); id != "" {
 			retry.Metadata.Set(warren.MetadataPublishID, id) // copies of msg make copies of its retry
 		}

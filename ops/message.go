@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -208,8 +207,9 @@ func groupID(handler, errorType, normalized string) string {
 }
 
 // replayHeaders are the headers of the copy of d a replay publishes, and its expiration
-// property: d's headers without what the failure or the trip added, with warren_replays
-// counted up. The expiration is d's, else the one the poison middleware kept
+// property: d's headers without the bookkeeping of its deliveries (middleware.IsBookkeeping:
+// a replay is a new hop and starts a fresh round of attempts) or a delay instruction, with
+// warren_replays counted up. The expiration is d's, else the one the poison middleware kept
 // (middleware.PoisonExpirationKey), which goes back to the header warren.MetadataExpiration
 // if RabbitMQ would refuse it as the property. A user-id property (of a message the broker
 // dead-lettered) becomes the header warren.MetadataUserID: the broker refuses a publish with
@@ -218,8 +218,7 @@ func replayHeaders(d amqp.Delivery) (amqp.Table, string) {
 	h := d.Headers
 	out := make(amqp.Table, len(h)+2)
 	for k, v := range h {
-		if strings.HasPrefix(k, middleware.PoisonHeaderPrefix) || k == middleware.AttemptKey || k == middleware.FirstFailureKey ||
-			warren.IsBrokerHeader(k) || warren.IsTransportHeader(k) || warren.IsDelayMetadata(k) {
+		if middleware.IsBookkeeping(k) || warren.IsDelayMetadata(k) {
 			continue
 		}
 		out[k] = v

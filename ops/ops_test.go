@@ -61,8 +61,13 @@ func poisonMessage(i int, queue string) amqp.Publishing {
 			middleware.PoisonLastFailKey:  at.Format(time.RFC3339Nano),
 			middleware.PoisonFirstFailKey: at.Add(-time.Second).Format(time.RFC3339Nano),
 			middleware.AttemptKey:         "3",
-			"tenant":                      "t" + strconv.Itoa(i%2),
-			"nested":                      amqp.Table{"a": int32(i), "b": []any{"x", int64(i)}},
+			// the rest of the bookkeeping a poison copy of a retried message carries
+			middleware.FirstFailureKey:       at.Add(-time.Second).Format(time.RFC3339Nano),
+			middleware.OriginalExchangeKey:   "orders",
+			middleware.OriginalRoutingKeyKey: "order.created",
+			middleware.RetryQueueKey:         queue,
+			"tenant":                         "t" + strconv.Itoa(i%2),
+			"nested":                         amqp.Table{"a": int32(i), "b": []any{"x", int64(i)}},
 		},
 	}
 }

@@ -74,8 +74,15 @@ func (r *Router) publishReply(replyTo, correlationID string, msgs ...*message.Me
 }
 
 // directPublisher returns the publisher of replies to direct reply-to addresses (without
-// the mandatory flag), made on the first such reply.
+// the mandatory flag). There is one per router, made once: Run makes it before the router is
+// Running when a handler has HandlerConfig.Reply, so that a Running server answers its first
+// calls at once: making it dials and declares the delay levels, which the first replies would
+// otherwise wait for (and, made by whichever reply came first, as many times over as replies
+// came at once). A call that finds it being made waits for it. AddHandler never touches the
+// broker: it only records that a handler replies.
 func (r *Router) directPublisher() (message.Publisher, error) {
+	r.directMu.Lock() // held while it is made: the others wait for it
+	defer r.directMu.Unlock()
 	r.mu.Lock()
 	pub, closed := r.directPub, r.closed
 	r.mu.Unlock()
@@ -93,13 +100,9 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.closed: // Close did not see it
+	if r.closed { // Close did not see it
 		_ = direct.Close()
 		return nil, fmt.Errorf("router is %w", ErrClosed)
-	case r.directPub != nil: // another reply made one first
-		_ = direct.Close()
-		return r.directPub, nil
 	}
 	r.direct, r.directPub = direct, r.tracing.Publisher(direct)
 	return r.directPub, nil
@@ -108,6 +111,9 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 // errorReplying publishes poison copies with next and then, for a request with a reply-to,
 // the error reply (see rpc.ErrorReply): the caller learns at once that its request was
 // given up. An error reply that cannot be published is logged; the request stays poisoned.
+// The error reply is a new message: its content is the request's poison record (what
+// rpc.RemoteError reads), and it carries none of the rest of the request's bookkeeping
+// (see middleware.IsBookkeeping).
 type errorReplying struct {
 	r    *Router
 	next message.Publisher

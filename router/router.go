@@ -301,7 +301,9 @@ type Router struct {
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
-	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made for the first one
+	replies   bool           // a handler has HandlerConfig.Reply
+	directMu  sync.Mutex     // held while direct is made (see directPublisher)
+	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made once
 	directPub message.Publisher
 }
 
@@ -357,8 +359,40 @@ func retryRoute(topic string) dlx.Route {
 }
 
 // Publisher publishes through warren's DLX publisher (delays, confirms), traced, to the
-// destinations of Config.Publisher.Route. Closing it does nothing: the router closes it.
-func (r *Router) Publisher() message.Publisher { return nonClosing{r.pub} }
+// destinations of Config.Publisher.Route. Like a handler's outputs, what it publishes carries
+// none of a delivery's bookkeeping (middleware.IsBookkeeping): a copy of a message being
+// handled starts at attempt 1 where it goes. Closing it does nothing: the router closes it.
+func (r *Router) Publisher() message.Publisher { return freshPublisher{r.pub} }
+
+// fresh returns m without bookkeeping (see middleware.IsBookkeeping), the same message when
+// it has none, else a copy of it (in its context): every message a handler sends on (its
+// outputs and replies, a copy of the message it got, what it publishes through Publisher)
+// is a new hop and starts at attempt 1, and the caller's m is left as it is (it may be the
+// message being handled, whose bookkeeping its retry needs).
+func fresh(m *message.Message) *message.Message {
+	for k := range m.Metadata {
+		if middleware.IsBookkeeping(k) {
+			c := m.Copy()
+			c.SetContext(m.Context())
+			middleware.StripBookkeeping(c.Metadata)
+			return c
+		}
+	}
+	return m
+}
+
+// freshPublisher publishes the messages without bookkeeping (see fresh); Close does nothing.
+type freshPublisher struct{ message.Publisher }
+
+func (p freshPublisher) Publish(topic string, msgs ...*message.Message) error {
+	out := make([]*message.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = fresh(m)
+	}
+	return p.Publisher.Publish(topic, out...)
+}
+
+func (freshPublisher) Close() error { return nil }
 
 // AddHandler registers fn on h.Queue; the messages fn returns are published to
 // h.PublishTopic.
@@ -402,6 +436,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	})
 
 	r.names[h.Name] = true
+	r.replies = r.replies || h.Reply
 	r.subs = append(r.subs, sub)
 	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
 	if h.Exchange != "" {
@@ -502,10 +537,12 @@ func publishOutputs(pub message.Publisher, topic string) message.HandlerMiddlewa
 }
 
 // deriveOutputs readies the messages out that the handler of msg returned for publishing:
-// within msg's trace and lifetime, with publish ids derived from msg's, so that copies of msg
-// make copies of its outputs (recognised in turn).
+// without bookkeeping (see fresh), within msg's trace and lifetime, with publish ids derived
+// from msg's, so that copies of msg make copies of its outputs (recognised in turn).
 func deriveOutputs(msg *message.Message, out []*message.Message) {
 	for i, o := range out {
+		o = fresh(o)
+		out[i] = o
 		if !trace.SpanContextFromContext(o.Context()).IsValid() {
 			o.SetContext(msg.Context())
 		}
@@ -575,7 +612,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	runDone := make(chan struct{})
 	r.runDone = runDone
-	topo, subs := r.topo, r.subs
+	topo, subs, replies := r.topo, r.subs, r.replies
 	r.mu.Unlock()
 
 	declareCtx, cancel := context.WithCancel(ctx)
@@ -588,6 +625,9 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}()
 	err := r.out.Declare(declareCtx, topo) // retries go to queues that exist
+	if err == nil && replies {
+		_, err = r.directPublisher() // before Running: see directPublisher
+	}
 	select {
 	case <-r.closing: // closed before the handlers ran
 		close(runDone)

@@ -168,13 +168,18 @@ func (c SubscriberConfig) Validate() error {
 // store the processes share: see Config.CopyStore.
 //
 // A message is handed out with warren.Delivery and warren.DeadLetter in its context. warren's
-// bookkeeping headers (see middleware.IsBookkeeping) are kept only on a message that came the
-// way warren's own come: straight to the queue through the default exchange, or through the
-// delay levels addressed to the queue; on any other they are dropped, so that a foreign or
-// forged attempt count or poison header is never believed. A delivery whose headers the
-// client could not read (see amqpx.GuardConn), or that the Marshaler cannot unmarshal, goes
-// to the poison queue with the reason; if even that cannot be published (too large), it is
-// rejected into the queue's dead-letter path.
+// bookkeeping headers (see middleware.IsBookkeeping) are believed only where warren put them:
+// the attempt bookkeeping (middleware.IsAttemptBookkeeping) only on a retry of this queue,
+// that is a message that came straight to the queue through the default exchange, or through
+// the delay levels addressed to the queue, and whose middleware.RetryQueueKey names the queue
+// (Backoff sets it on every retry); the poison record only on a message that came straight to
+// the queue (a poison queue's consumer reads it). On any other message they are dropped, so
+// that a copy forwarded from another queue (by any publisher), or a foreign or forged attempt
+// count or poison header, starts at attempt 1. watermill-amqp's redelivered flag is set from
+// the delivery, never taken from a header. A delivery whose headers the client could not
+// read (see amqpx.GuardConn), or that the Marshaler cannot unmarshal, goes to the poison
+// queue with the reason; if even that cannot be published (too large), it is rejected into
+// the queue's dead-letter path.
 //
 // Every subscription listens to its queue's kill topic (see Killer) on an exclusive queue of
 // its own: a stop command pauses it (it stops as on closing, but keeps listening), a resume
@@ -872,14 +877,14 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id stri
 		sub.poisonUndecodable(conn, d, info, err, cs)
 		return nil, nil, nil
 	}
-	// warren's bookkeeping is believed only on a message that came the way warren's own come.
-	fromWarren := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
+	// warren's bookkeeping is believed only where warren put it: see Subscriber.
+	direct := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
 		(viaDelay && d.Headers[topology.HeaderDestQueue] == sub.queue)
-	if !fromWarren {
-		for k := range msg.Metadata {
-			if middleware.IsBookkeeping(k) {
-				delete(msg.Metadata, k)
-			}
+	retry := direct && msg.Metadata.Get(middleware.RetryQueueKey) == sub.queue
+	for k := range msg.Metadata {
+		if k == wamqp.MetadataRedeliveredKey || !retry && middleware.IsAttemptBookkeeping(k) ||
+			!direct && strings.HasPrefix(k, middleware.PoisonHeaderPrefix) {
+			delete(msg.Metadata, k)
 		}
 	}
 	deadLetter = new(atomic.Bool)
@@ -918,7 +923,7 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		if !warren.IsBrokerHeader(k) && !warren.IsTransportHeader(k) && !middleware.IsBookkeeping(k) {
+		if !middleware.IsBookkeeping(k) {
 			headers[k] = v
 		}
 	}
