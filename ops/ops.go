@@ -27,7 +27,8 @@ type Config struct {
 	// KillSecret names the kill state queues when consumers use a secret (see
 	// router.KillStateQueue).
 	KillSecret []byte
-	// Timeout bounds each broker call, retries included. Default DefaultTimeout.
+	// Timeout bounds each broker call, retries included. Default DefaultTimeout. Connecting
+	// is bounded by Connection.ConnectTimeout.
 	Timeout time.Duration
 	// MeterProvider records warren.redrives (the messages replayed); nil means the global
 	// one (otel.GetMeterProvider()).
@@ -103,8 +104,8 @@ func (o *Ops) Close() error {
 	return amqpx.Close(o.conn)
 }
 
-// connection returns the open connection, dialling it (with retries, for up to Timeout) if
-// there is none.
+// connection returns the open connection, dialling it (with retries, for up to
+// Connection.ConnectTimeout; a refusal is not retried) if there is none.
 func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -114,17 +115,12 @@ func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 	if o.conn != nil && !o.conn.IsClosed() {
 		return o.conn, nil
 	}
-	err := amqpx.RetryLogged(ctx, o.cfg.Timeout, "ops: connect", o.logger, nil, func(ctx context.Context) error {
-		conn, err := o.dialer.Dial(ctx)
-		if err == nil {
-			o.conn = conn
-		}
-		return err
-	})
+	conn, err := o.dialer.Connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ops: %w", err)
 	}
-	return o.conn, nil
+	o.conn = conn
+	return conn, nil
 }
 
 // call runs op on a channel of its own (a refusal closes the channel it comes on), for up to
