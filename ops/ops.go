@@ -28,7 +28,7 @@ type Config struct {
 	// router.KillStateQueue).
 	KillSecret []byte
 	// Timeout bounds each broker call, retries included. Default DefaultTimeout. Connecting
-	// is bounded by Connection.ConnectTimeout.
+	// is also bounded by Connection.ConnectTimeout.
 	Timeout time.Duration
 	// MeterProvider records warren.redrives (the messages replayed); nil means the global
 	// one (otel.GetMeterProvider()).
@@ -93,7 +93,9 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(config.Connection, "warren ops", logger), redrives: redrives}, nil
+	conn := config.Connection
+	conn.ConnectTimeout = min(conn.ConnectTimeout, config.Timeout) // connecting is part of a call
+	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(conn, "warren ops", logger), redrives: redrives}, nil
 }
 
 // Close closes the connection. The calls in progress fail.
@@ -105,7 +107,8 @@ func (o *Ops) Close() error {
 }
 
 // connection returns the open connection, dialling it (with retries, for up to
-// Connection.ConnectTimeout; a refusal is not retried) if there is none.
+// Connection.ConnectTimeout or Timeout, whichever is shorter; a refusal is not retried) if
+// there is none.
 func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

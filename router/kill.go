@@ -418,9 +418,9 @@ func (s *sent) close() {
 // finds it in the state. With KillerConfig.Wait, it leaves the connection open, with a reply
 // queue consumed, for the caller to collect the answers and close.
 func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *Result) (out *sent, err error) {
-	conn, err := k.dialer.Connect(ctx)
+	conn, err := k.dialer.ConnectWithin(ctx, k.cfg.PublishTimeout)
 	if err != nil {
-		return nil, amqpx.Permanent(err) // Connect retried it (until Connection.ConnectTimeout)
+		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { _ = conn.CloseDeadline(time.Now()) })
 	defer func() {

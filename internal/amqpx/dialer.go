@@ -87,15 +87,29 @@ func (d *Dialer) Connect(ctx context.Context) (conn *amqp.Connection, err error)
 	return conn, err
 }
 
-// Run connects (see Connect) and runs op on the connection, retrying (RetryLogged, told to
-// the Dialer's logger) a lost connection for up to limit; a broker refusal ends it, and so
-// does a failure to connect, which Connect has retried already. The connection is closed
-// when op returns, and closed under op if ctx ends.
+// ConnectWithin opens a connection for a call that RetryLogged with limit retries (ctx is its
+// attempt's): when the Connection's ConnectTimeout is shorter than limit, it retries a failure
+// to connect itself (see Connect) and marks its error Permanent, retried already; otherwise
+// it dials once (see Dialer.Dial), and limit bounds connecting too.
+func (d *Dialer) ConnectWithin(ctx context.Context, limit time.Duration) (*amqp.Connection, error) {
+	if d.conn.ConnectTimeout >= limit {
+		return d.Dial(ctx)
+	}
+	conn, err := d.Connect(ctx)
+	if err != nil {
+		return nil, Permanent(err)
+	}
+	return conn, nil
+}
+
+// Run connects (see ConnectWithin) and runs op on the connection, retrying (RetryLogged, told
+// to the Dialer's logger) a lost connection for up to limit; a broker refusal ends it. The
+// connection is closed when op returns, and closed under op if ctx ends.
 func (d *Dialer) Run(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
 	return RetryLogged(ctx, limit, what, d.logger, nil, func(ctx context.Context) error {
-		conn, err := d.Connect(ctx)
+		conn, err := d.ConnectWithin(ctx, limit)
 		if err != nil {
-			return Permanent(err)
+			return err
 		}
 		defer func() { _ = Close(conn) }()
 		stop := Watch(ctx, conn)

@@ -1,6 +1,7 @@
 package amqpx_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -67,6 +68,11 @@ func isPermanent(err error) bool {
 	return errors.As(err, &perm)
 }
 
+// connect connects with d and closes the connection, retrying for up to limit.
+func connect(t *testing.T, d *amqpx.Dialer, limit time.Duration) error {
+	return d.Run(t.Context(), limit, "connect", func(context.Context, *amqp.Connection) error { return nil })
+}
+
 // What retrying cannot change fails the first attempt, with the reason (reachable with
 // errors.Is and As) and the node (without its password): a wrong password, an unknown vhost,
 // a certificate that fails verification.
@@ -105,9 +111,8 @@ func TestConnectDoesNotRetryARefusal(t *testing.T) {
 			t.Parallel()
 			logger := watermill.NewCaptureLogger()
 			d := amqpx.NewDialer(warren.Connection{URL: tc.node.url, TLS: tc.node.tls, ConnectTimeout: time.Minute}, "warren test", logger)
-			conn, err := d.Connect(t.Context())
+			err := connect(t, d, time.Minute)
 			require.Error(t, err)
-			assert.Nil(t, conn)
 			tc.cause(t, err)
 			assert.Contains(t, err.Error(), amqpurl.Redact(tc.node.url)+": ")
 			assert.Contains(t, err.Error(), "refused: not retried")
@@ -123,7 +128,7 @@ func TestConnectDoesNotRetryARefusal(t *testing.T) {
 func TestConnectToAListOnARefusal(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	connect := func(t *testing.T, timeout time.Duration, nodes ...node) (*amqp.Connection, error) {
+	connectTo := func(t *testing.T, timeout time.Duration, nodes ...node) error {
 		t.Helper()
 		var urls []string
 		var cfg *tls.Config
@@ -137,13 +142,13 @@ func TestConnectToAListOnARefusal(t *testing.T) {
 		for _, u := range urls[1:] {
 			list += "," + u
 		}
-		return amqpx.NewDialer(warren.Connection{URL: list, TLS: cfg, ConnectTimeout: timeout}, "warren test", nil).Connect(t.Context())
+		return connect(t, amqpx.NewDialer(warren.Connection{URL: list, TLS: cfg, ConnectTimeout: timeout}, "warren test", nil), timeout)
 	}
 
 	t.Run("wrong password", func(t *testing.T) {
 		t.Parallel()
 		a, b := proxiedNode(t, env.URL, wrongPassword), proxiedNode(t, env.URL, wrongPassword)
-		_, err := connect(t, time.Minute, a, b)
+		err := connectTo(t, time.Minute, a, b)
 		require.ErrorIs(t, err, amqp.ErrCredentials)
 		assert.Equal(t, 1, a.dials()+b.dials(), "one node dialled: %v", err)
 	})
@@ -151,15 +156,13 @@ func TestConnectToAListOnARefusal(t *testing.T) {
 		t.Parallel()
 		bad, good := tlsNode(t, env.URL, "localhost", nil, false), proxiedNode(t, env.URL, func(*url.URL) {})
 		for range 4 { // either order
-			conn, err := connect(t, time.Minute, bad, good)
-			require.NoError(t, err)
-			require.NoError(t, conn.Close())
+			require.NoError(t, connectTo(t, time.Minute, bad, good))
 		}
 	})
 	t.Run("every node's certificate", func(t *testing.T) {
 		t.Parallel()
 		a, b := tlsNode(t, env.URL, "localhost", nil, false), tlsNode(t, env.URL, "localhost", expired, true)
-		_, err := connect(t, time.Minute, a, b)
+		err := connectTo(t, time.Minute, a, b)
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "connect: no node of 2 answered") // not "gave up after"
 		require.ErrorAs(t, err, new(x509.UnknownAuthorityError))
@@ -170,7 +173,7 @@ func TestConnectToAListOnARefusal(t *testing.T) {
 		t.Parallel()
 		bad := tlsNode(t, env.URL, "localhost", nil, false)
 		down := node{url: "amqp://guest:guest@" + testenv.ClosedPort(t) + "/"}
-		_, err := connect(t, time.Second, bad, down)
+		err := connectTo(t, time.Second, bad, down)
 		require.Error(t, err)
 		// The node that is down may come back.
 		assert.Contains(t, err.Error(), "gave up after 1s: no node of 2 answered")
