@@ -38,7 +38,8 @@ func Permanent(err error) error {
 // and keeps that limit exactly: every attempt gets a context that ends at the deadline,
 // transient failures are retried with exponential backoff (each wait clamped to the time
 // left), and Retry returns at the deadline, not before, with an error that says what was
-// attempted, the limit, and wraps the last failure. If ctx ends first, Retry returns at once
+// attempted, the limit, and wraps the last failure (and, when the deadline cut that one
+// short, the last failure before it, which says why). If ctx ends first, Retry returns at once
 // with an error that wraps ctx's cause and says what the last failure was. An empty what
 // leaves the errors without it.
 func Retry(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context) error) error {
@@ -63,6 +64,7 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 
 	var b *backoff.ExponentialBackOff // made at the first failure: most calls succeed at once
 	var log *retryLog
+	var cause error // the last failure that the deadline did not cut short
 	for {
 		err := op(attemptCtx)
 		if err == nil {
@@ -72,6 +74,9 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 		var perm *backoff.PermanentError
 		if errors.As(err, &perm) {
 			return prefixed(what, perm.Err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			cause = err
 		}
 		if log == nil && logger != nil {
 			log = &retryLog{logger: logger, what: what, subject: subject, start: time.Now()}
@@ -97,6 +102,9 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 			return prefixed(what, fmt.Errorf("%w (last failure: %w)", context.Cause(ctx), err))
 		}
 		if !time.Now().Before(deadline) {
+			if cause != nil && errors.Is(err, context.DeadlineExceeded) { // say why it failed before
+				err = fmt.Errorf("%w (before that: %w)", err, cause)
+			}
 			err = prefixed(what, fmt.Errorf("gave up after %s: %w", limit, err))
 			log.gaveUp(err)
 			return err
