@@ -23,9 +23,10 @@
 // refused"). What retrying cannot change fails at once, with the broker's reason: a wrong
 // user or password (after about 3s: RabbitMQ's pause before it closes a refused login), a
 // vhost that does not exist or that the user may not use, a certificate that fails
-// verification. The kill secret, when consumers require signed
-// commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
-// of the machine could see it).
+// verification.
+//
+// The kill secret, when consumers require signed commands, is read from $WARREN_KILL_SECRET
+// (never from the command line, where other users of the machine could see it).
 //
 // Exit codes: 0 success, 1 an error (printed on stderr), 2 a queue that does not exist (kill
 // and resume sent nothing; poison commands found no poison queue), 3 done in part: kill or
@@ -68,9 +69,8 @@ type globals struct {
 }
 
 // connection is the broker the flags and environment name, with --connect-timeout per node
-// as its ConnectTimeout. The URL is resolved when a
-// command runs: a default read from the environment would be printed, password and all, by
-// --help.
+// as its ConnectTimeout. The URL is resolved when a command runs: a default read from the
+// environment would be printed, password and all, by --help.
 func (g *globals) connection() (warren.Connection, error) {
 	u := strings.Join(g.urls, ",")
 	if u == "" {
@@ -124,7 +124,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second,
-		"time limit of connecting to the broker, retries included, per node of --url (a refused login, an unknown vhost or an untrusted certificate fails at once)")
+		"time limit of connecting, retries included, per node of --url; a refused login, unknown vhost or untrusted certificate fails at once")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	root.AddCommand(newStatus(g), newPoison(g), newParked(g))
