@@ -19,6 +19,16 @@ import (
 // with a share of the time left, and when none answers the attempt is repeated with
 // exponential backoff and jitter (from 50ms, at most 2s apart) until ConnectTimeout. A
 // connection that is lost is opened again the same way, on whichever node answers first.
+//
+// What retrying cannot change fails the first attempt, with the broker's reason (an
+// *amqp.Error, amqp.ErrCredentials, or crypto/tls's and x509's errors, reachable with
+// errors.Is and errors.As) and the node's URL without its password: a wrong user or password
+// (RabbitMQ answers it after about 3s), a vhost that does not exist or that the user may not
+// use (a connection limit reached is retried), a certificate that fails verification. Of
+// several nodes, the broker's refusal of a login or vhost ends the attempt (the cluster's
+// nodes share their users and vhosts), while a certificate, which is one node's, lets the
+// other nodes be tried. Once a component has connected, a connection closed without a word
+// after the login is taken for a node that stopped during the handshake, and retried.
 type Connection struct {
 	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/ (amqps:// for TLS), or the
 	// URLs of a cluster's nodes separated by commas (a password may hold commas: a new URL
@@ -34,6 +44,9 @@ type Connection struct {
 	// sets Dial and FrameSize itself; use TLS rather than TLSClientConfig.
 	AMQP amqp.Config
 	// ConnectTimeout bounds connecting (all nodes, retries included) and declaring. Default 30s.
+	// Each node of URL gets a share of it: give each at least 3s, RabbitMQ's pause before it
+	// refuses a login, or a wrong password is cut short and retried as a node that does not
+	// answer.
 	ConnectTimeout time.Duration
 	// OnEvent, when set, is told when a connection is made, lost, or made again to another
 	// node (see ConnectionEvent), so that an application can alert. It is called from

@@ -27,7 +27,8 @@ type Config struct {
 	// KillSecret names the kill state queues when consumers use a secret (see
 	// router.KillStateQueue).
 	KillSecret []byte
-	// Timeout bounds each broker call, retries included. Default DefaultTimeout.
+	// Timeout bounds each broker call, retries included. Default DefaultTimeout. Connecting
+	// is also bounded by Connection.ConnectTimeout.
 	Timeout time.Duration
 	// MeterProvider records warren.redrives (the messages replayed); nil means the global
 	// one (otel.GetMeterProvider()).
@@ -92,7 +93,9 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(config.Connection, "warren ops", logger), redrives: redrives}, nil
+	conn := config.Connection
+	conn.ConnectTimeout = min(conn.ConnectTimeout, config.Timeout) // connecting is part of a call
+	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(conn, "warren ops", logger), redrives: redrives}, nil
 }
 
 // Close closes the connection. The calls in progress fail.
@@ -103,7 +106,8 @@ func (o *Ops) Close() error {
 	return amqpx.Close(o.conn)
 }
 
-// connection returns the open connection, dialling it (with retries, for up to Timeout) if
+// connection returns the open connection, dialling it (with retries, for up to
+// Connection.ConnectTimeout or Timeout, whichever is shorter; a refusal is not retried) if
 // there is none.
 func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 	o.mu.Lock()
@@ -114,17 +118,12 @@ func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 	if o.conn != nil && !o.conn.IsClosed() {
 		return o.conn, nil
 	}
-	err := amqpx.RetryLogged(ctx, o.cfg.Timeout, "ops: connect", o.logger, nil, func(ctx context.Context) error {
-		conn, err := o.dialer.Dial(ctx)
-		if err == nil {
-			o.conn = conn
-		}
-		return err
-	})
+	conn, err := o.dialer.Connect(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ops: %w", err)
 	}
-	return o.conn, nil
+	o.conn = conn
+	return conn, nil
 }
 
 // call runs op on a channel of its own (a refusal closes the channel it comes on), for up to

@@ -168,7 +168,7 @@ type KillerConfig struct {
 	// signed with it (see Answer).
 	KillSecret []byte
 	// PublishTimeout bounds each Kill and Resume, connecting and retries included, but not
-	// Wait. Default 30s.
+	// Wait. Default 30s. Connecting alone is also bounded by Connection.ConnectTimeout.
 	PublishTimeout time.Duration
 	// Wait is how long Send, Kill and Resume wait for the consumers to confirm the command
 	// (see Send), after it was sent. 0, the default, asks for no confirmation.
@@ -418,7 +418,7 @@ func (s *sent) close() {
 // finds it in the state. With KillerConfig.Wait, it leaves the connection open, with a reply
 // queue consumed, for the caller to collect the answers and close.
 func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *Result) (out *sent, err error) {
-	conn, err := k.dialer.Dial(ctx)
+	conn, err := k.dialer.ConnectWithin(ctx, k.cfg.PublishTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -107,15 +107,17 @@ func (b *Builder) objects(t Topology) []object {
 	return objs
 }
 
-// Apply connects as conn says and declares t (and the delay levels), retrying transient
-// failures with backoff until conn.ConnectTimeout. No error contains a password of conn.URL.
+// Apply connects as conn says (retrying a failure to connect until conn.ConnectTimeout; a
+// refused login, vhost or certificate is not retried) and declares t (and the delay
+// levels), retrying a lost connection with backoff until the longer of conn.ConnectTimeout
+// and Config.Timeout. No error contains a password of conn.URL.
 func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology) error {
 	if err := conn.Validate(); err != nil {
 		return fmt.Errorf("topology: apply: %w", err)
 	}
 	conn = conn.WithDefaults()
 	dialer := amqpx.NewDialer(conn, "warren topology", b.logger)
-	return dialer.Run(ctx, conn.ConnectTimeout, "topology: apply", func(ctx context.Context, conn *amqp.Connection) error {
+	return dialer.Run(ctx, max(conn.ConnectTimeout, b.cfg.Timeout), "topology: apply", func(ctx context.Context, conn *amqp.Connection) error {
 		ch, err := conn.Channel()
 		if err != nil {
 			return err

@@ -14,16 +14,14 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// connectionWithin is the broker of g, whose ConnectTimeout is --timeout.
+// connectionWithin is the broker of g, whose ConnectTimeout is --connect-timeout.
 func (g *globals) connectionWithin() (warren.Connection, error) {
-	c, err := g.connection()
-	c.ConnectTimeout = g.timeout
-	return c, err
+	return g.connection()
 }
 
-// onBroker connects to the broker of g and runs op on the connection. A failure to connect,
-// or a lost connection, is retried until --timeout (what says what was attempted); a broker
-// refusal is not.
+// onBroker connects to the broker of g and runs op on the connection. A failure to connect
+// is retried until --connect-timeout, a lost connection until --timeout (what says what was
+// attempted); a broker refusal is not retried.
 func (g *globals) onBroker(cmd *cobra.Command, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
 	c, err := g.connectionWithin()
 	if err != nil {

@@ -15,9 +15,18 @@
 //
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
-// --timeout (default 30s) bounds each command. The kill secret, when consumers require signed
-// commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
-// of the machine could see it).
+// --timeout (default 30s) bounds each command. Connecting is bounded by --connect-timeout
+// (default 5s, a person waits for it; per node of --url): a node that is down or does not
+// answer, or a host that is not found, is retried until then, and the error names each node
+// tried (its URL without the password) and its last failure ("connect: gave up after 5s:
+// amqp://guest:xxxxx@127.0.0.1:5999/: dial tcp 127.0.0.1:5999: connect: connection
+// refused"). What retrying cannot change fails at once, with the broker's reason: a wrong
+// user or password (after about 3s: RabbitMQ's pause before it closes a refused login), a
+// vhost that does not exist or that the user may not use, a certificate that fails
+// verification.
+//
+// The kill secret, when consumers require signed commands, is read from $WARREN_KILL_SECRET
+// (never from the command line, where other users of the machine could see it).
 //
 // Exit codes: 0 success, 1 an error (printed on stderr), 2 a queue that does not exist (kill
 // and resume sent nothing; poison commands found no poison queue), 3 done in part: kill or
@@ -54,13 +63,14 @@ const defaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 // globals are the flags every command shares.
 type globals struct {
-	urls    []string
-	timeout time.Duration
+	urls           []string
+	timeout        time.Duration
+	connectTimeout time.Duration
 }
 
-// connection is the broker the flags and environment name. The URL is resolved when a
-// command runs: a default read from the environment would be printed, password and all, by
-// --help.
+// connection is the broker the flags and environment name, with --connect-timeout per node
+// as its ConnectTimeout. The URL is resolved when a command runs: a default read from the
+// environment would be printed, password and all, by --help.
 func (g *globals) connection() (warren.Connection, error) {
 	u := strings.Join(g.urls, ",")
 	if u == "" {
@@ -72,7 +82,12 @@ func (g *globals) connection() (warren.Connection, error) {
 	if g.timeout <= 0 {
 		return warren.Connection{}, fmt.Errorf("--timeout %s is not positive", g.timeout)
 	}
-	c := warren.Connection{URL: u}
+	if g.connectTimeout <= 0 {
+		return warren.Connection{}, fmt.Errorf("--connect-timeout %s is not positive", g.connectTimeout)
+	}
+	// Dial gives each node an equal share of the time: each gets --connect-timeout, enough
+	// for RabbitMQ's refusal of a login, which comes after about 3s.
+	c := warren.Connection{URL: u, ConnectTimeout: g.connectTimeout * time.Duration(len(amqpurl.Split(u)))}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("--url: %w", err)
 	}
@@ -108,6 +123,8 @@ func newRoot() *cobra.Command {
 	g := &globals{}
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
+	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second,
+		"time limit of connecting, retries included, per node of --url; a refused login, unknown vhost or untrusted certificate fails at once")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	root.AddCommand(newStatus(g), newPoison(g), newParked(g))

@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -37,7 +38,8 @@ func Permanent(err error) error {
 // and keeps that limit exactly: every attempt gets a context that ends at the deadline,
 // transient failures are retried with exponential backoff (each wait clamped to the time
 // left), and Retry returns at the deadline, not before, with an error that says what was
-// attempted, the limit, and wraps the last failure. If ctx ends first, Retry returns at once
+// attempted, the limit, and wraps the last failure (and, when the deadline cut that one
+// short, the last failure before it, which says why). If ctx ends first, Retry returns at once
 // with an error that wraps ctx's cause and says what the last failure was. An empty what
 // leaves the errors without it.
 func Retry(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context) error) error {
@@ -62,6 +64,7 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 
 	var b *backoff.ExponentialBackOff // made at the first failure: most calls succeed at once
 	var log *retryLog
+	var cause error // the last failure that the deadline did not cut short
 	for {
 		err := op(attemptCtx)
 		if err == nil {
@@ -71,6 +74,9 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 		var perm *backoff.PermanentError
 		if errors.As(err, &perm) {
 			return prefixed(what, perm.Err)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			cause = err
 		}
 		if log == nil && logger != nil {
 			log = &retryLog{logger: logger, what: what, subject: subject, start: time.Now()}
@@ -96,6 +102,9 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 			return prefixed(what, fmt.Errorf("%w (last failure: %w)", context.Cause(ctx), err))
 		}
 		if !time.Now().Before(deadline) {
+			if cause != nil && errors.Is(err, context.DeadlineExceeded) { // say why it failed before
+				err = fmt.Errorf("%w (before that: %w)", err, cause)
+			}
 			err = prefixed(what, fmt.Errorf("gave up after %s: %w", limit, err))
 			log.gaveUp(err)
 			return err
@@ -167,11 +176,32 @@ const DialTimeout = 30 * time.Second
 // until one answers, each with an equal share of the time left. The TCP connect and the AMQP
 // handshake (TLS included) are bounded together by ctx's deadline or DialTimeout, whichever
 // is earlier, and end at once when ctx is cancelled; name is shown in the broker's connection
-// list. It returns the address of the node connected to. An error never contains a password;
-// a c.URL that does not parse is a Permanent error. The connection is guarded (see
-// GuardConn): no message can make the client library close it; and its writes are gathered
-// (see BatchConn).
+// list. It returns the address of the node connected to. An error names the node (its URL
+// without the password) and never contains a password; a c.URL that does not parse is a
+// Permanent error.
+//
+// A refusal that trying again cannot change is a Permanent error too, wrapping the reason (an
+// *amqp.Error, amqp.ErrCredentials, a *tls.CertificateVerificationError, ...): the broker
+// refuses the user or password (403; RabbitMQ closes the connection without a word after the
+// login, which amqp091-go reports as amqp.ErrCredentials), the vhost (530 NOT_ALLOWED: not
+// found, or no permission; a connection limit reached is not permanent), or the SASL
+// mechanism; or the node's TLS certificate fails verification (unknown authority, another
+// host name, expired). Of a list, a refusal by the broker ends the attempt at once: users,
+// passwords, permissions and vhosts belong to the cluster, and every node answers the same.
+// A certificate belongs to one node: the other nodes are still tried, and the error is
+// Permanent only when every node refused.
+//
+// The connection is guarded (see GuardConn): no message can make the client library close
+// it; and its writes are gathered (see BatchConn).
 func Dial(ctx context.Context, c warren.Connection, name string) (conn *amqp.Connection, node string, err error) {
+	return dial(ctx, c, name, true)
+}
+
+// dial is Dial. silentCloseRefuses says whether a connection closed without a word after the
+// login (amqp.ErrCredentials) is taken for RabbitMQ's refusal of the user or password, as it
+// is until these credentials have worked: a node that stops during the handshake closes it
+// the same way, and a Dialer that has connected before retries it (see Dialer.Dial).
+func dial(ctx context.Context, c warren.Connection, name string, silentCloseRefuses bool) (conn *amqp.Connection, node string, err error) {
 	if err := amqpurl.Check(c.URL); err != nil {
 		return nil, "", Permanent(err)
 	}
@@ -179,10 +209,16 @@ func Dial(ctx context.Context, c warren.Connection, name string) (conn *amqp.Con
 	defer cancel()
 	urls := amqpurl.Split(c.URL)
 	if len(urls) == 1 {
-		return dialOne(ctx, c, urls[0], name)
+		conn, node, err := dialOne(ctx, c, urls[0], name)
+		if err != nil {
+			r := refusalOf(err, silentCloseRefuses)
+			return nil, "", permanentIf(r, named(urls[0], err, r))
+		}
+		return conn, node, nil
 	}
 	deadline, _ := ctx.Deadline()
 	var errs []error
+	everyNodeRefused := true
 	for i, n := range rand.Perm(len(urls)) {
 		share := time.Until(deadline) / time.Duration(len(urls)-i)
 		attempt, cancelAttempt := context.WithTimeout(ctx, share)
@@ -191,12 +227,87 @@ func Dial(ctx context.Context, c warren.Connection, name string) (conn *amqp.Con
 		if err == nil {
 			return conn, node, nil
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", amqpurl.Redact(urls[n]), err))
+		r := refusalOf(err, silentCloseRefuses)
+		if r == brokerRefused {
+			return nil, "", Permanent(named(urls[n], err, r))
+		}
+		errs = append(errs, named(urls[n], err, r))
+		everyNodeRefused = everyNodeRefused && r == nodeRefused
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return nil, "", fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
+	err = fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
+	if everyNodeRefused && len(errs) == len(urls) {
+		return nil, "", Permanent(err)
+	}
+	return nil, "", err
+}
+
+// refusal says whether a failed connection attempt is worth repeating.
+type refusal int
+
+const (
+	transient     refusal = iota // another attempt may succeed
+	nodeRefused                  // this node refuses for good; another node may not
+	brokerRefused                // the broker refuses for good, on every node of the cluster
+)
+
+// refusalOf classifies err, the failure of one node's connection attempt (see Dial).
+func refusalOf(err error, silentCloseRefuses bool) refusal {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+	)
+	// crypto/tls wraps its own verification's failure; a Connection.TLS verifier of its own
+	// (VerifyPeerCertificate, VerifyConnection) may return x509's errors unwrapped.
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) || errors.As(err, &invalid) {
+		return nodeRefused
+	}
+	var ae *amqp.Error
+	switch {
+	case !errors.As(err, &ae):
+		return transient
+	case ae == amqp.ErrCredentials:
+		if silentCloseRefuses {
+			return brokerRefused
+		}
+		return transient
+	case ae == amqp.ErrSASL: // the mechanisms the broker offered (connection.start)
+		return brokerRefused
+	case !ae.Server: // amqp091-go's guess (amqp.ErrVhost): the socket closed during the handshake
+		return transient
+	case ae.Code == amqp.AccessRefused:
+		return brokerRefused
+	case ae.Code == amqp.NotAllowed:
+		// RabbitMQ's 530s on connection.open: "vhost v not found", "access to vhost 'v'
+		// refused for user 'u'" (permanent); a connection limit reached, or an auth
+		// backend that "returned an error" (transient).
+		if strings.Contains(ae.Reason, "limit") || strings.Contains(ae.Reason, "returned an error") {
+			return transient
+		}
+		return brokerRefused
+	}
+	return transient
+}
+
+// named returns err, the failure of dialling url, with url in front (without its password),
+// and saying so when it is a refusal.
+func named(url string, err error, r refusal) error {
+	if r != transient {
+		return fmt.Errorf("%s: %w (refused: not retried)", amqpurl.Redact(url), err)
+	}
+	return fmt.Errorf("%s: %w", amqpurl.Redact(url), err)
+}
+
+// permanentIf returns err, Permanent when r is a refusal.
+func permanentIf(r refusal, err error) error {
+	if r == transient {
+		return err
+	}
+	return Permanent(err)
 }
 
 // dialOne is Dial for one URL; ctx has a deadline.
@@ -280,6 +391,13 @@ func dialOne(ctx context.Context, c warren.Connection, url, name string) (*amqp.
 			}
 			err = fmt.Errorf("AMQP handshake with %s: %w", addr, cause)
 		}
+	}
+	var ae *amqp.Error
+	if errors.As(err, &ae) {
+		// The broker's reply, or amqp091's own words for a handshake cut short: never the
+		// URL. RedactError would hide a reason that shares a few letters with the password
+		// ("username or password not allowed"), and errors.Is and As with it.
+		return nil, "", err
 	}
 	if err != nil {
 		return nil, "", amqpurl.RedactError(url, err)

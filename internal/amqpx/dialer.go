@@ -23,18 +23,25 @@ type Dialer struct {
 	last string // the node of the last connection
 }
 
-// NewDialer returns a Dialer of the connections named name (see Dial), opened as c says.
+// NewDialer returns a Dialer of the connections named name (see Dial), opened as c says
+// (its unset fields defaulted).
 func NewDialer(c warren.Connection, name string, logger watermill.LoggerAdapter) *Dialer {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Dialer{conn: c, name: name, logger: logger}
+	return &Dialer{conn: c.WithDefaults(), name: name, logger: logger}
 }
 
 // Dial opens a connection (see the function Dial) and reports it; once it is lost other
-// than by being closed, that is reported too.
+// than by being closed, that is reported too. A refusal is a Permanent error, as Dial says,
+// with one exception: once the Dialer has connected, a connection closed without a word
+// after the login (amqp.ErrCredentials) is taken for a node that went down during the
+// handshake, not for a changed password, and is not Permanent.
 func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
-	conn, node, err := Dial(ctx, d.conn, d.name)
+	d.mu.Lock()
+	connected := d.last != ""
+	d.mu.Unlock()
+	conn, node, err := dial(ctx, d.conn, d.name, !connected)
 	if err != nil {
 		return nil, err
 	}
@@ -67,12 +74,40 @@ func (d *Dialer) emit(ev warren.ConnectionEvent) {
 	}
 }
 
-// Run dials a connection and runs op on it, retrying (RetryLogged, told to the Dialer's
-// logger) a failure to connect or a lost connection for up to limit; a broker refusal ends
-// it. The connection is closed when op returns, and closed under op if ctx ends.
+// Connect opens a connection (see Dialer.Dial), retrying a failure to connect (RetryLogged,
+// told to the Dialer's logger) for up to the Connection's ConnectTimeout; a refusal ends it
+// at once. The error says "connect" and, having given up, wraps the last failure, which
+// names each node tried and why it failed.
+func (d *Dialer) Connect(ctx context.Context) (conn *amqp.Connection, err error) {
+	err = RetryLogged(ctx, d.conn.ConnectTimeout, "connect", d.logger, nil, func(ctx context.Context) error {
+		c, err := d.Dial(ctx)
+		conn = c
+		return err
+	})
+	return conn, err
+}
+
+// ConnectWithin opens a connection for a call that RetryLogged with limit retries (ctx is its
+// attempt's): when the Connection's ConnectTimeout is shorter than limit, it retries a failure
+// to connect itself (see Connect) and marks its error Permanent, retried already; otherwise
+// it dials once (see Dialer.Dial), and limit bounds connecting too.
+func (d *Dialer) ConnectWithin(ctx context.Context, limit time.Duration) (*amqp.Connection, error) {
+	if d.conn.ConnectTimeout >= limit {
+		return d.Dial(ctx)
+	}
+	conn, err := d.Connect(ctx)
+	if err != nil {
+		return nil, Permanent(err)
+	}
+	return conn, nil
+}
+
+// Run connects (see ConnectWithin) and runs op on the connection, retrying (RetryLogged, told
+// to the Dialer's logger) a lost connection for up to limit; a broker refusal ends it. The
+// connection is closed when op returns, and closed under op if ctx ends.
 func (d *Dialer) Run(ctx context.Context, limit time.Duration, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
 	return RetryLogged(ctx, limit, what, d.logger, nil, func(ctx context.Context) error {
-		conn, err := d.Dial(ctx)
+		conn, err := d.ConnectWithin(ctx, limit)
 		if err != nil {
 			return err
 		}

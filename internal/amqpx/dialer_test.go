@@ -142,6 +142,13 @@ func hostOf(t *testing.T, raw string) string {
 // the plain bytes to target, until t ends. It returns the pool that trusts its certificate,
 // and its address.
 func tlsTerminator(t *testing.T, target string) (*x509.CertPool, string) {
+	pool, addr, _ := tlsTerminatorWith(t, target, nil)
+	return pool, addr
+}
+
+// tlsTerminatorWith is tlsTerminator with a certificate that edit, when not nil, changes
+// first; accepted says how many connections it has accepted.
+func tlsTerminatorWith(t *testing.T, target string, edit func(*x509.Certificate)) (pool *x509.CertPool, addr string, accepted func() int) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
@@ -150,17 +157,21 @@ func tlsTerminator(t *testing.T, target string) (*x509.CertPool, string) {
 		IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
+	if edit != nil {
+		edit(tmpl)
+	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	require.NoError(t, err)
 	cert, err := x509.ParseCertificate(der)
 	require.NoError(t, err)
-	pool := x509.NewCertPool()
+	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}})
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var open []net.Conn
+	var n int
 	t.Cleanup(func() {
 		_ = l.Close()
 		mu.Lock()
@@ -178,6 +189,9 @@ func tlsTerminator(t *testing.T, target string) (*x509.CertPool, string) {
 			if err != nil {
 				return
 			}
+			mu.Lock()
+			n++
+			mu.Unlock()
 			up, err := net.Dial("tcp", target)
 			if err != nil {
 				_ = c.Close()
@@ -197,5 +211,9 @@ func tlsTerminator(t *testing.T, target string) (*x509.CertPool, string) {
 			go pipe(c, up)
 		}
 	}()
-	return pool, l.Addr().String()
+	return pool, l.Addr().String(), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
+	}
 }

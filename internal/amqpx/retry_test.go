@@ -3,6 +3,7 @@ package amqpx_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -132,4 +133,21 @@ func TestDialIsBoundedByTheContext(t *testing.T) {
 	_, _, err = amqpx.Dial(ctx, warren.Connection{URL: url}, "test")
 	assert.Less(t, time.Since(start), 450*time.Millisecond)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// When the deadline cuts the last attempt short (a handshake under way, say), the error
+// still says, and wraps, why the attempts before it failed.
+func TestRetryGivesUpWithTheCauseTheDeadlineDidNotHide(t *testing.T) {
+	testenv.Slow(t)
+	refused := errors.New("x509: certificate signed by unknown authority")
+	err := amqpx.Retry(context.Background(), 500*time.Millisecond, "op", func(ctx context.Context) error {
+		if d, _ := ctx.Deadline(); time.Until(d) > 100*time.Millisecond {
+			return refused
+		}
+		<-ctx.Done()
+		return fmt.Errorf("AMQP handshake: %w", ctx.Err())
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, refused)
+	assert.Equal(t, "op: gave up after 500ms: AMQP handshake: context deadline exceeded (before that: "+refused.Error()+")", err.Error())
 }

@@ -18,11 +18,12 @@ type Proxy struct {
 	l      net.Listener
 	target string
 
-	mu      sync.Mutex
-	frozen  bool
-	conns   []net.Conn
-	wake    *sync.Cond
-	streams []*toClient
+	mu       sync.Mutex
+	accepted int
+	frozen   bool
+	conns    []net.Conn
+	wake     *sync.Cond
+	streams  []*toClient
 }
 
 // toClient is the broker-to-client direction of one proxied connection, forwarded frame by
@@ -82,6 +83,13 @@ func (p *Proxy) awaitThaw() {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.l.Addr().String() }
 
+// Accepted is how many connections the proxy has accepted: how many times a client dialled.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
 // Freeze stops forwarding bytes in both directions; connections stay open.
 func (p *Proxy) Freeze() {
 	p.mu.Lock()
@@ -120,6 +128,9 @@ func (p *Proxy) serve() {
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		p.accepted++
+		p.mu.Unlock()
 		u, err := net.Dial("tcp", p.target)
 		if err != nil {
 			_ = c.Close()
