@@ -525,7 +525,7 @@ func (t *txn) putBack(ctx context.Context, ret amqp.Return, res *ReplayResult) e
 		err = amqpx.Do(ctx, t.ch, t.ch.TxCommit)
 	}
 	if err != nil {
-		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", d.MessageId, ret.ReplyText, err)
+		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", warren.DeliveryID(d), ret.ReplyText, err)
 	}
 	res.Replayed--
 	t.used[route{exchange: ret.Exchange, key: ret.RoutingKey}]--
