@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
@@ -112,12 +113,9 @@ func cut(s string, n int) string {
 	return s
 }
 
-// isTerminal reports whether f is a terminal (a character device).
+// isTerminal reports whether w is a terminal. A character device is not enough: /dev/null
+// is one too.
 func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
