@@ -18,8 +18,8 @@ import (
 )
 
 // poisonQueue declares queue with its poison queue (no delay levels) and publishes msgs into
-// the poison queue as the poison middleware writes them (failed in handler "charge", with
-// the error of its metadata "error"), with the Marshaler.
+// the poison queue as the poison middleware writes them, with the Marshaler: given up on as a
+// permanent error of handler "charge", unless their metadata say otherwise.
 func poisonQueue(t *testing.T, env *testenv.Env, queue string, msgs ...*message.Message) {
 	t.Helper()
 	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
@@ -28,10 +28,12 @@ func poisonQueue(t *testing.T, env *testenv.Env, queue string, msgs ...*message.
 	ch := env.Channel()
 	require.NoError(t, ch.Confirm(false))
 	for _, msg := range msgs {
-		msg.Metadata.Set(middleware.PoisonReasonKey, middleware.PoisonReasonPermanent)
-		msg.Metadata.Set(middleware.PoisonQueueKey, queue)
-		msg.Metadata.Set(middleware.PoisonHandlerKey, "charge")
-		msg.Metadata.Set(middleware.PoisonErrorKey, msg.Metadata.Get("error"))
+		for k, v := range map[string]string{middleware.PoisonReasonKey: middleware.PoisonReasonPermanent,
+			middleware.PoisonQueueKey: queue, middleware.PoisonHandlerKey: "charge"} {
+			if msg.Metadata.Get(k) == "" {
+				msg.Metadata.Set(k, v)
+			}
+		}
 		p, err := warren.Marshaler{}.Marshal(msg)
 		require.NoError(t, err)
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", topology.PoisonQueue(queue), true, false, p)

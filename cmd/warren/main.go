@@ -19,6 +19,10 @@
 // commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
 // of the machine could see it).
 //
+// No value read from the broker reaches a terminal as it is: every table and message shows a
+// control character visibly (C0 as \x1b, DEL and C1 as \u007f, \u009b, a byte that is not
+// UTF-8 as \xff); --json and export keep every value exact (JSON's own escapes).
+//
 // Exit codes: 0 success, 1 an error (printed on stderr), 2 a queue that does not exist (kill
 // and resume sent nothing; poison commands found no poison queue), 3 done in part: kill or
 // resume was sent but not every consumer confirmed it within --wait (some refused it, or did
@@ -104,7 +108,11 @@ func newRoot() *cobra.Command {
 		Use:          "warren",
 		Short:        "Operate warren's queues on RabbitMQ",
 		SilenceUsage: true,
+		// Every command's output passes through visible (see safeOutput).
+		PersistentPreRun: safeOutput,
 	}
+	root.SetOut(safe(os.Stdout)) // and the errors of flags and arguments, before PersistentPreRun
+	root.SetErr(safe(os.Stderr))
 	g := &globals{}
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")

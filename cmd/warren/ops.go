@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"golang.org/x/term"
 
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
@@ -111,11 +110,4 @@ func cut(s string, n int) string {
 		return "-"
 	}
 	return s
-}
-
-// isTerminal reports whether w is a terminal. A character device is not enough: /dev/null
-// is one too.
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -134,7 +133,7 @@ func nonNil[T any](s []T) []T {
 }
 
 func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "POS\tID\tREASON\tERROR\tHANDLER\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tGROUP\tTRACE\tDESTINATION")
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Error, 60),
@@ -145,7 +144,7 @@ func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
 }
 
 func printParked(out io.Writer, msgs []ops.Message) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "POS\tID\tREASON\tDESTINATION\tCONTENT TYPE")
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Destination, 60), cut(m.ContentType, 30))
@@ -155,7 +154,7 @@ func printParked(out io.Writer, msgs []ops.Message) error {
 }
 
 func printGroups(out io.Writer, groups []ops.FailureGroup, now time.Time) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "GROUP\tCOUNT\tHANDLER\tERROR TYPE\tERROR\tFIRST\tLAST\tEXAMPLE")
 	for _, gr := range groups {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", cut(gr.ID, 8), gr.Count, cut(gr.Handler, 24), cut(gr.ErrorType, 30),
@@ -194,7 +193,7 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 				return err
 			}
 			defer o.Close()
-			errOut := cmd.ErrOrStderr()
+			errOut := raw(cmd.ErrOrStderr()) // numbers only, and carriage returns
 			if isTerminal(errOut) {
 				opt.Progress = func(r ops.ReplayResult) {
 					fmt.Fprintf(errOut, "\r%s replayed %d, scanned %d of %d", bar(r.Scanned, r.Total, 30), r.Replayed, r.Scanned, r.Total)

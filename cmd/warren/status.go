@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -84,7 +83,7 @@ func newStatus(g *globals) *cobra.Command {
 func printStatus(out io.Writer, s ops.Status, d topology.Delay) error {
 	now := s.At
 	if len(s.Queues) > 0 {
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		tw := newTable(out)
 		fmt.Fprintln(tw, "QUEUE\tREADY\tCONSUMERS\tKILL\tPOISON")
 		for _, q := range s.Queues {
 			if !q.Exists {
