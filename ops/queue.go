@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -158,7 +160,8 @@ func get(ctx context.Context, ch *amqp.Channel, queue string) (d amqp.Delivery, 
 type ReplayOptions struct {
 	// Filter selects the messages.
 	Filter Filter
-	// To is the queue they are sent to, instead of each one's Destination.
+	// To is the queue they are sent to, instead of each one's Destination. A poison queue or
+	// the parking queue of delay levels is refused: the replay fails before it moves anything.
 	To string
 	// Limit is the most messages replayed (0: all that match).
 	Limit int
@@ -199,10 +202,13 @@ func (o *Ops) ReplayParked(ctx context.Context, opt ReplayOptions) (ReplayResult
 }
 
 func (o *Ops) replay(ctx context.Context, src source, opt ReplayOptions) (ReplayResult, error) {
+	var res ReplayResult
+	if why := notDestination(opt.To); opt.To != "" && why != "" {
+		return res, fmt.Errorf("ops: replay %s to %s: %s: name a work queue", src.queue, opt.To, why)
+	}
 	if opt.Batch <= 0 {
 		opt.Batch = 100
 	}
-	var res ReplayResult
 	done := map[string]bool{}
 	progressAt := time.Now()
 	for {
@@ -351,9 +357,30 @@ func routeOf(m Message, d amqp.Delivery, to string) (route, string) {
 	case d.Headers[topology.HeaderDestExchange] != nil && m.Destination != "":
 		return route{exchange: warren.HeaderString(d.Headers[topology.HeaderDestExchange]), key: d.RoutingKey}, ""
 	case m.Destination != "":
+		if why := notDestination(m.Destination); why != "" {
+			return route{}, "queue " + m.Destination + " " + why
+		}
 		return route{key: m.Destination}, ""
 	}
 	return route{}, "no destination: it came from no delay or work queue"
+}
+
+// parkingQueue matches the name of the parking queue of any delay levels (see
+// topology.Delay.ParkingQueue).
+var parkingQueue = regexp.MustCompile(`\.(?:` + string(topology.Quorum) + `|` + string(topology.Classic) + `)\.\d+ms\.r\d+\.parked$`)
+
+// notDestination says why a replay cannot send messages to queue ("" if it can): a poison
+// queue (topology.PoisonQueue) or the parking queue of delay levels, where a replayed message
+// would be no failure and no delayed message: it would lose its reason, error and handler, and
+// be replayed again from there.
+func notDestination(queue string) string {
+	switch {
+	case strings.HasSuffix(queue, topology.PoisonQueue("")):
+		return "is a poison queue, not a destination"
+	case parkingQueue.MatchString(queue):
+		return "is the parking queue of delay levels, not a destination"
+	}
+	return ""
 }
 
 // txn is the transaction of a replay pass.
