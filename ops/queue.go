@@ -184,6 +184,8 @@ type ReplayResult struct {
 	Replayed int `json:"replayed"`
 	// Failed counts, by reason, the selected messages that were left in the queue.
 	Failed map[string]int `json:"failed,omitempty"`
+	// Missing is how many of those were left because their destination does not exist.
+	Missing int `json:"missing,omitempty"`
 	// Reconnects is the number of times the replay lost its connection and went on.
 	Reconnects int `json:"reconnects,omitempty"`
 }
@@ -277,7 +279,7 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 		return 0, err
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, opt.Batch))
-	res.Total, res.Scanned, res.Failed = res.Replayed+q.Messages, res.Replayed, map[string]int{}
+	res.Total, res.Scanned, res.Failed, res.Missing = res.Replayed+q.Messages, res.Replayed, map[string]int{}, 0
 	in := &inspector{conn: conn}
 	defer in.close()
 	t := &txn{o: o, in: in, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]int{}, sent: map[string]amqp.Delivery{}}
@@ -309,9 +311,11 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 		}
 		r, why := routeOf(m, d, opt.To)
 		if why == "" {
-			why, err = t.check(ctx, r)
-			if err != nil {
+			if why, err = t.check(ctx, r); err != nil {
 				return 0, err
+			}
+			if why != "" {
+				res.Missing++
 			}
 		}
 		if why != "" {

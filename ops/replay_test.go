@@ -111,6 +111,7 @@ func TestReplayLimitAndMissingDestination(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.Replayed)
 	assert.Equal(t, map[string]int{"queue " + missing + " does not exist": 10}, res.Failed)
+	assert.Equal(t, 10, res.Missing)
 
 	res, err = o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Limit: 3})
 	require.NoError(t, err)
@@ -192,6 +193,7 @@ func TestParked(t *testing.T) {
 	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"queue " + q + " does not exist": 1}, res.Failed)
+	assert.Equal(t, 1, res.Missing)
 
 	require.NoError(t, pub.Declare(ctx, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
 	res, err = o.ReplayParked(ctx, ops.ReplayOptions{})
@@ -276,6 +278,7 @@ func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, res.Replayed)
 	assert.Equal(t, map[string]int{"queue " + topology.PoisonQueue(q) + " is a poison queue, not a destination": 1}, res.Failed)
+	assert.Zero(t, res.Missing, "it exists")
 	assert.Equal(t, 1, env.Messages(delay.ParkingQueue()))
 	assert.Equal(t, 3, env.Messages(topology.PoisonQueue(q)))
 }

@@ -214,10 +214,7 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 			if err != nil {
 				return err
 			}
-			if n := failed(res); n > 0 {
-				return &exitError{exitUnconfirmed, fmt.Sprintf("%d selected messages could not be replayed and are left in the %s", n, m.what), nil}
-			}
-			return nil
+			return replayErr(res, m.what)
 		},
 	}
 	ff = addFilterFlags(replay.Flags())
@@ -230,6 +227,24 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 		delay = delayFlagsOf(replay)
 	}
 	return replay
+}
+
+// replayErr is the error that gives a replay that left selected messages behind its exit
+// code: 3 if it replayed some (done in part); else 2 if every one was left because its
+// destination does not exist, 1 for any other reason.
+func replayErr(r ops.ReplayResult, what string) error {
+	n := failed(r)
+	if n == 0 {
+		return nil
+	}
+	code := 1
+	switch {
+	case r.Replayed > 0:
+		code = exitUnconfirmed
+	case r.Missing == n:
+		code = exitNoQueue
+	}
+	return &exitError{code, fmt.Sprintf("%d selected messages could not be replayed and are left in the %s", n, what), nil}
 }
 
 func failed(r ops.ReplayResult) int {

@@ -60,8 +60,11 @@ func newStatus(g *globals) *cobra.Command {
 				} else {
 					err = printStatus(out, s, cfg.Delay)
 				}
-				if err != nil || watch <= 0 {
+				if err != nil {
 					return err
+				}
+				if watch <= 0 {
+					return missing(s)
 				}
 				select {
 				case <-time.After(watch):
@@ -78,6 +81,21 @@ func newStatus(g *globals) *cobra.Command {
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	status.Flags().DurationVar(&watch, "watch", 0, "show it again every this long, until interrupted (0: once)")
 	return status
+}
+
+// missing is the error of a status that names work queues that do not exist (exit 2), nil if
+// every one exists.
+func missing(s ops.Status) error {
+	var names []string
+	for _, q := range s.Queues {
+		if !q.Exists {
+			names = append(names, q.Queue)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return &exitError{exitNoQueue, fmt.Sprintf("no such queue: %s", strings.Join(names, ", ")), ops.ErrNoQueue}
 }
 
 func printStatus(out io.Writer, s ops.Status, d topology.Delay) error {
