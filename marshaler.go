@@ -202,17 +202,10 @@ func setProperty(p *amqp.Publishing, k, v string) bool {
 // headers (those of the delay levels) and delay instructions (see IsDelayMetadata) are
 // dropped.
 func (m Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
-	uuid := d.MessageId
-	msg := message.NewMessage("", d.Body)
+	msg := message.NewMessage(DeliveryID(d), d.Body)
 	msg.Metadata = make(message.Metadata, len(d.Headers)+4)
 	for k, v := range d.Headers {
-		if IsTransportHeader(k) || IsDelayMetadata(k) || k == MetadataPublishID {
-			continue
-		}
-		if k == watermillUUIDHeader {
-			if uuid == "" {
-				uuid = HeaderString(v)
-			}
+		if IsTransportHeader(k) || IsDelayMetadata(k) || k == MetadataPublishID || k == watermillUUIDHeader {
 			continue
 		}
 		msg.Metadata[k] = HeaderString(v)
@@ -237,8 +230,17 @@ func (m Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 	if d.Priority > 0 {
 		msg.Metadata[MetadataPriority] = strconv.Itoa(int(d.Priority))
 	}
-	msg.UUID = uuid
 	return msg, nil
+}
+
+// DeliveryID is the message id (Watermill's UUID) that d carries, as Unmarshal reads it: the
+// message-id property, else watermill-amqp's _watermill_message_uuid header, where Marshal
+// puts an id longer than the property holds.
+func DeliveryID(d amqp.Delivery) string {
+	if d.MessageId != "" {
+		return d.MessageId
+	}
+	return HeaderString(d.Headers[watermillUUIDHeader])
 }
 
 // IsBrokerHeader reports whether the header is one RabbitMQ maintains itself (dead-lettering

@@ -21,7 +21,8 @@ import (
 type Message struct {
 	// Position in the queue: 1 is the head, the next to be delivered.
 	Position int `json:"position"`
-	// ID is the AMQP message id (Watermill's UUID).
+	// ID is the message id (Watermill's UUID): the AMQP message-id, or the header that
+	// carries an id too long for it (see warren.DeliveryID).
 	ID string `json:"id"`
 	// Reason says why it is there: a middleware.PoisonReason* for a poison message;
 	// ParkedReasonGone or ParkedReasonUnroutable for a parked one.
@@ -62,7 +63,7 @@ const (
 // fromDelivery reads d, the message at position pos; queue is the work queue of a poison
 // queue, "" for the parking queue.
 func fromDelivery(pos int, d amqp.Delivery, queue string, withBody bool) Message {
-	m := Message{Position: pos, ID: d.MessageId, ContentType: d.ContentType, Headers: make(map[string]string, len(d.Headers))}
+	m := Message{Position: pos, ID: warren.DeliveryID(d), ContentType: d.ContentType, Headers: make(map[string]string, len(d.Headers))}
 	for k, v := range d.Headers {
 		m.Headers[k] = warren.HeaderString(v)
 	}

@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -158,7 +160,8 @@ func get(ctx context.Context, ch *amqp.Channel, queue string) (d amqp.Delivery, 
 type ReplayOptions struct {
 	// Filter selects the messages.
 	Filter Filter
-	// To is the queue they are sent to, instead of each one's Destination.
+	// To is the queue they are sent to, instead of each one's Destination. A poison queue or
+	// the parking queue of delay levels is refused: the replay fails before it moves anything.
 	To string
 	// Limit is the most messages replayed (0: all that match).
 	Limit int
@@ -181,6 +184,8 @@ type ReplayResult struct {
 	Replayed int `json:"replayed"`
 	// Failed counts, by reason, the selected messages that were left in the queue.
 	Failed map[string]int `json:"failed,omitempty"`
+	// Missing is how many of those were left because their destination does not exist.
+	Missing int `json:"missing,omitempty"`
 	// Reconnects is the number of times the replay lost its connection and went on.
 	Reconnects int `json:"reconnects,omitempty"`
 }
@@ -199,10 +204,13 @@ func (o *Ops) ReplayParked(ctx context.Context, opt ReplayOptions) (ReplayResult
 }
 
 func (o *Ops) replay(ctx context.Context, src source, opt ReplayOptions) (ReplayResult, error) {
+	var res ReplayResult
+	if why := notDestination(opt.To); opt.To != "" && why != "" {
+		return res, fmt.Errorf("ops: replay %s to %s: %s: name a work queue", src.queue, opt.To, why)
+	}
 	if opt.Batch <= 0 {
 		opt.Batch = 100
 	}
-	var res ReplayResult
 	done := map[string]bool{}
 	progressAt := time.Now()
 	for {
@@ -271,7 +279,7 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 		return 0, err
 	}
 	returns := ch.NotifyReturn(make(chan amqp.Return, opt.Batch))
-	res.Total, res.Scanned, res.Failed = res.Replayed+q.Messages, res.Replayed, map[string]int{}
+	res.Total, res.Scanned, res.Failed, res.Missing = res.Replayed+q.Messages, res.Replayed, map[string]int{}, 0
 	in := &inspector{conn: conn}
 	defer in.close()
 	t := &txn{o: o, in: in, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]int{}, sent: map[string]amqp.Delivery{}}
@@ -303,9 +311,11 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 		}
 		r, why := routeOf(m, d, opt.To)
 		if why == "" {
-			why, err = t.check(ctx, r)
-			if err != nil {
+			if why, err = t.check(ctx, r); err != nil {
 				return 0, err
+			}
+			if why != "" {
+				res.Missing++
 			}
 		}
 		if why != "" {
@@ -351,9 +361,30 @@ func routeOf(m Message, d amqp.Delivery, to string) (route, string) {
 	case d.Headers[topology.HeaderDestExchange] != nil && m.Destination != "":
 		return route{exchange: warren.HeaderString(d.Headers[topology.HeaderDestExchange]), key: d.RoutingKey}, ""
 	case m.Destination != "":
+		if why := notDestination(m.Destination); why != "" {
+			return route{}, "queue " + m.Destination + " " + why
+		}
 		return route{key: m.Destination}, ""
 	}
 	return route{}, "no destination: it came from no delay or work queue"
+}
+
+// parkingQueue matches the name of the parking queue of any delay levels (see
+// topology.Delay.ParkingQueue).
+var parkingQueue = regexp.MustCompile(`\.(?:` + string(topology.Quorum) + `|` + string(topology.Classic) + `)\.\d+ms\.r\d+\.parked$`)
+
+// notDestination says why a replay cannot send messages to queue ("" if it can): a poison
+// queue (topology.PoisonQueue) or the parking queue of delay levels, where a replayed message
+// would be no failure and no delayed message: it would lose its reason, error and handler, and
+// be replayed again from there.
+func notDestination(queue string) string {
+	switch {
+	case strings.HasSuffix(queue, topology.PoisonQueue("")):
+		return "is a poison queue, not a destination"
+	case parkingQueue.MatchString(queue):
+		return "is the parking queue of delay levels, not a destination"
+	}
+	return ""
 }
 
 // txn is the transaction of a replay pass.
@@ -525,7 +556,7 @@ func (t *txn) putBack(ctx context.Context, ret amqp.Return, res *ReplayResult) e
 		err = amqpx.Do(ctx, t.ch, t.ch.TxCommit)
 	}
 	if err != nil {
-		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", d.MessageId, ret.ReplyText, err)
+		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", warren.DeliveryID(d), ret.ReplyText, err)
 	}
 	res.Replayed--
 	t.used[route{exchange: ret.Exchange, key: ret.RoutingKey}]--

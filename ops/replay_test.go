@@ -114,6 +114,7 @@ func TestReplayLimitAndMissingDestination(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.Replayed)
 	assert.Equal(t, map[string]int{"queue " + missing + " does not exist": 10}, res.Failed)
+	assert.Equal(t, 10, res.Missing)
 
 	res, err = o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Limit: 3})
 	require.NoError(t, err)
@@ -195,6 +196,7 @@ func TestParked(t *testing.T) {
 	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"queue " + q + " does not exist": 1}, res.Failed)
+	assert.Equal(t, 1, res.Missing)
 
 	require.NoError(t, pub.Declare(ctx, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
 	res, err = o.ReplayParked(ctx, ops.ReplayOptions{})
@@ -242,4 +244,44 @@ func TestStatus(t *testing.T) {
 	assert.Equal(t, 0, s.Delay.Missing)
 	assert.Equal(t, 0, s.Delay.Parked)
 	assert.Len(t, s.Delay.Levels, delay.QueueCount())
+}
+
+// A replay refuses a poison queue or a parking queue as its destination, where a replayed
+// message would lose its reason, error and handler: an error, and nothing moves.
+func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "noloop")
+	fill(t, env, q, 3)
+	other := workQueue(t, env, "other")
+	delay := env.Delay(topology.Delay{})
+	o := newOps(t, env.URL, delay)
+	ctx := context.Background()
+
+	for _, to := range []string{topology.PoisonQueue(q), topology.PoisonQueue(other), delay.ParkingQueue(),
+		topology.Delay{Prefix: "elsewhere", Unit: time.Second, Radix: 4}.ParkingQueue()} {
+		res, err := o.ReplayPoisoned(ctx, q, ops.ReplayOptions{To: to})
+		assert.Error(t, err, to)
+		assert.ErrorContains(t, err, to)
+		assert.Zero(t, res.Replayed)
+		_, err = o.ReplayParked(ctx, ops.ReplayOptions{To: to})
+		assert.ErrorContains(t, err, to)
+	}
+	assert.Equal(t, 3, env.Messages(topology.PoisonQueue(q)))
+	assert.Zero(t, env.Messages(topology.PoisonQueue(other)))
+
+	// A parked message whose destination is a poison queue stays, and the result says why.
+	ch := env.Channel()
+	_, err := ch.QueueDeclare(delay.ParkingQueue(), true, false, false, false, nil)
+	require.NoError(t, err)
+	require.NoError(t, ch.PublishWithContext(ctx, "", delay.ParkingQueue(), true, false, amqp.Publishing{
+		MessageId: "to-poison", Headers: amqp.Table{topology.HeaderDestQueue: topology.PoisonQueue(q)}}))
+	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
+	require.NoError(t, err)
+	assert.Zero(t, res.Replayed)
+	assert.Equal(t, map[string]int{"queue " + topology.PoisonQueue(q) + " is a poison queue, not a destination": 1}, res.Failed)
+	assert.Zero(t, res.Missing, "it exists")
+	assert.Equal(t, 1, env.Messages(delay.ParkingQueue()))
+	assert.Equal(t, 3, env.Messages(topology.PoisonQueue(q)))
 }

@@ -316,7 +316,9 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: config.Subscriber.ShutdownTimeout + 5*time.Second}, logger)
+	r := &Router{cfg: config, logger: logger, names: map[string]bool{}, closing: make(chan struct{}), running: make(chan struct{})}
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: config.Subscriber.ShutdownTimeout + 5*time.Second},
+		stopLogger{logger, r})
 	if err != nil {
 		return nil, err
 	}
@@ -339,15 +341,44 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		_ = out.Close()
 		return nil, err
 	}
-	return &Router{
-		cfg: config, logger: logger, wm: wm, tracing: tracing, metrics: metrics,
-		out: out, retries: retries,
-		pub:      tracing.Publisher(out),
-		retryPub: tracing.Publisher(retries),
-		names:    map[string]bool{},
-		closing:  make(chan struct{}),
-		running:  make(chan struct{}),
-	}, nil
+	r.wm, r.tracing, r.metrics, r.out, r.retries = wm, tracing, metrics, out, retries
+	r.pub, r.retryPub = tracing.Publisher(out), tracing.Publisher(retries)
+	return r, nil
+}
+
+// allStopped is what Watermill's router logs, as an error, when every handler has stopped
+// without a Close: their subscriptions ended.
+const allStopped = "All handlers stopped, closing router"
+
+// stopLogger is the logger of Watermill's router. A subscription ends without an error only
+// when a kill command drained and deleted its queue (see Subscriber.Err): when every handler
+// stopped that way the stop is deliberate, and allStopped is logged at Info, not as an error.
+type stopLogger struct {
+	watermill.LoggerAdapter
+	r *Router
+}
+
+func (l stopLogger) Error(msg string, err error, fields watermill.LogFields) {
+	if msg == allStopped && l.r.subsErr() == nil {
+		l.LoggerAdapter.Info(msg, fields.Add(watermill.LogFields{"cause": "a kill command deleted every handler's queue"}))
+		return
+	}
+	l.LoggerAdapter.Error(msg, err, fields)
+}
+
+func (l stopLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return stopLogger{l.LoggerAdapter.With(fields), l.r}
+}
+
+// subsErr reports the subscriptions of the handlers that ended for good (see Subscriber.Err).
+func (r *Router) subsErr() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	for _, sub := range r.subs {
+		err = errors.Join(err, sub.Err())
+	}
+	return err
 }
 
 // retryRoute sends retries to the queue named by the topic, and poison messages to the
@@ -673,13 +704,8 @@ func (r *Router) Run(ctx context.Context) error {
 	// close; Close does that, so Watermill's gets a context that does not end.
 	err = r.wm.Run(context.WithoutCancel(ctx))
 	close(runDone)
-	err = errors.Join(err, r.Close())
-	r.mu.Lock()
-	for _, sub := range r.subs { // a queue deleted under its handler: never nil with work left
-		err = errors.Join(err, sub.Err())
-	}
-	r.mu.Unlock()
-	return err
+	// A queue deleted under its handler: never nil with work left.
+	return errors.Join(err, r.Close(), r.subsErr())
 }
 
 // Running is closed once the handlers run: every handler's subscription listens to its

@@ -112,7 +112,9 @@ func send(cmd *cobra.Command, g *globals, f sendFlags, queue string, action rout
 	return report(cmd.OutOrStdout(), res, err, f)
 }
 
-// The exit codes of kill and resume (see exitCodesHelp).
+// The exit codes of every command but 0 and 1 (see the package doc): 2, what the command
+// names (a queue, an exchange, delay levels) does not exist and nothing was done; 3, done in
+// part.
 const (
 	exitNoQueue     = 2
 	exitUnconfirmed = 3

@@ -28,11 +28,27 @@
 // The kill secret, when consumers require signed commands, is read from $WARREN_KILL_SECRET
 // (never from the command line, where other users of the machine could see it).
 //
-// Exit codes: 0 success, 1 an error (printed on stderr), 2 a queue that does not exist (kill
-// and resume sent nothing; poison commands found no poison queue), 3 done in part: kill or
-// resume was sent but not every consumer confirmed it within --wait (some refused it, or did
-// not answer), or a replay left selected messages behind. No consumer listening is a warning
-// (0): the command is remembered for consumers that start later.
+// No value read from the broker reaches a terminal as it is: every table and message shows a
+// control character visibly (C0 as \x1b, DEL and C1 as \u007f, \u009b, a byte that is not
+// UTF-8 as \xff); --json and export keep every value exact (JSON's own escapes).
+//
+// Exit codes, the same for every command:
+//
+//	0  done; kill and resume with no consumer listening too (a warning: the command is
+//	   remembered for consumers that start later)
+//	1  an error, printed on stderr: a bad flag or argument, a broker that refused or could
+//	   not be reached, a failed check (verify), a refused replay destination (a poison or
+//	   parking queue), a purge not confirmed
+//	2  not found: a queue, exchange or delay levels the command names do not exist, and
+//	   nothing was done (kill and resume declare and send nothing; status names one queue
+//	   that does not exist; a replay left every selected message because its destination
+//	   does not exist)
+//	3  done in part: kill or resume sent, but not confirmed by every consumer within --wait
+//	   (some refused it, or did not answer); a replay that left some selected messages
+//	   behind
+//
+// `go run` turns every exit code but 0 into 1: scripts that read it run the installed
+// command (go install github.com/warrenmq/warren/cmd/warren@latest).
 package main
 
 import (
@@ -116,10 +132,17 @@ func (l stderrLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{
-		Use:          "warren",
-		Short:        "Operate warren's queues on RabbitMQ",
+		Use:   "warren",
+		Short: "Operate warren's queues on RabbitMQ",
+		Long: "Operate warren's queues on RabbitMQ.\n\n" +
+			"Exit codes, the same for every command: 0 done, 1 an error, 2 not found (a queue, exchange or delay\n" +
+			"levels the command names do not exist; nothing was done), 3 done in part.",
 		SilenceUsage: true,
+		// Every command's output passes through visible (see safeOutput).
+		PersistentPreRun: safeOutput,
 	}
+	root.SetOut(safe(os.Stdout)) // and the errors of flags and arguments, before PersistentPreRun
+	root.SetErr(safe(os.Stderr))
 	g := &globals{}
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")

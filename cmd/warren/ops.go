@@ -111,13 +111,3 @@ func cut(s string, n int) string {
 	}
 	return s
 }
-
-// isTerminal reports whether f is a terminal (a character device).
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -134,7 +133,7 @@ func nonNil[T any](s []T) []T {
 }
 
 func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "POS\tID\tREASON\tERROR\tHANDLER\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tGROUP\tTRACE\tDESTINATION")
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Error, 60),
@@ -145,7 +144,7 @@ func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
 }
 
 func printParked(out io.Writer, msgs []ops.Message) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "POS\tID\tREASON\tDESTINATION\tCONTENT TYPE")
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Destination, 60), cut(m.ContentType, 30))
@@ -155,7 +154,7 @@ func printParked(out io.Writer, msgs []ops.Message) error {
 }
 
 func printGroups(out io.Writer, groups []ops.FailureGroup, now time.Time) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "GROUP\tCOUNT\tHANDLER\tERROR TYPE\tERROR\tFIRST\tLAST\tEXAMPLE")
 	for _, gr := range groups {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", cut(gr.ID, 8), gr.Count, cut(gr.Handler, 24), cut(gr.ErrorType, 30),
@@ -194,7 +193,7 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 				return err
 			}
 			defer o.Close()
-			errOut := cmd.ErrOrStderr()
+			errOut := raw(cmd.ErrOrStderr()) // numbers only, and carriage returns
 			if isTerminal(errOut) {
 				opt.Progress = func(r ops.ReplayResult) {
 					fmt.Fprintf(errOut, "\r%s replayed %d, scanned %d of %d", bar(r.Scanned, r.Total, 30), r.Replayed, r.Scanned, r.Total)
@@ -215,10 +214,7 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 			if err != nil {
 				return err
 			}
-			if n := failed(res); n > 0 {
-				return &exitError{exitUnconfirmed, fmt.Sprintf("%d selected messages could not be replayed and are left in the %s", n, m.what), nil}
-			}
-			return nil
+			return replayErr(res, m.what)
 		},
 	}
 	ff = addFilterFlags(replay.Flags())
@@ -231,6 +227,24 @@ func newReplay(g *globals, use, short string, args cobra.PositionalArgs, src fun
 		delay = delayFlagsOf(replay)
 	}
 	return replay
+}
+
+// replayErr is the error that gives a replay that left selected messages behind its exit
+// code: 3 if it replayed some (done in part); else 2 if every one was left because its
+// destination does not exist, 1 for any other reason.
+func replayErr(r ops.ReplayResult, what string) error {
+	n := failed(r)
+	if n == 0 {
+		return nil
+	}
+	code := 1
+	switch {
+	case r.Replayed > 0:
+		code = exitUnconfirmed
+	case r.Missing == n:
+		code = exitNoQueue
+	}
+	return &exitError{code, fmt.Sprintf("%d selected messages could not be replayed and are left in the %s", n, what), nil}
 }
 
 func failed(r ops.ReplayResult) int {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,8 +60,11 @@ func newStatus(g *globals) *cobra.Command {
 				} else {
 					err = printStatus(out, s, cfg.Delay)
 				}
-				if err != nil || watch <= 0 {
+				if err != nil {
 					return err
+				}
+				if watch <= 0 {
+					return missing(s)
 				}
 				select {
 				case <-time.After(watch):
@@ -81,10 +83,25 @@ func newStatus(g *globals) *cobra.Command {
 	return status
 }
 
+// missing is the error of a status that names work queues that do not exist (exit 2), nil if
+// every one exists.
+func missing(s ops.Status) error {
+	var names []string
+	for _, q := range s.Queues {
+		if !q.Exists {
+			names = append(names, q.Queue)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return &exitError{exitNoQueue, fmt.Sprintf("no such queue: %s", strings.Join(names, ", ")), ops.ErrNoQueue}
+}
+
 func printStatus(out io.Writer, s ops.Status, d topology.Delay) error {
 	now := s.At
 	if len(s.Queues) > 0 {
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		tw := newTable(out)
 		fmt.Fprintln(tw, "QUEUE\tREADY\tCONSUMERS\tKILL\tPOISON")
 		for _, q := range s.Queues {
 			if !q.Exists {
