@@ -36,7 +36,7 @@ type filterFlags struct {
 func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 	f := &filterFlags{}
 	fs.StringArrayVar(&f.ids, "id", nil, "only the message with this id (repeatable)")
-	fs.StringVar(&f.group, "group-id", "", "only the messages of this failure group (the GROUP column of `poison list --group`)")
+	fs.StringVar(&f.group, "group-id", "", "only the messages of this failure group (the GROUP column of \"poison list --group\")")
 	fs.StringVar(&f.errRE, "error", "", "only the messages whose error matches this regular expression")
 	fs.StringVar(&f.handler, "handler", "", "only the messages of this handler")
 	fs.StringVar(&f.reason, "reason", "", `only the messages given up for this reason ("attempts exhausted", "permanent error", ...)`)
