@@ -16,6 +16,7 @@ import (
 
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -48,7 +49,7 @@ func newPublish(g *globals) *cobra.Command {
 	}
 	fs := publish.Flags()
 	fs.DurationVar(&f.delay, "delay", 0, "deliver this long after publishing (rounded up to the unit of the delay levels)")
-	fs.StringVar(&f.at, "at", "", "deliver at this RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
+	fs.StringVar(&f.at, "at", "", "deliver at this time: RFC 3339 (2026-01-02T15:04:05Z), or +D, a Go duration from now (+3s)")
 	fs.StringArrayVar(&f.headers, "header", nil, "a header, key=value; repeat for more")
 	fs.StringVar(&f.exchange, "exchange", "", "publish to this exchange, with TOPIC as the routing key")
 	fs.StringVar(&f.file, "file", "", "read the body from this file (default: stdin)")
@@ -73,9 +74,9 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	case f.delay > 0:
 		dlx.Delay(msg, f.delay)
 	case f.at != "":
-		t, err := time.Parse(time.RFC3339Nano, f.at)
+		t, err := when.Parse(f.at, time.Now())
 		if err != nil {
-			return fmt.Errorf("--at %q is not an RFC 3339 time: %w", f.at, err)
+			return fmt.Errorf("--at: %w", err)
 		}
 		dlx.DeliverAt(msg, t)
 		due = t

@@ -234,6 +234,18 @@ func TestPublishDelayed(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the message for --at did not arrive")
 	}
+
+	// --at +D: D from now.
+	start = time.Now()
+	out = runIn(t, env.URL, "soon", "publish", q, "--at", "+"+delay.String(), "--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
+	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ `, out)
+	select {
+	case m := <-deliveries:
+		assert.GreaterOrEqual(t, time.Since(start), delay, "delivered before --at +D")
+		assert.Equal(t, "soon", string(m.Body))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message for --at +D did not arrive")
+	}
 }
 
 // Without a delay the message is there when publish returns (confirmed); a destination or
@@ -262,7 +274,8 @@ func TestPublishNowAndRefusals(t *testing.T) {
 	for args, want := range map[string]string{
 		"--delay 2m":          "--delay: topology: delay 2m0s: delay exceeds the maximum of the delay levels 1m5.535s",
 		"--delay -1s":         "--delay -1s is negative",
-		"--at tomorrow":       `--at "tomorrow" is not an RFC 3339 time`,
+		"--at tomorrow":       `--at: "tomorrow" is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor +D`,
+		"--at +3x":            `--at: "+3x" is not +D or -D, a Go duration from now (+3s, -2h30m)`,
 		"--delay 1s --at x":   "if any flags in the group [delay at] are set none of the others can be",
 		"--header novalue":    `--header "novalue" is not key=value`,
 		"--file /nonexisting": "--file: open /nonexisting",

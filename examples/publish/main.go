@@ -50,6 +50,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -107,19 +108,12 @@ func (o *options) parseAt(s string, now time.Time) error {
 		return nil
 	case o.delay != 0:
 		return errors.New("-delay and -at exclude each other")
-	case strings.HasPrefix(s, "+"):
-		d, err := time.ParseDuration(s[1:])
-		if err != nil {
-			return fmt.Errorf("-at %q: %w", s, err)
-		}
-		o.at = now.Add(d)
-	default:
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return fmt.Errorf("-at %q is neither an RFC 3339 time nor +DURATION: %w", s, err)
-		}
-		o.at = t
 	}
+	t, err := when.Parse(s, now)
+	if err != nil {
+		return fmt.Errorf("-at: %w", err)
+	}
+	o.at = t
 	return nil
 }
 
