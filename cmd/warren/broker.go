@@ -76,8 +76,8 @@ type differsJSON struct {
 // as JSON.
 func printReport(out io.Writer, r topology.Report, asJSON bool) error {
 	if !asJSON {
-		_, err := fmt.Fprintf(out, "%s(%d bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n",
-			r, len(r.Unchecked))
+		_, err := fmt.Fprintf(out, "%s(%s not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n",
+			r, plural(len(r.Unchecked), "binding"))
 		return err
 	}
 	j := reportJSON{OK: r.OK(), Missing: r.Missing, Differs: []differsJSON{}, Unchecked: r.Unchecked}

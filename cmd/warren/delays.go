@@ -168,16 +168,13 @@ func newDelaysRemove(g *globals) *cobra.Command {
 			out := cmd.OutOrStdout()
 			_, exchanges := d.Names()
 			if r.removed == 0 {
-				fmt.Fprintf(out, "no queue of delay levels %s exists; deleted their %d exchanges, if any\n", d.Name(), len(exchanges))
+				fmt.Fprintf(out, "no queue of delay levels %s exists; deleted their %s, if any\n", d.Name(), plural(len(exchanges), "exchange"))
 			} else {
-				fmt.Fprintf(out, "removed delay levels %s: %d queues (%d did not exist) and their %d exchanges\n",
-					d.Name(), r.removed, r.absent, len(exchanges))
+				fmt.Fprintf(out, "removed delay levels %s: %s (%d did not exist) and their %s\n",
+					d.Name(), plural(r.removed, "queue"), r.absent, plural(len(exchanges), "exchange"))
 			}
-			switch {
-			case r.lost == 1:
-				fmt.Fprintln(out, "deleted 1 message with them")
-			case r.lost > 1:
-				fmt.Fprintf(out, "deleted %d messages with them\n", r.lost)
+			if r.lost > 0 {
+				fmt.Fprintf(out, "deleted %s with them\n", plural(r.lost, "message"))
 			}
 			return nil
 		},

@@ -70,7 +70,7 @@ func (g *globals) connection() (warren.Connection, error) {
 		u = defaultURL
 	}
 	if g.timeout <= 0 {
-		return warren.Connection{}, fmt.Errorf("--timeout %s is not positive", g.timeout)
+		return warren.Connection{}, fmt.Errorf("--timeout %s is not positive", human(g.timeout))
 	}
 	c := warren.Connection{URL: u}
 	if err := c.Validate(); err != nil {

@@ -95,7 +95,7 @@ func ago(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return now.Sub(t).Round(time.Second).String() + " ago"
+	return human(now.Sub(t).Round(time.Second)) + " ago"
 }
 
 // cut shortens s to n characters, on one line.

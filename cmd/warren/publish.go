@@ -70,7 +70,7 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	var due time.Time // zero: at once
 	switch {
 	case f.delay < 0:
-		return fmt.Errorf("--delay %s is negative", f.delay)
+		return fmt.Errorf("--delay %s is negative", human(f.delay))
 	case f.delay > 0:
 		dlx.Delay(msg, f.delay)
 	case f.at != "":
@@ -83,12 +83,13 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	}
 	delayed := f.delay > 0 || f.at != ""
 	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
+	var plan topology.Plan
 	if delayed {
 		var err error
 		if cfg, err = f.delays.config(g.timeout); err != nil {
 			return err
 		}
-		if _, err := cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
+		if plan, err = cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
 			return fmt.Errorf("--delay: %w", err)
 		}
 	}
@@ -129,17 +130,28 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	if err := p.Publish(topic, msg); err != nil {
 		return err
 	}
-	when := "delivered now"
-	if delayed {
-		if due.IsZero() {
-			plan, _ := cfg.Delay.Plan(f.delay) // planned above
-			due = start.Add(plan.Delay)
-		}
-		when = fmt.Sprintf("due %s (in %s, through delay levels %s)",
-			due.UTC().Format(time.RFC3339Nano), max(time.Until(due), 0).Round(time.Millisecond), cfg.Delay.Name())
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "published message %s to %s; %s\n", msg.UUID, dest, when)
+	fmt.Fprintf(cmd.OutOrStdout(), "published message %s to %s; %s\n", msg.UUID, dest, timing(f, plan, due, start, cfg.Delay))
 	return nil
+}
+
+// timing says when a message published at start with f is delivered: now, or when it is due
+// and in how long from start (with --delay, the delay it waits: --delay rounded up to the unit
+// of the delay levels d, as plan has it; with --at, from start to due).
+func timing(f publishFlags, plan topology.Plan, due, start time.Time, d topology.Delay) string {
+	var in string
+	switch {
+	case f.delay > 0 && plan.Delay != f.delay:
+		due = start.Add(plan.Delay)
+		in = fmt.Sprintf("in %s: --delay %s rounded up to the unit of the delay levels, %s", human(plan.Delay), human(f.delay), human(d.Unit))
+	case f.delay > 0:
+		due = start.Add(plan.Delay)
+		in = "in " + human(plan.Delay)
+	case f.at != "":
+		in = "in " + human(max(due.Sub(start), 0))
+	default:
+		return "delivered now"
+	}
+	return fmt.Sprintf("due %s (%s; through delay levels %s)", due.UTC().Format(time.RFC3339Nano), in, d.Name())
 }
 
 // readBody reads the body from path, or stdin when path is "" or "-".

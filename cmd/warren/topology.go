@@ -53,8 +53,9 @@ func newTopologyApply(g *globals) *cobra.Command {
 			if err := b.Apply(cmd.Context(), conn, f.Topology); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %d exchanges, %d work queues (each with its poison queue and kill exchange), %d bindings; %s\n",
-				args[0], len(f.Exchanges), len(f.Queues), len(f.Bindings), describeDelay(b.Delay()))
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %s, %s (each with its poison queue and kill exchange), %s; %s\n",
+				args[0], plural(len(f.Exchanges), "exchange"), plural(len(f.Queues), "work queue"), plural(len(f.Bindings), "binding"),
+				describeDelay(b.Delay()))
 			return nil
 		},
 	}
@@ -112,6 +113,6 @@ func describeDelay(d topology.Delay) string {
 	if d.Disabled {
 		return "no delay levels (disabled)"
 	}
-	return fmt.Sprintf("delay levels %s (%d %s queues: %d levels, radix %d, unit %s; delays up to %s)",
-		d.Name(), d.QueueCount(), d.QueueType, d.Levels, d.Radix, d.Unit, d.Max())
+	return fmt.Sprintf("delay levels %s (%s: %s, radix %d, unit %s; delays up to %s)",
+		d.Name(), plural(d.QueueCount(), string(d.QueueType)+" queue"), plural(d.Levels, "level"), d.Radix, human(d.Unit), human(d.Max()))
 }

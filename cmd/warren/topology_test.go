@@ -59,8 +59,8 @@ func TestTopologyApplyVerify(t *testing.T) {
 	file := writeFile(t, d, x, q, 20)
 
 	out := run(t, env.URL, "topology", "apply", file)
-	assert.Equal(t, fmt.Sprintf("applied %s: 1 exchanges, 1 work queues (each with its poison queue and kill exchange), 1 bindings; "+
-		"delay levels %s (60 quorum queues: 4 levels, radix 16, unit 1ms; delays up to 1m5.535s)\n", file, d.Name()), out)
+	assert.Equal(t, fmt.Sprintf("applied %s: 1 exchange, 1 work queue (each with its poison queue and kill exchange), 1 binding; "+
+		"delay levels %s (60 quorum queues: 4 levels, radix 16, unit 1ms; delays up to 1m5s)\n", file, d.Name()), out)
 	assert.Equal(t, "ok\n(68 bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n",
 		run(t, env.URL, "topology", "verify", file))
 	var report reportJSON
@@ -207,7 +207,7 @@ func TestPublishDelayed(t *testing.T) {
 	out := runIn(t, env.URL, `{"order": 7}`, "publish", q, "--delay", delay.String(), "--header", "tenant=acme", "--header", "k=v=w",
 		"--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
 	id := strings.Fields(out)[2]
-	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ \(in [^,]+, through delay levels `+d.Name()+`\)\n$`, out)
+	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ \(in 300ms; through delay levels `+d.Name()+`\)\n$`, out)
 	select {
 	case m := <-deliveries:
 		assert.GreaterOrEqual(t, time.Since(start), delay, "delivered before the delay")
@@ -233,6 +233,17 @@ func TestPublishDelayed(t *testing.T) {
 		assert.Equal(t, "order.paid", m.RoutingKey)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the message for --at did not arrive")
+	}
+
+	// A delay below the unit of the delay levels says what it was rounded up to.
+	out = runIn(t, env.URL, "fine", "publish", q, "--delay", "1.5ms", "--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
+	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ \(in 2ms: --delay 1.5ms rounded up to the unit `+
+		`of the delay levels, 1ms; through delay levels `+d.Name()+`\)\n$`, out)
+	select {
+	case m := <-deliveries:
+		assert.Equal(t, "fine", string(m.Body))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message for --delay 1.5ms did not arrive")
 	}
 
 	// --at +D: D from now.
