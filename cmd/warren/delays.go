@@ -117,8 +117,8 @@ func newDelaysApply(g *globals) *cobra.Command {
 
 func newDelaysVerify(g *globals) *cobra.Command {
 	var (
-		df     *delayFlags
-		asJSON bool
+		df *delayFlags
+		f  verifyFlags
 	)
 	verify := &cobra.Command{
 		Use:   "verify",
@@ -129,11 +129,12 @@ func newDelaysVerify(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(), asJSON)
+			return g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(),
+				"`warren delays apply` with the same delay level flags", f)
 		},
 	}
 	df = addDelayFlags(verify.Flags())
-	verify.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.register(verify)
 	return verify
 }
 
