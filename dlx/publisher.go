@@ -112,7 +112,7 @@ func (c Config) Validate() error {
 	if err := c.Topology.Validate(); err != nil {
 		return err
 	}
-	if err := c.Declare.Validate(); err != nil {
+	if err := c.Declare.ValidateWith(c.Topology); err != nil {
 		return fmt.Errorf("dlx: Config.Declare: %w", err)
 	}
 	for _, f := range []struct {

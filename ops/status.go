@@ -33,8 +33,8 @@ type QueueStatus struct {
 // LevelStatus is one delay level queue.
 type LevelStatus struct {
 	Queue string `json:"queue"`
-	// TTL is how long a message waits in it.
-	TTL      time.Duration `json:"ttl"`
+	// TTL is how long a message waits in it; in JSON ttl_ms, in milliseconds (see MarshalJSON).
+	TTL      time.Duration `json:"-"`
 	Messages int           `json:"messages"`
 	Exists   bool          `json:"exists"`
 }

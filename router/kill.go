@@ -267,8 +267,9 @@ type Result struct {
 	// Heard: the command reached at least one consumer (else the error wraps ErrNoListener).
 	Heard bool `json:"heard"`
 	// Waited is how long confirmations were waited for: 0 without KillerConfig.Wait, less
-	// than Wait when as many consumers as the queue had answered.
-	Waited time.Duration `json:"waited_ns"`
+	// than Wait when as many consumers as the queue had answered. In JSON waited_ms, in
+	// milliseconds (see MarshalJSON).
+	Waited time.Duration `json:"-"`
 	// Consumers is how many consumers (subscriptions) confirmed the command, in how many
 	// Processes.
 	Consumers int `json:"consumers"`

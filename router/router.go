@@ -133,7 +133,7 @@ func (c Config) Validate() error {
 	if err := c.Topology.Validate(); err != nil {
 		return err
 	}
-	if err := c.Declare.Validate(); err != nil {
+	if err := c.Declare.ValidateWith(c.Topology); err != nil {
 		return fmt.Errorf("router: Config.Declare: %w", err)
 	}
 	if err := c.publisher().Validate(); err != nil {

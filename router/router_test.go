@@ -503,6 +503,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	assert.ErrorContains(t, err, "Config.Subscriber.Concurrency")
 	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: 70000}, nil)
 	assert.ErrorContains(t, err, "Concurrency")
+	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Topology: topology.Config{QueueType: topology.Classic},
+		Declare: topology.Topology{Queues: []topology.Queue{{Name: "q", DeliveryLimit: 3}}}}, nil)
+	assert.ErrorContains(t, err, `router: Config.Declare: topology: Queues[0].DeliveryLimit 3: queue "q" is classic`)
 	_, err = middleware.NewBackoff(middleware.BackoffConfig{}, nil)
 	assert.ErrorContains(t, err, "BackoffConfig.Publisher")
 	_, err = middleware.NewBackoff(middleware.BackoffConfig{Publisher: nopPublisher{}, Delays: []time.Duration{-time.Second}}, nil)

@@ -142,7 +142,7 @@ func (c SubscriberConfig) Validate() error {
 	if err := c.Topology.Validate(); err != nil {
 		return err
 	}
-	return topology.Topology{Queues: c.Queues}.Validate()
+	return topology.Topology{Queues: c.Queues}.ValidateWith(c.Topology)
 }
 
 // Subscriber is a Watermill message.Subscriber for RabbitMQ work queues. Unlike

@@ -64,7 +64,7 @@ const (
 // Each call to the broker is bounded by ctx and Config.Timeout. An existing exchange or
 // queue with other arguments gives a *MismatchError naming it and the argument.
 func (b *Builder) Declare(ctx context.Context, ch *amqp.Channel, t Topology) error {
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateWith(b.cfg); err != nil {
 		return err
 	}
 	return b.declare(ctx, ch, append(b.delayObjects(), b.objects(t)...))
@@ -74,7 +74,7 @@ func (b *Builder) Declare(ctx context.Context, ch *amqp.Channel, t Topology) err
 // (only their delivery exchange, which t's work queues and exchanges are bound from): for
 // when the levels were declared already.
 func (b *Builder) DeclareTopology(ctx context.Context, ch *amqp.Channel, t Topology) error {
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateWith(b.cfg); err != nil {
 		return err
 	}
 	return b.declare(ctx, ch, append(b.deliveryObjects(), b.objects(t)...))
@@ -111,13 +111,28 @@ func (b *Builder) objects(t Topology) []object {
 // refused login, vhost or certificate is not retried) and declares t (and the delay
 // levels), retrying a lost connection with backoff until the longer of conn.ConnectTimeout
 // and Config.Timeout. No error contains a password of conn.URL.
+//
+// Before it declares anything it checks t (ValidateWith), and that every name t's bindings
+// use without declaring it (an exchange another service declares, amq.topic) exists on the
+// broker: a binding to a name that is nowhere is an error naming the binding, and nothing is
+// declared.
 func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology) error {
 	if err := conn.Validate(); err != nil {
 		return fmt.Errorf("topology: apply: %w", err)
 	}
+	if err := t.ValidateWith(b.cfg); err != nil {
+		return err
+	}
 	conn = conn.WithDefaults()
 	dialer := amqpx.NewDialer(conn, "warren topology", b.logger)
 	return dialer.Run(ctx, max(conn.ConnectTimeout, b.cfg.Timeout), "topology: apply", func(ctx context.Context, conn *amqp.Connection) error {
+		missing, err := b.unresolved(ctx, conn, t)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return amqpx.Permanent(fmt.Errorf("topology: nothing declared: %s", strings.Join(missing, "; ")))
+		}
 		ch, err := conn.Channel()
 		if err != nil {
 			return err

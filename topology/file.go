@@ -46,12 +46,25 @@ type File struct {
 }
 
 // Validate reports the first field of f that is not usable: Config.Validate, then
-// Topology.Validate.
+// Topology.ValidateWith(Config), then a Config.DeliveryLimit with a classic Config.QueueType
+// that no work queue of the file would have (none is quorum).
 func (f File) Validate() error {
 	if err := f.Config.Validate(); err != nil {
 		return err
 	}
-	return f.Topology.Validate()
+	if err := f.Topology.ValidateWith(f.Config); err != nil {
+		return err
+	}
+	if f.Config.DeliveryLimit == 0 || f.Config.WithDefaults().QueueType != Classic {
+		return nil
+	}
+	for _, q := range f.Queues {
+		if q.Type == Quorum {
+			return nil
+		}
+	}
+	return fmt.Errorf("topology: Config.DeliveryLimit %d: the queue type is classic and no work queue of the file is quorum; "+
+		"a classic queue has no delivery limit (it would be ignored): remove it", f.Config.DeliveryLimit)
 }
 
 // Load reads the topology file at path (YAML or JSON) with Parse. Errors name path.

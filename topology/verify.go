@@ -19,10 +19,15 @@ type Report struct {
 	Differs []*MismatchError
 	// Unchecked lists the bindings: AMQP 0-9-1 cannot tell whether a binding exists.
 	Unchecked []string
+	// Unresolved lists the names that bindings use which the topology does not declare and
+	// the broker does not have, each naming its binding: Apply would refuse the topology.
+	Unresolved []string
 }
 
-// OK reports whether nothing is missing and nothing differs.
-func (r Report) OK() bool { return len(r.Missing) == 0 && len(r.Differs) == 0 }
+// OK reports whether nothing is missing, nothing differs and no binding is unresolved.
+func (r Report) OK() bool {
+	return len(r.Missing) == 0 && len(r.Differs) == 0 && len(r.Unresolved) == 0
+}
 
 // String lists what is missing and what differs, one per line.
 func (r Report) String() string {
@@ -32,6 +37,9 @@ func (r Report) String() string {
 	}
 	for _, d := range r.Differs {
 		fmt.Fprintf(&sb, "differs: %s %q: %s%s (%v)\n", d.What, d.Name, d.Argument, d.detail(), d.Err)
+	}
+	for _, u := range r.Unresolved {
+		fmt.Fprintf(&sb, "unresolved: %s\n", u)
 	}
 	if r.OK() {
 		sb.WriteString("ok\n")
@@ -49,7 +57,7 @@ func (r Report) String() string {
 // between the two calls does the second one create it.)
 func (b *Builder) Verify(ctx context.Context, conn *amqp.Connection, t Topology) (Report, error) {
 	var r Report
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateWith(b.cfg); err != nil {
 		return r, err
 	}
 	objs := append(b.delayObjects(), b.objects(t)...)
@@ -93,7 +101,9 @@ func (b *Builder) Verify(ctx context.Context, conn *amqp.Connection, t Topology)
 			return r, err
 		}
 	}
-	return r, nil
+	var err error
+	r.Unresolved, err = b.unresolved(ctx, conn, t)
+	return r, err
 }
 
 // passive reports whether o exists. A queue that is exclusive to another connection exists.

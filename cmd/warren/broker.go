@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -30,9 +31,19 @@ func (g *globals) onBroker(cmd *cobra.Command, what string, op func(ctx context.
 	return amqpx.NewDialer(c, "warren cli", logger(cmd)).Run(cmd.Context(), g.timeout, what, op)
 }
 
-// verify prints the Report of b.Verify(t), as text or, with asJSON, as JSON, and returns an
-// error naming what when it is not OK.
-func (g *globals) verify(cmd *cobra.Command, b *topology.Builder, t topology.Topology, what string, asJSON bool) error {
+// verifyFlags are the flags of topology verify and delays verify.
+type verifyFlags struct {
+	asJSON, verbose bool
+}
+
+func (f *verifyFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	cmd.Flags().BoolVarP(&f.verbose, "verbose", "v", false, "list every missing exchange and queue (else, when many are, how many)")
+}
+
+// verify prints the Report of b.Verify(t), as text or as JSON, and returns an error naming
+// what when it is not OK. apply is the command that declares what is missing.
+func (g *globals) verify(cmd *cobra.Command, b *topology.Builder, t topology.Topology, what, apply string, f verifyFlags) error {
 	var r topology.Report
 	err := g.onBroker(cmd, "verify "+what, func(ctx context.Context, conn *amqp.Connection) error {
 		var err error
@@ -42,11 +53,21 @@ func (g *globals) verify(cmd *cobra.Command, b *topology.Builder, t topology.Top
 	if err != nil {
 		return err
 	}
-	if err := printReport(cmd.OutOrStdout(), r, asJSON); err != nil {
+	out := cmd.OutOrStdout()
+	if f.asJSON {
+		err = printReportJSON(out, r)
+	} else {
+		err = printReport(out, r, b.Delay(), what, apply, f.verbose)
+	}
+	if err != nil {
 		return err
 	}
 	if !r.OK() {
-		return fmt.Errorf("%s: %d missing, %d with other arguments", what, len(r.Missing), len(r.Differs))
+		msg := fmt.Sprintf("%s: %d missing, %d with other arguments", what, len(r.Missing), len(r.Differs))
+		if len(r.Unresolved) > 0 {
+			msg += fmt.Sprintf(", %s to names declared nowhere", plural(len(r.Unresolved), "binding"))
+		}
+		return errors.New(msg)
 	}
 	return nil
 }
@@ -58,6 +79,8 @@ type reportJSON struct {
 	Differs []differsJSON `json:"differs"`
 	// Unchecked are the bindings: AMQP 0-9-1 cannot tell whether a binding exists.
 	Unchecked []string `json:"unchecked"`
+	// Unresolved are the bindings to names that neither the topology nor the broker has.
+	Unresolved []string `json:"unresolved"`
 }
 
 // differsJSON is an exchange or queue that exists with other arguments.
@@ -70,21 +93,88 @@ type differsJSON struct {
 	Error    string `json:"error"`
 }
 
-// printReport writes r as text (Report.String, and how many bindings were not checked) or
-// as JSON.
-func printReport(out io.Writer, r topology.Report, asJSON bool) error {
-	if !asJSON {
-		_, err := fmt.Fprintf(out, "%s(%d bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n",
-			r, len(r.Unchecked))
-		return err
+// fewMissing is how many missing exchanges and queues verify lists one by one without -v.
+const fewMissing = 10
+
+// printReport writes r as text: what is missing (one per line when verbose or few, else how
+// many, of the delay levels d and of what, with apply, the command that declares them), what
+// differs, the unresolved bindings (Report.String), and how many bindings were not checked.
+func printReport(out io.Writer, r topology.Report, d topology.Delay, what, apply string, verbose bool) error {
+	if verbose || len(r.Missing) <= fewMissing {
+		for _, m := range r.Missing {
+			fmt.Fprintf(out, "missing: %s\n", m)
+		}
+	} else {
+		for _, line := range summariseMissing(r.Missing, d, what, apply) {
+			fmt.Fprintf(out, "missing: %s\n", line)
+		}
 	}
-	j := reportJSON{OK: r.OK(), Missing: r.Missing, Differs: []differsJSON{}, Unchecked: r.Unchecked}
-	if j.Missing == nil {
-		j.Missing = []string{}
+	rest := r
+	rest.Missing = nil
+	text := rest.String()
+	if !r.OK() {
+		text = strings.TrimSuffix(text, "ok\n") // only Missing made r fail
 	}
-	if j.Unchecked == nil {
-		j.Unchecked = []string{}
+	_, err := fmt.Fprintf(out, "%s(%s not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n",
+		text, plural(len(r.Unchecked), "binding"))
+	return err
+}
+
+// summariseMissing counts the missing exchanges and queues (as Report.Missing describes
+// them) of the delay levels d and the others, of what, and says what to run.
+func summariseMissing(missing []string, d topology.Delay, what, apply string) []string {
+	levels := map[string]string{} // Report.Missing's description of each of d's: "queue" or "exchange"
+	queues, exchanges := d.Names()
+	if d.Disabled {
+		queues, exchanges = nil, nil
 	}
+	for _, q := range queues {
+		levels[fmt.Sprintf("queue %q", q)] = "queue"
+	}
+	for _, x := range exchanges {
+		levels[fmt.Sprintf("exchange %q", x)] = "exchange"
+	}
+	var lq, lx, oq, ox int
+	for _, m := range missing {
+		switch {
+		case levels[m] == "queue":
+			lq++
+		case levels[m] == "exchange":
+			lx++
+		case strings.HasPrefix(m, "queue "):
+			oq++
+		default:
+			ox++
+		}
+	}
+	counts := func(q, x int) string {
+		switch {
+		case q == 0:
+			return plural(x, "exchange")
+		case x == 0:
+			return plural(q, "queue")
+		}
+		return plural(q, "queue") + " and " + plural(x, "exchange")
+	}
+	var lines []string
+	if lq+lx > 0 {
+		of := fmt.Sprintf("of %d", len(queues)+len(exchanges))
+		if lq+lx == len(queues)+len(exchanges) {
+			of = "none declared"
+		}
+		lines = append(lines, fmt.Sprintf("%s of delay levels %s (%s): run %s", counts(lq, lx), d.Name(), of, apply))
+	}
+	if oq+ox > 0 {
+		lines = append(lines, fmt.Sprintf("%s of %s: run %s", counts(oq, ox), what, apply))
+	}
+	lines[len(lines)-1] += " (-v lists each)"
+	return lines
+}
+
+// printReportJSON writes r as JSON.
+func printReportJSON(out io.Writer, r topology.Report) error {
+	j := reportJSON{OK: r.OK(), Missing: nonNil(r.Missing), Differs: []differsJSON{}, Unchecked: nonNil(r.Unchecked),
+		Unresolved: nonNil(r.Unresolved)}
 	for _, d := range r.Differs {
 		j.Differs = append(j.Differs, differsJSON{
 			What: d.What, Name: d.Name, Argument: strings.TrimPrefix(strings.TrimPrefix(d.Argument, "argument"), " "),

@@ -117,8 +117,8 @@ func newDelaysApply(g *globals) *cobra.Command {
 
 func newDelaysVerify(g *globals) *cobra.Command {
 	var (
-		df     *delayFlags
-		asJSON bool
+		df *delayFlags
+		f  verifyFlags
 	)
 	verify := &cobra.Command{
 		Use:   "verify",
@@ -129,11 +129,12 @@ func newDelaysVerify(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(), asJSON)
+			return g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(),
+				"`warren delays apply` with the same delay level flags", f)
 		},
 	}
 	df = addDelayFlags(verify.Flags())
-	verify.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.register(verify)
 	return verify
 }
 
@@ -168,16 +169,13 @@ func newDelaysRemove(g *globals) *cobra.Command {
 			out := cmd.OutOrStdout()
 			_, exchanges := d.Names()
 			if r.removed == 0 {
-				fmt.Fprintf(out, "no queue of delay levels %s exists; deleted their %d exchanges, if any\n", d.Name(), len(exchanges))
+				fmt.Fprintf(out, "no queue of delay levels %s exists; deleted their %s, if any\n", d.Name(), plural(len(exchanges), "exchange"))
 			} else {
-				fmt.Fprintf(out, "removed delay levels %s: %d queues (%d did not exist) and their %d exchanges\n",
-					d.Name(), r.removed, r.absent, len(exchanges))
+				fmt.Fprintf(out, "removed delay levels %s: %s (%d did not exist) and their %s\n",
+					d.Name(), plural(r.removed, "queue"), r.absent, plural(len(exchanges), "exchange"))
 			}
-			switch {
-			case r.lost == 1:
-				fmt.Fprintln(out, "deleted 1 message with them")
-			case r.lost > 1:
-				fmt.Fprintf(out, "deleted %d messages with them\n", r.lost)
+			if r.lost > 0 {
+				fmt.Fprintf(out, "deleted %s with them\n", plural(r.lost, "message"))
 			}
 			return nil
 		},

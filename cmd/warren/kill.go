@@ -35,7 +35,7 @@ func (g *globals) killer(cmd *cobra.Command, f sendFlags) (*router.Killer, error
 		return nil, err
 	}
 	if f.wait < 0 {
-		return nil, fmt.Errorf("--wait %s is negative", f.wait)
+		return nil, fmt.Errorf("--wait %s is negative", human(f.wait))
 	}
 	return router.NewKiller(router.KillerConfig{
 		Connection:     conn,
@@ -187,12 +187,12 @@ func confirmations(res router.Result, wait time.Duration) []string {
 	if res.QueueConsumers == 0 {
 		had = "the queue had no consumer to count them by: stopped ones have none; waited all of --wait"
 	}
-	within := min(res.Waited, wait).Round(time.Millisecond).String()
+	within := human(min(res.Waited, wait))
 	var lines []string
 	switch {
 	case res.Consumers == 0 && res.Refused == 0:
 		lines = append(lines, fmt.Sprintf("warning: no consumer confirmed %s within %s (%s); consumers of an earlier warren version do not answer",
-			res.Action, wait, had))
+			res.Action, human(wait), had))
 	case res.Consumers > 0:
 		line := fmt.Sprintf("%s confirmed by %s in %s within %s", res.Action, plural(res.Consumers, "consumer"),
 			plural(res.Processes, "process"), within)
@@ -240,13 +240,16 @@ func printResult(out io.Writer, res router.Result, lines []string, err error) er
 	if err != nil {
 		why = err.Error()
 	}
-	return printJSON(out, struct {
-		router.Result
+	obj, jerr := joinJSON(res, struct {
 		Confirmed bool     `json:"confirmed"`
 		Report    []string `json:"report"`
 		Error     string   `json:"error,omitempty"`
 		ExitCode  int      `json:"exit_code"`
-	}{res, res.Confirmed(), lines, why, exitCode(err)})
+	}{res.Confirmed(), lines, why, exitCode(err)})
+	if jerr != nil {
+		return jerr
+	}
+	return printJSON(out, obj)
 }
 
 // plural returns "1 consumer", "2 consumers", "2 processes".

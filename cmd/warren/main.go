@@ -96,7 +96,7 @@ func (g *globals) connection() (warren.Connection, error) {
 		u = defaultURL
 	}
 	if g.timeout <= 0 {
-		return warren.Connection{}, fmt.Errorf("--timeout %s is not positive", g.timeout)
+		return warren.Connection{}, fmt.Errorf("--timeout %s is not positive", human(g.timeout))
 	}
 	if g.connectTimeout <= 0 {
 		return warren.Connection{}, fmt.Errorf("--connect-timeout %s is not positive", g.connectTimeout)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -36,11 +37,11 @@ type filterFlags struct {
 func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 	f := &filterFlags{}
 	fs.StringArrayVar(&f.ids, "id", nil, "only the message with this id (repeatable)")
-	fs.StringVar(&f.group, "group-id", "", "only the messages of this failure group (the GROUP column of `poison list --group`)")
+	fs.StringVar(&f.group, "group-id", "", "only the messages of this failure group (the GROUP column of \"poison list --group\")")
 	fs.StringVar(&f.errRE, "error", "", "only the messages whose error matches this regular expression")
 	fs.StringVar(&f.handler, "handler", "", "only the messages of this handler")
 	fs.StringVar(&f.reason, "reason", "", `only the messages given up for this reason ("attempts exhausted", "permanent error", ...)`)
-	fs.StringVar(&f.since, "since", "", "only the messages that last failed at or after this time (RFC 3339, or a duration: 2h means 2 hours ago)")
+	fs.StringVar(&f.since, "since", "", "only the messages that last failed at or after this time: RFC 3339, or a duration ago (2h: two hours ago)")
 	fs.StringVar(&f.until, "until", "", "only the messages that last failed before this time (as --since)")
 	fs.StringArrayVar(&f.where, "where", nil, "only the messages with this header: name=value (repeatable)")
 	return f
@@ -54,10 +55,10 @@ func (f *filterFlags) filter(now time.Time) (ops.Filter, error) {
 			return flt, fmt.Errorf("--error: %w", err)
 		}
 	}
-	if flt.Since, err = when(f.since, now); err != nil {
+	if flt.Since, err = since(f.since, now); err != nil {
 		return flt, fmt.Errorf("--since: %w", err)
 	}
-	if flt.Until, err = when(f.until, now); err != nil {
+	if flt.Until, err = since(f.until, now); err != nil {
 		return flt, fmt.Errorf("--until: %w", err)
 	}
 	for _, w := range f.where {
@@ -73,15 +74,12 @@ func (f *filterFlags) filter(now time.Time) (ops.Filter, error) {
 	return flt, nil
 }
 
-// when reads an RFC 3339 time, or a duration before now; "" is the zero time.
-func when(s string, now time.Time) (time.Time, error) {
+// since reads --since or --until (see when.Ago); "" is the zero time.
+func since(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil {
-		return now.Add(-d), nil
-	}
-	return time.Parse(time.RFC3339Nano, s)
+	return when.Ago(s, now)
 }
 
 // printJSON writes v as indented JSON.
@@ -97,7 +95,7 @@ func ago(t, now time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return now.Sub(t).Round(time.Second).String() + " ago"
+	return human(now.Sub(t).Round(time.Second)) + " ago"
 }
 
 // cut shortens s to n characters, on one line.

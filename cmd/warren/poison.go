@@ -139,7 +139,7 @@ func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Error, 60),
 			cut(m.Handler, 24), m.Attempts, ago(m.FirstFailure, now), ago(m.LastFailure, now), cut(m.Group, 8), cut(m.TraceID, 32), m.Destination)
 	}
-	fmt.Fprintf(tw, "%d messages\n", len(msgs))
+	fmt.Fprintln(tw, plural(len(msgs), "message"))
 	return tw.Flush()
 }
 
@@ -149,7 +149,7 @@ func printParked(out io.Writer, msgs []ops.Message) error {
 	for _, m := range msgs {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Destination, 60), cut(m.ContentType, 30))
 	}
-	fmt.Fprintf(tw, "%d messages\n", len(msgs))
+	fmt.Fprintln(tw, plural(len(msgs), "message"))
 	return tw.Flush()
 }
 
@@ -244,7 +244,7 @@ func replayErr(r ops.ReplayResult, what string) error {
 	case r.Missing == n:
 		code = exitNoQueue
 	}
-	return &exitError{code, fmt.Sprintf("%d selected messages could not be replayed and are left in the %s", n, what), nil}
+	return &exitError{code, fmt.Sprintf("%s could not be replayed (left in the %s)", plural(n, "selected message"), what), nil}
 }
 
 func failed(r ops.ReplayResult) int {
@@ -260,9 +260,9 @@ func printReplay(out io.Writer, what string, r ops.ReplayResult, to string) {
 	if to != "" {
 		dest = "queue " + to
 	}
-	fmt.Fprintf(out, "replayed %d messages of the %s to %s (scanned %d", r.Replayed, what, dest, r.Scanned)
+	fmt.Fprintf(out, "replayed %s of the %s to %s (scanned %d", plural(r.Replayed, "message"), what, dest, r.Scanned)
 	if r.Reconnects > 0 {
-		fmt.Fprintf(out, ", reconnected %d times", r.Reconnects)
+		fmt.Fprintf(out, ", reconnected %s", plural(r.Reconnects, "time"))
 	}
 	fmt.Fprintln(out, ")")
 	for why, n := range r.Failed {
@@ -339,9 +339,9 @@ func newPurge(g *globals) *cobra.Command {
 					return fmt.Errorf("%w: %s", ops.ErrNoQueue, poison)
 				}
 				if !isTerminal(cmd.InOrStdin()) {
-					return fmt.Errorf("%s holds %d messages: purge them with --yes", poison, s.Queues[0].Poison)
+					return fmt.Errorf("%s holds %s: purge them with --yes", poison, plural(s.Queues[0].Poison, "message"))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "delete the %d messages of %s? [y/N] ", s.Queues[0].Poison, poison)
+				fmt.Fprintf(cmd.OutOrStdout(), "delete the %s of %s? [y/N] ", plural(s.Queues[0].Poison, "message"), poison)
 				answer, _ := bufio.NewReader(cmd.InOrStdin()).ReadString('\n')
 				if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 					return errors.New("not purged")
@@ -351,7 +351,7 @@ func newPurge(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %d messages of %s\n", n, poison)
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s of %s\n", plural(n, "message"), poison)
 			return nil
 		},
 	}

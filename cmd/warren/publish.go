@@ -16,6 +16,7 @@ import (
 
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -48,7 +49,7 @@ func newPublish(g *globals) *cobra.Command {
 	}
 	fs := publish.Flags()
 	fs.DurationVar(&f.delay, "delay", 0, "deliver this long after publishing (rounded up to the unit of the delay levels)")
-	fs.StringVar(&f.at, "at", "", "deliver at this RFC 3339 time (e.g. 2026-01-02T15:04:05Z)")
+	fs.StringVar(&f.at, "at", "", "deliver at this time: RFC 3339 (2026-01-02T15:04:05Z), or +D, a Go duration from now (+3s)")
 	fs.StringArrayVar(&f.headers, "header", nil, "a header, key=value; repeat for more")
 	fs.StringVar(&f.exchange, "exchange", "", "publish to this exchange, with TOPIC as the routing key")
 	fs.StringVar(&f.file, "file", "", "read the body from this file (default: stdin)")
@@ -69,25 +70,26 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	var due time.Time // zero: at once
 	switch {
 	case f.delay < 0:
-		return fmt.Errorf("--delay %s is negative", f.delay)
+		return fmt.Errorf("--delay %s is negative", human(f.delay))
 	case f.delay > 0:
 		dlx.Delay(msg, f.delay)
 	case f.at != "":
-		t, err := time.Parse(time.RFC3339Nano, f.at)
+		t, err := when.Parse(f.at, time.Now())
 		if err != nil {
-			return fmt.Errorf("--at %q is not an RFC 3339 time: %w", f.at, err)
+			return fmt.Errorf("--at: %w", err)
 		}
 		dlx.DeliverAt(msg, t)
 		due = t
 	}
 	delayed := f.delay > 0 || f.at != ""
 	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
+	var plan topology.Plan
 	if delayed {
 		var err error
 		if cfg, err = f.delays.config(g.timeout); err != nil {
 			return err
 		}
-		if _, err := cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
+		if plan, err = cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
 			return fmt.Errorf("--delay: %w", err)
 		}
 	}
@@ -128,17 +130,28 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	if err := p.Publish(topic, msg); err != nil {
 		return err
 	}
-	when := "delivered now"
-	if delayed {
-		if due.IsZero() {
-			plan, _ := cfg.Delay.Plan(f.delay) // planned above
-			due = start.Add(plan.Delay)
-		}
-		when = fmt.Sprintf("due %s (in %s, through delay levels %s)",
-			due.UTC().Format(time.RFC3339Nano), max(time.Until(due), 0).Round(time.Millisecond), cfg.Delay.Name())
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "published message %s to %s; %s\n", msg.UUID, dest, when)
+	fmt.Fprintf(cmd.OutOrStdout(), "published message %s to %s; %s\n", msg.UUID, dest, timing(f, plan, due, start, cfg.Delay))
 	return nil
+}
+
+// timing says when a message published at start with f is delivered: now, or when it is due
+// and in how long from start (with --delay, the delay it waits: --delay rounded up to the unit
+// of the delay levels d, as plan has it; with --at, from start to due).
+func timing(f publishFlags, plan topology.Plan, due, start time.Time, d topology.Delay) string {
+	var in string
+	switch {
+	case f.delay > 0 && plan.Delay != f.delay:
+		due = start.Add(plan.Delay)
+		in = fmt.Sprintf("in %s: --delay %s rounded up to the unit of the delay levels, %s", human(plan.Delay), human(f.delay), human(d.Unit))
+	case f.delay > 0:
+		due = start.Add(plan.Delay)
+		in = "in " + human(plan.Delay)
+	case f.at != "":
+		in = "in " + human(max(due.Sub(start), 0))
+	default:
+		return "delivered now"
+	}
+	return fmt.Sprintf("due %s (%s; through delay levels %s)", due.UTC().Format(time.RFC3339Nano), in, d.Name())
 }
 
 // readBody reads the body from path, or stdin when path is "" or "-".

@@ -130,7 +130,7 @@ func printStatus(out io.Writer, s ops.Status, d topology.Delay) error {
 	var waiting []string
 	for _, l := range dl.Levels {
 		if l.Messages > 0 {
-			waiting = append(waiting, fmt.Sprintf("%s (%s): %d", strings.TrimPrefix(l.Queue, d.Name()+"."), l.TTL, l.Messages))
+			waiting = append(waiting, fmt.Sprintf("%s (%s): %d", strings.TrimPrefix(l.Queue, d.Name()+"."), human(l.TTL), l.Messages))
 		}
 	}
 	fmt.Fprintf(out, "delay levels %s: %d waiting, %d parked", dl.Name, dl.Waiting, max(dl.Parked, 0))

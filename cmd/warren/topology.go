@@ -39,7 +39,9 @@ func newTopologyApply(g *globals) *cobra.Command {
 		Short: "Declare the topology of FILE and its delay levels (idempotent)",
 		Long: "Declare the delay levels and everything FILE lists: exchanges, work queues with their poison queues\n" +
 			"and kill exchanges, bindings. What exists already with the same arguments is left as it is; what\n" +
-			"exists with other arguments is an error naming the argument and what to do.",
+			"exists with other arguments is an error naming the argument and what to do. FILE is checked before\n" +
+			"anything is declared: a field a queue's type would ignore, or a binding to an exchange or queue that\n" +
+			"FILE does not declare and the broker does not have, is an error and nothing is declared.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, b, err := g.builder(cmd, args[0])
@@ -53,31 +55,34 @@ func newTopologyApply(g *globals) *cobra.Command {
 			if err := b.Apply(cmd.Context(), conn, f.Topology); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %d exchanges, %d work queues (each with its poison queue and kill exchange), %d bindings; %s\n",
-				args[0], len(f.Exchanges), len(f.Queues), len(f.Bindings), describeDelay(b.Delay()))
+			fmt.Fprintf(cmd.OutOrStdout(), "applied %s: %s, %s (each with its poison queue and kill exchange), %s; %s\n",
+				args[0], plural(len(f.Exchanges), "exchange"), plural(len(f.Queues), "work queue"), plural(len(f.Bindings), "binding"),
+				describeDelay(b.Delay()))
 			return nil
 		},
 	}
 }
 
 func newTopologyVerify(g *globals) *cobra.Command {
-	var asJSON bool
+	var f verifyFlags
 	verify := &cobra.Command{
 		Use:   "verify FILE",
 		Short: "Check that the broker has the topology of FILE, declaring nothing; exit 1 if not",
-		Long: "List the exchanges and queues of FILE (and of its delay levels) that are missing, and those that\n" +
-			"exist with other arguments, naming the argument. Bindings cannot be checked (AMQP 0-9-1 has no way\n" +
-			"to ask). Exits 1 unless nothing is missing and nothing differs.",
+		Long: "List the exchanges and queues of FILE (and of its delay levels) that are missing (how many, when\n" +
+			"there are more than 10; -v lists each), and those that exist with other arguments, naming the\n" +
+			"argument. Check FILE itself first: a binding to an exchange or queue that FILE does not declare must\n" +
+			"name one that exists on the broker. Bindings cannot be checked (AMQP 0-9-1 has no way to ask).\n" +
+			"Exits 1 unless nothing is missing, nothing differs and every binding's names exist.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, b, err := g.builder(cmd, args[0])
+			file, b, err := g.builder(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			return g.verify(cmd, b, f.Topology, args[0], asJSON)
+			return g.verify(cmd, b, file.Topology, args[0], "`warren topology apply "+args[0]+"`", f)
 		},
 	}
-	verify.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.register(verify)
 	return verify
 }
 
@@ -112,6 +117,6 @@ func describeDelay(d topology.Delay) string {
 	if d.Disabled {
 		return "no delay levels (disabled)"
 	}
-	return fmt.Sprintf("delay levels %s (%d %s queues: %d levels, radix %d, unit %s; delays up to %s)",
-		d.Name(), d.QueueCount(), d.QueueType, d.Levels, d.Radix, d.Unit, d.Max())
+	return fmt.Sprintf("delay levels %s (%s: %s, radix %d, unit %s; delays up to %s)",
+		d.Name(), plural(d.QueueCount(), string(d.QueueType)+" queue"), plural(d.Levels, "level"), d.Radix, human(d.Unit), human(d.Max()))
 }

@@ -59,13 +59,13 @@ func TestTopologyApplyVerify(t *testing.T) {
 	file := writeFile(t, d, x, q, 20)
 
 	out := run(t, env.URL, "topology", "apply", file)
-	assert.Equal(t, fmt.Sprintf("applied %s: 1 exchanges, 1 work queues (each with its poison queue and kill exchange), 1 bindings; "+
-		"delay levels %s (60 quorum queues: 4 levels, radix 16, unit 1ms; delays up to 1m5.535s)\n", file, d.Name()), out)
+	assert.Equal(t, fmt.Sprintf("applied %s: 1 exchange, 1 work queue (each with its poison queue and kill exchange), 1 binding; "+
+		"delay levels %s (60 quorum queues: 4 levels, radix 16, unit 1ms; delays up to 1m5s)\n", file, d.Name()), out)
 	assert.Equal(t, "ok\n(68 bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n",
 		run(t, env.URL, "topology", "verify", file))
 	var report reportJSON
 	require.NoError(t, json.Unmarshal([]byte(run(t, env.URL, "topology", "verify", file, "--json")), &report))
-	assert.Equal(t, reportJSON{OK: true, Missing: []string{}, Differs: []differsJSON{}, Unchecked: report.Unchecked}, report)
+	assert.Equal(t, reportJSON{OK: true, Missing: []string{}, Differs: []differsJSON{}, Unchecked: report.Unchecked, Unresolved: []string{}}, report)
 	assert.Len(t, report.Unchecked, 68)
 
 	changed := writeFile(t, d, x, q, 7)
@@ -86,13 +86,21 @@ func TestTopologyApplyVerify(t *testing.T) {
 	assert.Contains(t, out, fmt.Sprintf("topology: queue %q exists with a different argument x-delivery-limit", q))
 }
 
-// verify on a broker without the topology lists what is missing and fails.
+// verify on a broker without the topology says how many exchanges and queues are missing and
+// what to run, lists each with -v, and fails.
 func TestTopologyVerifyMissing(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	d, x, q := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing")
 	file := writeFile(t, d, x, q, 20)
-	out, err := cli("--url", env.URL, "topology", "verify", file)
+	out, err := cliErr(env.URL, "topology", "verify", file)
+	require.Error(t, err)
+	assert.Equal(t, "missing: 61 queues and 6 exchanges of delay levels "+d.Name()+" (none declared): run `warren topology apply "+file+"`\n"+
+		"missing: 2 queues and 2 exchanges of "+file+": run `warren topology apply "+file+"` (-v lists each)\n"+
+		"(68 bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n"+
+		"Error: "+file+": 71 missing, 0 with other arguments\n", out)
+
+	out, err = cli("--url", env.URL, "topology", "verify", file, "-v")
 	require.Error(t, err)
 	assert.Contains(t, out, fmt.Sprintf("missing: queue %q\n", q))
 	assert.Contains(t, out, fmt.Sprintf("missing: exchange %q\n", topology.KillExchange(q)))
@@ -141,8 +149,13 @@ func TestDelaysApplyVerifyRemove(t *testing.T) {
 
 	out, err := delays("verify")
 	require.Error(t, err)
+	assert.Equal(t, "missing: 31 queues and 4 exchanges of delay levels "+d.Name()+" (none declared): "+
+		"run `warren delays apply` with the same delay level flags (-v lists each)\n"+
+		"(33 bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n"+
+		"Error: delay levels "+d.Name()+": 35 missing, 0 with other arguments\n", strings.TrimSuffix(out, "\n"+err.Error()))
+	out, err = delays("verify", "-v")
+	require.Error(t, err)
 	assert.Contains(t, out, fmt.Sprintf("missing: queue %q\n", d.ParkingQueue()))
-	assert.Contains(t, out, "Error: delay levels "+d.Name()+": 35 missing, 0 with other arguments")
 
 	out, err = delays("apply")
 	require.NoError(t, err, out)
@@ -152,7 +165,18 @@ func TestDelaysApplyVerifyRemove(t *testing.T) {
 	assert.Equal(t, "ok\n(33 bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n", out)
 	out, err = delays("verify", "--queue-type", "classic")
 	require.Error(t, err)
-	assert.Contains(t, out, "missing: queue \""+strings.Replace(d.ParkingQueue(), ".quorum.", ".classic.", 1)+"\"")
+	assert.Contains(t, out, "missing: 31 queues and 4 exchanges of delay levels "+strings.Replace(d.Name(), ".quorum.", ".classic.", 1)+" (none declared)")
+
+	// A few missing are listed.
+	_, err = env.Channel().QueueDelete(d.LevelQueue(1, 15), false, false, false)
+	require.NoError(t, err)
+	out, err = delays("verify")
+	require.Error(t, err)
+	assert.Equal(t, fmt.Sprintf("missing: queue %q\n", d.LevelQueue(1, 15))+
+		"(33 bindings not checked: AMQP 0-9-1 cannot tell whether a binding exists; apply declares them)\n"+
+		"Error: delay levels "+d.Name()+": 1 missing, 0 with other arguments\n", strings.TrimSuffix(out, "\n"+err.Error()))
+	out, err = delays("apply")
+	require.NoError(t, err, out)
 
 	removed := "removed delay levels " + d.Name() + ": 31 queues (0 did not exist) and their 4 exchanges\n"
 	out, err = delays("remove")
@@ -207,7 +231,7 @@ func TestPublishDelayed(t *testing.T) {
 	out := runIn(t, env.URL, `{"order": 7}`, "publish", q, "--delay", delay.String(), "--header", "tenant=acme", "--header", "k=v=w",
 		"--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
 	id := strings.Fields(out)[2]
-	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ \(in [^,]+, through delay levels `+d.Name()+`\)\n$`, out)
+	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ \(in 300ms; through delay levels `+d.Name()+`\)\n$`, out)
 	select {
 	case m := <-deliveries:
 		assert.GreaterOrEqual(t, time.Since(start), delay, "delivered before the delay")
@@ -233,6 +257,29 @@ func TestPublishDelayed(t *testing.T) {
 		assert.Equal(t, "order.paid", m.RoutingKey)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the message for --at did not arrive")
+	}
+
+	// A delay below the unit of the delay levels says what it was rounded up to.
+	out = runIn(t, env.URL, "fine", "publish", q, "--delay", "1.5ms", "--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
+	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ \(in 2ms: --delay 1.5ms rounded up to the unit `+
+		`of the delay levels, 1ms; through delay levels `+d.Name()+`\)\n$`, out)
+	select {
+	case m := <-deliveries:
+		assert.Equal(t, "fine", string(m.Body))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message for --delay 1.5ms did not arrive")
+	}
+
+	// --at +D: D from now.
+	start = time.Now()
+	out = runIn(t, env.URL, "soon", "publish", q, "--at", "+"+delay.String(), "--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
+	assert.Regexp(t, `^published message \S+ to queue "`+q+`"; due \S+ `, out)
+	select {
+	case m := <-deliveries:
+		assert.GreaterOrEqual(t, time.Since(start), delay, "delivered before --at +D")
+		assert.Equal(t, "soon", string(m.Body))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the message for --at +D did not arrive")
 	}
 }
 
@@ -262,12 +309,54 @@ func TestPublishNowAndRefusals(t *testing.T) {
 	for args, want := range map[string]string{
 		"--delay 2m":          "--delay: topology: delay 2m0s: delay exceeds the maximum of the delay levels 1m5.535s",
 		"--delay -1s":         "--delay -1s is negative",
-		"--at tomorrow":       `--at "tomorrow" is not an RFC 3339 time`,
+		"--at tomorrow":       `--at: "tomorrow" is neither an RFC 3339 time (2026-01-02T15:04:05Z) nor +D`,
+		"--at +3x":            `--at: "+3x" is not +D or -D, a Go duration from now (+3s, -2h30m)`,
 		"--delay 1s --at x":   "if any flags in the group [delay at] are set none of the others can be",
 		"--header novalue":    `--header "novalue" is not key=value`,
 		"--file /nonexisting": "--file: open /nonexisting",
 	} {
 		_, err := cli(append([]string{"--url", env.URL, "publish", q, "--levels", "4", "--prefix", d.Prefix}, strings.Fields(args)...)...)
 		assert.ErrorContains(t, err, want, args)
+	}
+}
+
+// verify and apply check the file first: a binding to a queue that the file does not declare
+// and the broker does not have fails verify and stops apply before it declares anything; a
+// delivery limit on a classic queue is an error naming it.
+func TestTopologyFileConsistency(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	d, x, q, typo := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing"), env.Queue("biling")
+	path := filepath.Join(t.TempDir(), "topology.yaml")
+	data := fmt.Sprintf("config:\n  delay: {prefix: %s, levels: %d}\nexchanges: [{name: %s}]\nqueues: [{name: %s}]\n"+
+		"bindings:\n  - {exchange: %s, queue: %s}\n  - {exchange: %s, queue: %s}\n", d.Prefix, d.Levels, x, q, x, q, x, typo)
+	require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
+
+	unresolved := fmt.Sprintf("Bindings[1].Queue: queue %q is declared neither by the topology nor on the broker", typo)
+	out, err := cli("--url", env.URL, "topology", "apply", path)
+	require.Error(t, err)
+	assert.Contains(t, out, "Error: topology: apply: topology: nothing declared: "+unresolved)
+	_, err = env.Inspect(q)
+	assert.ErrorContains(t, err, "NOT_FOUND", "apply declared the file's queue")
+
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(data, "queue: "+typo, "queue: "+q, 1)), 0o600))
+	run(t, env.URL, "topology", "apply", path)
+	require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
+	out, err = cli("--url", env.URL, "topology", "verify", path)
+	require.Error(t, err)
+	assert.Contains(t, out, "unresolved: "+unresolved+"\n")
+	assert.Contains(t, out, "Error: "+path+": 0 missing, 0 with other arguments, 1 binding to names declared nowhere")
+	out, err = cli("--url", env.URL, "topology", "verify", path, "--json")
+	require.Error(t, err)
+	var report reportJSON
+	require.NoError(t, json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &report))
+	assert.Equal(t, []string{unresolved}, report.Unresolved)
+	assert.False(t, report.OK)
+
+	classic := filepath.Join(t.TempDir(), "classic.yaml")
+	require.NoError(t, os.WriteFile(classic, []byte("queues: [{name: q, type: classic, delivery_limit: 5}]\n"), 0o600))
+	for _, cmd := range []string{"apply", "verify"} {
+		_, err = cli("--url", env.URL, "topology", cmd, classic)
+		assert.ErrorContains(t, err, `Queues[0].DeliveryLimit 5: queue "q" is classic, which has no delivery limit`, cmd)
 	}
 }

@@ -73,6 +73,13 @@ func main() {
 	forDur := flag.Duration("for", 30*time.Second, "stop after this long (0: until interrupted)")
 	count := flag.Int("count", 0, "stop after handling this many messages (0: no limit)")
 	del := flag.Bool("delete", false, "at the end, delete the queue (and its poison queue and kill exchange) if it is empty and unused")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/consumer [-for 30s] [-count N] [-queue Q] [-delete]\n\n"+
+			"Consume a work queue with a router and print every message it handles (publish to it with\n"+
+			"examples/publish).\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {

@@ -76,6 +76,13 @@ const (
 
 func main() {
 	compact := flag.Bool("compact", false, "print one JSON line per span instead of indented JSON")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/fanout [-compact]\n\n"+
+			"Publish one order event to a topic exchange that two consumer groups are bound to, and print\n"+
+			"the trace it makes.\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {

@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -40,6 +41,14 @@ const (
 )
 
 func main() {
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/idempotency\n\n"+
+			"Publish five orders twice each to a queue that two routers sharing one Redis consume, and show\n"+
+			"that each is charged once. Redis is $WARREN_REDIS_ADDR (default 127.0.0.1:6379).\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
 	url := envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
 	redisAddr := envOr("WARREN_REDIS_ADDR", "127.0.0.1:6379")
 	if err := run(url, redisAddr); err != nil {

@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,6 +29,14 @@ import (
 const queue = "warren.example.kill"
 
 func main() {
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/kill\n\n"+
+			"Start 3 worker processes with 4 consumers each on one queue; kill, resume and delete it, printing\n"+
+			"how the consumers answer.\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"

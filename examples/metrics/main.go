@@ -47,6 +47,12 @@ const (
 
 func main() {
 	serve := flag.String("serve", "", "keep serving /metrics on this address (host:port) until interrupted")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/metrics [-serve host:port]\n\n"+
+			"Run a router whose handler fails some messages, and print the metrics it serves for Prometheus.\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {

@@ -50,6 +50,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -79,8 +80,15 @@ func main() {
 	flag.StringVar(&o.body, "body", "hello from warren", "the body of every message")
 	flag.IntVar(&o.count, "count", 1, "how many messages to publish")
 	flag.DurationVar(&o.delay, "delay", 0, "deliver each message this long after it is published")
-	at := flag.String("at", "", "deliver every message at this RFC 3339 time (e.g. 2026-11-25T18:30:00Z), or +DURATION from now (+10s)")
+	at := flag.String("at", "", "deliver every message at this time: RFC 3339 (2026-11-25T18:30:00Z), or +D, a Go duration from now (+10s)")
 	flag.BoolVar(&o.wait, "wait", true, "consume the queue until the messages have arrived, unless another process consumes it")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/publish [-delay D | -at T] [-count N] [-body B] [-queue Q] [-wait=false]\n\n"+
+			"Publish messages through warren's DLX publisher, now, delayed or scheduled, and wait for them\n"+
+			"to arrive.\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if err := o.parseAt(*at, time.Now()); err != nil {
 		fmt.Fprintln(os.Stderr, "publish:", err)
@@ -100,26 +108,19 @@ func main() {
 	}
 }
 
-// parseAt sets o.at from -at: an RFC 3339 time, or +DURATION after now.
+// parseAt sets o.at from -at: an RFC 3339 time, or +D after now (see when.Parse).
 func (o *options) parseAt(s string, now time.Time) error {
 	switch {
 	case s == "":
 		return nil
 	case o.delay != 0:
 		return errors.New("-delay and -at exclude each other")
-	case strings.HasPrefix(s, "+"):
-		d, err := time.ParseDuration(s[1:])
-		if err != nil {
-			return fmt.Errorf("-at %q: %w", s, err)
-		}
-		o.at = now.Add(d)
-	default:
-		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			return fmt.Errorf("-at %q is neither an RFC 3339 time nor +DURATION: %w", s, err)
-		}
-		o.at = t
 	}
+	t, err := when.Parse(s, now)
+	if err != nil {
+		return fmt.Errorf("-at: %w", err)
+	}
+	o.at = t
 	return nil
 }
 

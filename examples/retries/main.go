@@ -30,6 +30,12 @@ const queue = "warren.example.retries"
 
 func main() {
 	delaysFlag := flag.String("delays", "1s,5s,30s", "waits before attempts 2, 3, ...")
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/retries [-delays 1s,5s,30s]\n\n"+
+			"Run a handler that always fails: it is tried again after each delay, then its message is poisoned.\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	var delays []time.Duration
 	for _, s := range strings.Split(*delaysFlag, ",") {

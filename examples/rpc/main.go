@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -36,6 +37,14 @@ type quote struct {
 }
 
 func main() {
+	flag.Usage = func() {
+		fmt.Fprint(flag.CommandLine.Output(), "Usage: go run ./examples/rpc\n\n"+
+			"Answer quote requests with a router handler, and call it with direct reply-to and with a reply\n"+
+			"queue of its own.\n"+
+			"The broker is $WARREN_AMQP_URL (default amqp://guest:guest@127.0.0.1:5672/).\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
