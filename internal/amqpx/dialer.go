@@ -32,7 +32,8 @@ func NewDialer(c warren.Connection, name string, logger watermill.LoggerAdapter)
 }
 
 // Dial opens a connection (see the function Dial) and reports it; once it is lost other
-// than by being closed, that is reported too.
+// than by being closed, that is reported too. The first connection of the process to a
+// broker of a version that DeadLetterWarning warns about logs the warning (Info).
 func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
 	conn, node, err := Dial(ctx, d.conn, d.name)
 	if err != nil {
@@ -49,6 +50,7 @@ func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
 		fields["previous"] = previous
 	}
 	d.logger.Info("Broker "+string(ev.State), fields)
+	warnDeadLetter(d.logger, conn, fields)
 	d.emit(ev)
 
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
