@@ -36,7 +36,7 @@ func TestForgedXDeathInALevel(t *testing.T) {
 	affected := amqpx.DeadLetterWarning(version) != ""
 
 	start := time.Now()
-	broken := node.BreakDeadLettering(d.LevelQueue(0, 1), amqp.Table{topology.HeaderDestQueue: dest})
+	broken := node.BreakDeadLettering(d.LevelQueue(0, 1), dest)
 	t.Logf("RabbitMQ %s: dead-lettering broken: %v (seen after %s)", version, broken, time.Since(start).Round(time.Millisecond))
 	require.Equal(t, affected, broken, "RabbitMQ %s: DeadLetterWarning and the broker disagree", version)
 

@@ -15,6 +15,8 @@
 //
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
+// status reads RabbitMQ's management HTTP API too when --management or
+// $WARREN_MANAGEMENT_URL gives it (http://user:password@host:15672/).
 // --timeout (default 30s) bounds each command. The kill secret, when consumers require signed
 // commands, is read from $WARREN_KILL_SECRET (never from the command line, where other users
 // of the machine could see it).
@@ -54,8 +56,18 @@ const defaultURL = "amqp://guest:guest@127.0.0.1:5672/"
 
 // globals are the flags every command shares.
 type globals struct {
-	urls    []string
-	timeout time.Duration
+	urls       []string
+	timeout    time.Duration
+	management string
+}
+
+// managementURL is the management HTTP API the flags and environment name: --management,
+// else $WARREN_MANAGEMENT_URL; "" for none. Resolved when a command runs, as the broker URL.
+func (g *globals) managementURL() string {
+	if g.management != "" {
+		return g.management
+	}
+	return os.Getenv("WARREN_MANAGEMENT_URL")
 }
 
 // connection is the broker the flags and environment name. The URL is resolved when a
@@ -108,10 +120,20 @@ func newRoot() *cobra.Command {
 	g := &globals{}
 	root.PersistentFlags().StringArrayVar(&g.urls, "url", nil, "broker URL; repeated, or separated by commas, for the nodes of a cluster (default "+urlDefault()+")")
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
+	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status ("+managementDefault()+")")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	root.AddCommand(newStatus(g), newPoison(g), newParked(g))
 	return root
+}
+
+// managementDefault describes the default of --management, with the password of the URL in
+// $WARREN_MANAGEMENT_URL replaced.
+func managementDefault() string {
+	if u := os.Getenv("WARREN_MANAGEMENT_URL"); u != "" {
+		return "default $WARREN_MANAGEMENT_URL: " + amqpurl.Redact(u)
+	}
+	return "default $WARREN_MANAGEMENT_URL; none if unset"
 }
 
 // urlDefault describes the default of --url, with the password of the URL in

@@ -23,6 +23,7 @@ type Client struct {
 	base       *url.URL // the URL without its user info
 	user, pass string
 	redacted   string
+	http       *http.Client
 }
 
 // New returns a Client of the API at raw, an http or https URL with the user's credentials:
@@ -40,7 +41,7 @@ func New(raw string) (*Client, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("management URL %s: no host", redacted)
 	}
-	c := &Client{redacted: redacted}
+	c := &Client{redacted: redacted, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
 	if u.User != nil {
 		c.user = u.User.Username()
 		c.pass, _ = u.User.Password()
@@ -50,6 +51,9 @@ func New(raw string) (*Client, error) {
 	c.base = u
 	return c, nil
 }
+
+// Close closes the client's idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
 
 // String is the URL without its password.
 func (c *Client) String() string { return c.redacted }
@@ -156,7 +160,7 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, v any) 
 	if c.user != "" {
 		req.SetBasicAuth(c.user, c.pass)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {

@@ -49,6 +49,7 @@ func TestClientAsksAndNeverShowsThePassword(t *testing.T) {
 	u = strings.Replace(u, "/pw@", "%2Fpw@", 1)
 	c, err := mgmt.New(u)
 	require.NoError(t, err)
+	defer c.Close()
 	assert.NotContains(t, c.String(), secret)
 	assert.Contains(t, c.String(), "ops:xxxxx@")
 
@@ -125,6 +126,7 @@ func TestClientOnTheBroker(t *testing.T) {
 	env := testenv.New(t)
 	c, err := mgmt.New(testenv.ManagementURL())
 	require.NoError(t, err)
+	defer c.Close()
 	q := env.Queue("mgmt")
 	ch := env.Channel()
 	_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
