@@ -19,6 +19,8 @@ type Dialer struct {
 	name   string
 	logger watermill.LoggerAdapter
 
+	quietLoss bool // the owner logs a lost connection: see OwnerReportsLoss
+
 	mu   sync.Mutex
 	last string // the node of the last connection
 }
@@ -56,11 +58,25 @@ func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() { // ends when the connection does: amqp091 closes lost then
 		if err, ok := <-lost; ok && err != nil {
-			d.logger.Error("Broker connection lost; reconnecting", err, watermill.LogFields{"connection": d.name, "node": node})
+			fields := watermill.LogFields{"connection": d.name, "node": node}
+			if d.quietLoss {
+				d.logger.Debug("Broker connection lost; reconnecting", fields.Add(watermill.LogFields{"err": err.Error()}))
+			} else {
+				d.logger.Error("Broker connection lost; reconnecting", err, fields)
+			}
 			d.emit(warren.ConnectionEvent{State: warren.Reconnecting, Name: d.name, Node: node, Err: err})
 		}
 	}()
 	return conn, nil
+}
+
+// OwnerReportsLoss makes the Dialer log a lost connection at Debug, not as an error (it is
+// still told to Connection.OnEvent), and returns it: for an owner that logs the failure of
+// each of its calls itself (warren's subscriber, once per retry), to which a second line for
+// the same failure would add nothing. Call it before Dial.
+func (d *Dialer) OwnerReportsLoss() *Dialer {
+	d.quietLoss = true
+	return d
 }
 
 func (d *Dialer) emit(ev warren.ConnectionEvent) {

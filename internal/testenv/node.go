@@ -692,3 +692,16 @@ func procsWith(dir string) []int {
 	}
 	return pids
 }
+
+// StopQueue stops the Raft member of quorum queue q (default virtual host) on the node, as
+// a crash of it would: the queue is down until the node restarts. A passive declare of it
+// still answers, counting 0 messages; consuming from it is refused with 541 INTERNAL_ERROR,
+// which closes the connection. It fails the test on error.
+func (n *Node) StopQueue(q string) {
+	n.t.Helper()
+	expr := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), `+
+		`{Name, _} = amqqueue:get_pid(Q), ra:stop_server(quorum_queues, {Name, node()}).`, q)
+	if out, err := n.Ctl("eval", expr); err != nil || strings.TrimSpace(out) != "ok" {
+		n.t.Fatalf("node %s: stop queue %s: %v\n%s", n.name, q, err, out)
+	}
+}
