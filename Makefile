@@ -11,7 +11,8 @@ TEST_PARALLEL ?= 8
 
 all: lint test
 
-## broker: make sure RabbitMQ answers on 127.0.0.1:5672 (start or install it if needed)
+## broker: make sure RabbitMQ answers on 127.0.0.1:5672 (start or install it if needed), its management
+## API on 127.0.0.1:15672 (the plugin enabled online if need be)
 broker:
 	@./scripts/broker.sh
 
@@ -20,8 +21,9 @@ broker:
 redis:
 	@./scripts/redis.sh
 
-## broker4: make sure a RabbitMQ 4.0.5 node answers on 127.0.0.1:5680, beside the system's broker
-## (scripts/rabbitmq4.sh: Debian trixie's packages unpacked into ~/.cache/warren/rabbitmq4)
+## broker4: make sure a RabbitMQ 4.0.5 node answers on 127.0.0.1:5680, beside the system's broker, its
+## management API on 127.0.0.1:15680 (scripts/rabbitmq4.sh: Debian trixie's packages unpacked into
+## ~/.cache/warren/rabbitmq4)
 broker4:
 	@./scripts/rabbitmq4.sh start
 
@@ -56,7 +58,7 @@ test: broker redis vet
 ## test-rabbitmq4: every test again, against RabbitMQ 4.0.5 (the throwaway nodes that the fault
 ## tests start run the system's version)
 test-rabbitmq4: broker4 redis vet
-	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
+	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ WARREN_MANAGEMENT_URL=http://guest:guest@127.0.0.1:15680/ $(GO) test -race -count=1 -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is

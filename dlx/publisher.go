@@ -596,7 +596,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 			// Published again after a backoff, until the time limit: the broker did not take it
 			// (a full queue that rejects publishes, a quorum queue without a leader for a moment).
 			if sendErr == nil {
-				sendErr = fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err)
+				sendErr = fmt.Errorf("message %s: %w (%s)", out[s.i].pub.MessageId, err, nackHint(route))
 			}
 		default:
 			suspect[s.i] = amqpx.IsPermanentBrokerError(err)
@@ -609,6 +609,16 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 		return final
 	}
 	return sendErr
+}
+
+// nackHint says what a nack of a publish to route can mean: basic.nack carries no reason.
+func nackHint(route Route) string {
+	to := fmt.Sprintf("exchange %q, routing key %q", route.Exchange, route.RoutingKey)
+	if route.Exchange == "" {
+		to = fmt.Sprintf("queue %q", route.RoutingKey)
+	}
+	return "a nack gives no reason: a queue it was routed to (" + to + ", or a delay level) took none; it may be " +
+		"down (a quorum queue without a leader; see `warren status --management`) or full and rejecting publishes"
 }
 
 // prepare returns where o is published now, and how: to its destination, or with the

@@ -3,7 +3,11 @@
 //
 //   - Status: per work queue, its ready messages and consumers, its remembered kill command and
 //     its poison queue's depth; the messages waiting in the delay levels (per level) and in the
-//     parking queue.
+//     parking queue; the broker's version and, where one malformed message can stop its
+//     dead-lettering, a warning. With RabbitMQ's management HTTP API (Config.Management), also
+//     queue states (a queue or level that is down shows as such, not as empty),
+//     unacknowledged and dead-lettering messages and consumers' hosts; WorkQueues lists
+//     warren's work queues.
 //   - Poisoned and Parked browse the poison queue of a work queue and the parking queue of the
 //     delay levels, and Group sorts failures by handler, error type and normalised error.
 //   - ReplayPoisoned and ReplayParked send messages back to where they were going (or

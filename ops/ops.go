@@ -12,7 +12,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/mgmt"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
@@ -33,6 +35,12 @@ type Config struct {
 	// MeterProvider records warren.redrives (the messages replayed); nil means the global
 	// one (otel.GetMeterProvider()).
 	MeterProvider metric.MeterProvider
+	// Management is the URL of RabbitMQ's management HTTP API (the rabbitmq_management
+	// plugin) with a user's credentials, e.g. http://guest:guest@127.0.0.1:15672/; optional.
+	// With it Status also reports queue states, unacknowledged messages, the messages a
+	// level is dead-lettering and the hosts of consumers, and WorkQueues lists warren's work
+	// queues. No error shows its password.
+	Management string
 }
 
 // DefaultTimeout is the default of Config.Timeout.
@@ -60,6 +68,11 @@ func (c Config) Validate() error {
 	if c.Timeout < 0 {
 		return fmt.Errorf("ops: Config.Timeout %s is negative", c.Timeout)
 	}
+	if c.Management != "" {
+		if _, err := mgmt.New(c.Management); err != nil {
+			return fmt.Errorf("ops: Config.Management: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -70,6 +83,8 @@ type Ops struct {
 	logger   watermill.LoggerAdapter
 	dialer   *amqpx.Dialer
 	redrives *telemetry.Redrives
+	mgmt     *mgmt.Client // nil without Config.Management
+	vhost    string       // of Config.Connection, for the management API
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
@@ -95,7 +110,14 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
 	}
 	conn := config.Connection
 	conn.ConnectTimeout = min(conn.ConnectTimeout, config.Timeout) // connecting is part of a call
-	return &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(conn, "warren ops", logger), redrives: redrives}, nil
+	o := &Ops{cfg: config, logger: logger, dialer: amqpx.NewDialer(conn, "warren ops", logger), redrives: redrives, vhost: "/"}
+	if config.Management != "" {
+		o.mgmt, _ = mgmt.New(config.Management) // checked by Validate
+	}
+	if uri, err := amqp.ParseURI(amqpurl.Split(config.Connection.URL)[0]); err == nil {
+		o.vhost = uri.Vhost
+	}
+	return o, nil
 }
 
 // Close closes the connection. The calls in progress fail.
@@ -103,6 +125,9 @@ func (o *Ops) Close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.closed = true
+	if o.mgmt != nil {
+		o.mgmt.Close()
+	}
 	return amqpx.Close(o.conn)
 }
 

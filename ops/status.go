@@ -2,11 +2,15 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/mgmt"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -16,12 +20,22 @@ type QueueStatus struct {
 	Queue string `json:"queue"`
 	// Exists is false for a queue the broker does not have; the other fields are then zero.
 	Exists bool `json:"exists"`
-	// Ready is the number of messages waiting to be delivered. AMQP 0-9-1 does not tell how
-	// many are delivered and unacknowledged: `rabbitmqctl list_queues name
-	// messages_unacknowledged` or the management API do.
+	// State is the queue's state as the management API tells it (see Config.Management):
+	// running, idle or flow when it serves messages; down, minority, ... when it does not
+	// (its Ready is then no count: the broker answers 0 for a quorum queue that is down);
+	// "unknown" when the broker has no statistics of it yet. "" without the management API:
+	// AMQP 0-9-1 cannot tell.
+	State string `json:"state,omitempty"`
+	// Ready is the number of messages waiting to be delivered.
 	Ready int `json:"ready"`
+	// Unacked is the number of messages delivered and not yet acknowledged, which only the
+	// management API tells (-1 without it).
+	Unacked int `json:"unacked"`
 	// Consumers is the number of consumers of the queue (one per router handler).
 	Consumers int `json:"consumers"`
+	// ConsumerHosts are the hosts of the consumers' connections, as the broker sees them,
+	// with how many consumers each when more than one ("10.0.0.5 (3)"): management API only.
+	ConsumerHosts []string `json:"consumer_hosts,omitempty"`
 	// Kill is the remembered kill command ("stop", "delete", or "resume" once lifted), "" if
 	// the queue was never killed; KillAt is when it was sent.
 	Kill   router.Action `json:"kill,omitempty"`
@@ -30,14 +44,34 @@ type QueueStatus struct {
 	Poison int `json:"poison"`
 }
 
+// Unavailable reports whether the management API says the queue does not serve messages
+// (down, minority, ...; see QueueStatus.State).
+func (q QueueStatus) Unavailable() bool { return unavailable(q.State) }
+
+// unavailable reports whether state, a mgmt.Queue.Status or "", is known and not serving.
+func unavailable(state string) bool {
+	return state != "" && state != "unknown" && !(mgmt.Queue{State: state}).Serving()
+}
+
 // LevelStatus is one delay level queue.
 type LevelStatus struct {
 	Queue string `json:"queue"`
 	// TTL is how long a message waits in it; in JSON ttl_ms, in milliseconds (see MarshalJSON).
-	TTL      time.Duration `json:"-"`
-	Messages int           `json:"messages"`
-	Exists   bool          `json:"exists"`
+	TTL time.Duration `json:"-"`
+	// Messages is the number of messages waiting in it: for AMQP 0-9-1 those not yet expired;
+	// with the management API the ones it is dead-lettering too (DeadLettering).
+	Messages int  `json:"messages"`
+	Exists   bool `json:"exists"`
+	// State is as QueueStatus.State.
+	State string `json:"state,omitempty"`
+	// DeadLettering is the number of messages that expired in the level and that the next
+	// one has not yet confirmed (management API only). They pass in milliseconds; where they
+	// stay, dead-lettering is stuck (see amqpx.DeadLetterWarning).
+	DeadLettering int `json:"dead_lettering"`
 }
+
+// Unavailable reports whether the management API says the level does not serve messages.
+func (l LevelStatus) Unavailable() bool { return unavailable(l.State) }
 
 // DelayStatus is the state of the delay levels.
 type DelayStatus struct {
@@ -50,8 +84,16 @@ type DelayStatus struct {
 	// Missing is the number of level queues that do not exist (all of them when the levels
 	// were never declared).
 	Missing int `json:"missing"`
+	// Unavailable is the number of level queues that exist and do not serve messages, which
+	// only the management API tells: their messages are not counted in Waiting.
+	Unavailable int `json:"unavailable"`
+	// DeadLettering is the number of messages the levels are dead-lettering (management API
+	// only; counted in Waiting).
+	DeadLettering int `json:"dead_lettering"`
 	// Parked is the number of messages in the parking queue (-1 if there is none).
 	Parked int `json:"parked"`
+	// ParkingState is the parking queue's state, as QueueStatus.State.
+	ParkingState string `json:"parking_state,omitempty"`
 }
 
 // Status is what Status returns.
@@ -59,16 +101,28 @@ type Status struct {
 	Queues []QueueStatus `json:"queues"`
 	Delay  DelayStatus   `json:"delay"`
 	At     time.Time     `json:"at"`
+	// ServerVersion is the RabbitMQ version of the broker connected to.
+	ServerVersion string `json:"server_version"`
+	// Warning is amqpx.DeadLetterWarning of ServerVersion: "" unless one malformed message
+	// can stop dead-lettering on that version.
+	Warning string `json:"warning,omitempty"`
+	// Management tells whether the management API was asked (Config.Management): without
+	// it, states, unacknowledged and dead-lettering messages and consumers' hosts are
+	// unknown.
+	Management bool `json:"management"`
 }
 
-// Status reads the state of queues (work queues, by name) and of the delay levels.
+// Status reads the state of queues (work queues, by name) and of the delay levels, with the
+// management API when Config.Management gives it.
 func (o *Ops) Status(ctx context.Context, queues ...string) (Status, error) {
-	s := Status{At: time.Now().UTC()}
+	s := Status{At: time.Now().UTC(), Management: o.mgmt != nil}
 	err := o.call(ctx, "ops: status", func(ctx context.Context, _ *amqp.Channel) error {
 		conn, err := o.connection(ctx)
 		if err != nil {
 			return err
 		}
+		s.ServerVersion = amqpx.ServerVersion(conn)
+		s.Warning = amqpx.DeadLetterWarning(s.ServerVersion)
 		in := &inspector{conn: conn}
 		defer in.close()
 		s.Queues = s.Queues[:0]
@@ -82,11 +136,19 @@ func (o *Ops) Status(ctx context.Context, queues ...string) (Status, error) {
 		s.Delay, err = o.delayStatus(ctx, in)
 		return err
 	})
-	return s, err
+	if err != nil {
+		return s, err
+	}
+	if o.mgmt != nil {
+		if err := o.addManagement(ctx, &s); err != nil {
+			return s, fmt.Errorf("ops: status: %w", err)
+		}
+	}
+	return s, nil
 }
 
 func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, in *inspector, name string) (QueueStatus, error) {
-	s := QueueStatus{Queue: name, Poison: -1}
+	s := QueueStatus{Queue: name, Poison: -1, Unacked: -1}
 	q, ok, err := in.inspect(ctx, route{key: name})
 	if err != nil || !ok {
 		return s, err
@@ -133,4 +195,95 @@ func (o *Ops) delayStatus(ctx context.Context, in *inspector) (DelayStatus, erro
 		s.Parked = q.Messages
 	}
 	return s, nil
+}
+
+// addManagement adds what the management API tells to s: the state, unacknowledged
+// messages and consumers' hosts of each work queue that exists, and the state and
+// dead-lettering messages of each level. A queue or level that does not serve messages
+// counts no messages: the broker's 0 for it is no count.
+func (o *Ops) addManagement(ctx context.Context, s *Status) error {
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
+	defer cancel()
+	for i := range s.Queues {
+		q := &s.Queues[i]
+		if !q.Exists {
+			continue
+		}
+		m, found, err := o.mgmt.Queue(ctx, o.vhost, q.Queue)
+		if err != nil {
+			return err
+		}
+		if !found { // deleted since
+			continue
+		}
+		q.State, q.Unacked, q.ConsumerHosts = m.Status(), m.Unacked, m.ConsumerHosts()
+		if q.Unavailable() {
+			q.Ready = 0
+		}
+	}
+	all, err := o.mgmt.Queues(ctx, o.vhost)
+	if err != nil {
+		return err
+	}
+	byName := make(map[string]mgmt.Queue, len(all))
+	for _, m := range all {
+		byName[m.Name] = m
+	}
+	d := &s.Delay
+	d.Waiting = 0
+	for i := range d.Levels {
+		l := &d.Levels[i]
+		m, ok := byName[l.Queue]
+		if !l.Exists || !ok {
+			d.Waiting += l.Messages
+			continue
+		}
+		l.State, l.DeadLettering = m.Status(), m.DeadLettering
+		if l.Unavailable() {
+			l.Messages, l.DeadLettering = 0, 0
+			d.Unavailable++
+		}
+		l.Messages += l.DeadLettering
+		d.DeadLettering += l.DeadLettering
+		d.Waiting += l.Messages
+	}
+	if m, ok := byName[o.cfg.Delay.ParkingQueue()]; ok && d.Parked >= 0 {
+		d.ParkingState = m.Status()
+	}
+	return nil
+}
+
+// ErrNoManagement is returned by WorkQueues without Config.Management.
+var ErrNoManagement = errors.New("ops: the management API is not given (Config.Management)")
+
+// WorkQueues lists warren's work queues, by name, through the management API: the queues
+// that dead-letter to their poison queue (x-dead-letter-exchange "" and
+// x-dead-letter-routing-key the queue's name + ".poison"), as topology declares every work
+// queue. It returns ErrNoManagement without Config.Management.
+func (o *Ops) WorkQueues(ctx context.Context) ([]string, error) {
+	if o.mgmt == nil {
+		return nil, ErrNoManagement
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
+	defer cancel()
+	all, err := o.mgmt.Queues(ctx, o.vhost)
+	if err != nil {
+		return nil, fmt.Errorf("ops: work queues: %w", err)
+	}
+	var names []string
+	for _, q := range all {
+		if isWorkQueue(q.Name, q.Arguments) {
+			names = append(names, q.Name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// isWorkQueue reports whether a queue called name with arguments args is one of warren's
+// work queues: it dead-letters to its poison queue through the default exchange.
+func isWorkQueue(name string, args map[string]any) bool {
+	x, hasX := args["x-dead-letter-exchange"].(string)
+	key, _ := args["x-dead-letter-routing-key"].(string)
+	return hasX && x == "" && key == topology.PoisonQueue(name)
 }

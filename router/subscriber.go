@@ -251,7 +251,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	}
 	s := &Subscriber{
 		cfg: config, logger: logger, builder: builder, metrics: metrics,
-		dialer:  amqpx.NewDialer(config.Connection, "warren subscriber "+config.HandlerName, logger),
+		dialer:  amqpx.NewDialer(config.Connection, "warren subscriber "+config.HandlerName, logger).OwnerReportsLoss(),
 		listed:  map[string]topology.Queue{},
 		closing: make(chan struct{}),
 		dialing: make(chan struct{}, 1),
@@ -479,6 +479,7 @@ type subscription struct {
 	readyOnce sync.Once
 	id        string           // in answers to kill commands (Answer.Instance)
 	conn      *amqp.Connection // the session's, for answers
+	steady    bool             // the session consumed (or listened, paused by a kill)
 
 	// Set by the kill topic; they outlive a lost connection.
 	mode mode
@@ -525,12 +526,16 @@ func (sub *subscription) run(ctx context.Context) {
 
 	// At most 1s (±50%) between tries: once the broker is back, consuming resumes within
 	// about 1.5s, however long it was gone (with 5s, make faults saw 2.05s after a kill -9).
+	// The wait starts over only after a session that consumed (or was paused by a kill): one
+	// that the broker refuses every time (541 for a quorum queue that is down, say) backs off.
+	// Each failure is logged once, here: the Dialer leaves a lost connection to this line.
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = time.Second
 	retry.MaxElapsedTime = 0 // until closed
+	retry.Reset()            // the first wait is InitialInterval, not the default's 500ms
 	for {
-		started, err := sub.session(ctx)
+		err := sub.session(ctx)
 		switch {
 		case err == nil: // closed
 			return
@@ -545,7 +550,7 @@ func (sub *subscription) run(ctx context.Context) {
 			s.goneMu.Unlock()
 			return
 		}
-		if started {
+		if sub.steady {
 			retry.Reset()
 		}
 		wait := retry.NextBackOff()
@@ -562,49 +567,52 @@ func (sub *subscription) run(ctx context.Context) {
 
 // session lasts as long as a connection: it listens to the kill topic and consumes the queue
 // as the mode says. It returns nil once closed, errQueueGone once the queue is gone, or the
-// error that lost the connection; started reports whether it got as far as listening.
-func (sub *subscription) session(ctx context.Context) (started bool, err error) {
+// error that lost the connection; sub.steady tells whether it got as far as consuming (or
+// listening, paused by a kill).
+func (sub *subscription) session(ctx context.Context) error {
 	s := sub.s
+	sub.steady = false
 	conn, err := s.connection(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
 	sub.conn = conn
 	commands, stopListening, err := sub.listen(conn)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer stopListening()
 	if err := sub.recall(ctx, conn); err != nil {
-		return true, err
+		return err
 	}
 	for {
 		if sub.mode == paused {
 			sub.markReady() // listening, paused by a kill
+			sub.steady = true
 			select {
 			case d, ok := <-commands:
 				if !ok {
-					return true, errors.New("kill topic listener closed")
+					return errors.New("kill topic listener closed")
 				}
 				sub.command(d)
 			case <-ctx.Done():
-				return true, nil
+				return nil
 			case <-s.closing:
-				return true, nil
+				return nil
 			}
 			continue
 		}
 		out, err := sub.consume(ctx, conn, commands)
 		if err != nil {
-			return true, err
+			return err
 		}
 		switch out {
 		case closed:
-			return true, nil
+			return nil
 		case drained:
 			gone, err := sub.awaitDeletion(ctx, conn)
 			if err != nil || gone {
-				return true, err
+				return err
 			}
 		}
 	}
@@ -633,6 +641,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 		return closed, sub.goneOr(conn, err)
 	}
 	sub.markReady()
+	sub.steady = true
 
 	cs := &channelState{
 		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
@@ -845,6 +854,9 @@ func (sub *subscription) requeueLater(tag uint64, cs *channelState) {
 // goneOr returns errQueueGone (wrapping err) if the queue no longer exists, and err otherwise:
 // a cancelled consumer, or a queue reported "down or inaccessible", is consumed again.
 func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
+	if conn.IsClosed() { // the broker closed it (541 for a queue that is down, say): nothing to ask
+		return err
+	}
 	_, ierr := inspect(conn, sub.queue)
 	if amqpx.IsNotFound(ierr) {
 		return fmt.Errorf("%w: %v", errQueueGone, err)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes sure a RabbitMQ broker answers on 127.0.0.1:5672 (or $WARREN_AMQP_PORT):
+# Makes sure a RabbitMQ broker answers on 127.0.0.1:5672 (or $WARREN_AMQP_PORT), with its
+# management plugin's HTTP API on 127.0.0.1:15672 (enabled online if it is not):
 # use a running one (restarted with a higher open-file limit if it has the common default of
 # 1024, unless WARREN_BROKER_NO_RESTART=1); else start the installed rabbitmq-server; else
 # `docker compose up -d` where a Docker engine runs; else install rabbitmq-server with apt-get
@@ -8,6 +9,25 @@ set -euo pipefail
 
 port=${WARREN_AMQP_PORT:-5672}
 answers() { (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; }
+management_answers() { (exec 3<>"/dev/tcp/127.0.0.1/15672") 2>/dev/null; }
+# ensure_management enables the management plugin (warren status --management, and the tests
+# of it) on the running broker, online, if nothing answers on 15672.
+ensure_management() {
+  management_answers && return 0
+  command -v rabbitmq-plugins >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/usr/lib/rabbitmq/bin"
+  if command -v rabbitmq-plugins >/dev/null 2>&1; then # else a container's, which has it
+    echo "broker: enabling the management plugin (http://127.0.0.1:15672/)"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo timeout 120 rabbitmq-plugins enable rabbitmq_management >/dev/null
+  fi
+  for _ in $(seq 1 60); do
+    management_answers && return 0
+    sleep 1
+  done
+  echo "broker: the management plugin does not answer on 127.0.0.1:15672 after 60s" >&2
+  return 1
+}
 wait_for() {
   for _ in $(seq 1 120); do
     answers && return 0
@@ -54,6 +74,7 @@ if answers; then
     start_installed
     echo "broker: file handle limit now $(handle_limit)"
   fi
+  ensure_management
   exit 0
 fi
 if command -v rabbitmq-server >/dev/null 2>&1; then
@@ -74,4 +95,5 @@ else
   echo "broker: no RabbitMQ on 127.0.0.1:$port, and neither rabbitmq-server, docker nor apt-get to get one" >&2
   exit 1
 fi
+ensure_management
 echo "broker: RabbitMQ answers on 127.0.0.1:$port"

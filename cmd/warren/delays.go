@@ -123,14 +123,23 @@ func newDelaysVerify(g *globals) *cobra.Command {
 	verify := &cobra.Command{
 		Use:   "verify",
 		Short: "Check that the delay levels exist with the arguments the flags give them; exit 1 if not",
-		Args:  cobra.NoArgs,
+		Long: "Check that the delay levels exist with the arguments the flags give them; exit 1 if not. With\n" +
+			"--management URL (or $WARREN_MANAGEMENT_URL), also that each of their queues runs: a level queue\n" +
+			"that is down holds its messages, and AMQP alone cannot tell.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := df.builder(cmd, g.timeout)
 			if err != nil {
 				return err
 			}
-			return g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(),
-				"`warren delays apply` with the same delay level flags", f)
+			if err := g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(),
+				"`warren delays apply` with the same delay level flags", f); err != nil {
+				return err
+			}
+			if g.managementURL() == "" {
+				return nil
+			}
+			return g.verifyRunning(cmd, b.Delay(), f.asJSON)
 		},
 	}
 	df = addDelayFlags(verify.Flags())
@@ -262,4 +271,37 @@ func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, 
 		r.lost += n
 	}
 	return r, nil
+}
+
+// verifyRunning asks the management API (--management) whether every queue of the delay
+// levels d that exists runs, prints those that do not (as text, unless asJSON), and returns
+// an error naming them if any.
+func (g *globals) verifyRunning(cmd *cobra.Command, d topology.Delay, asJSON bool) error {
+	o, err := g.ops(cmd, d)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	s, err := o.Status(cmd.Context())
+	if err != nil {
+		return err
+	}
+	var down []string
+	for _, l := range s.Delay.Levels {
+		if l.Unavailable() {
+			down = append(down, fmt.Sprintf("queue %q (%s)", l.Queue, l.State))
+		}
+	}
+	if unavailable(s.Delay.ParkingState) {
+		down = append(down, fmt.Sprintf("queue %q (%s)", d.ParkingQueue(), s.Delay.ParkingState))
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	if !asJSON {
+		for _, q := range down {
+			fmt.Fprintf(cmd.OutOrStdout(), "not running: %s\n", q)
+		}
+	}
+	return fmt.Errorf("delay levels %s: not running (management API): %s", d.Name(), strings.Join(down, ", "))
 }

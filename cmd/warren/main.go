@@ -25,6 +25,9 @@
 // vhost that does not exist or that the user may not use, a certificate that fails
 // verification.
 //
+// status reads RabbitMQ's management HTTP API too when --management or
+// $WARREN_MANAGEMENT_URL gives it (http://user:password@host:15672/).
+//
 // The kill secret, when consumers require signed commands, is read from $WARREN_KILL_SECRET
 // (never from the command line, where other users of the machine could see it).
 //
@@ -82,6 +85,16 @@ type globals struct {
 	urls           []string
 	timeout        time.Duration
 	connectTimeout time.Duration
+	management     string
+}
+
+// managementURL is the management HTTP API the flags and environment name: --management,
+// else $WARREN_MANAGEMENT_URL; "" for none. Resolved when a command runs, as the broker URL.
+func (g *globals) managementURL() string {
+	if g.management != "" {
+		return g.management
+	}
+	return os.Getenv("WARREN_MANAGEMENT_URL")
 }
 
 // connection is the broker the flags and environment name, with --connect-timeout per node
@@ -148,10 +161,20 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second,
 		"time limit of connecting, retries included, per node of --url; a refused login, unknown vhost or untrusted certificate fails at once")
+	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status ("+managementDefault()+")")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	root.AddCommand(newStatus(g), newPoison(g), newParked(g))
 	return root
+}
+
+// managementDefault describes the default of --management, with the password of the URL in
+// $WARREN_MANAGEMENT_URL replaced.
+func managementDefault() string {
+	if u := os.Getenv("WARREN_MANAGEMENT_URL"); u != "" {
+		return "default $WARREN_MANAGEMENT_URL: " + amqpurl.Redact(u)
+	}
+	return "default $WARREN_MANAGEMENT_URL; none if unset"
 }
 
 // urlDefault describes the default of --url, with the password of the URL in

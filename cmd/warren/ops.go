@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/warrenmq/warren/internal/mgmt"
 	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
@@ -23,7 +24,13 @@ func (g *globals) ops(cmd *cobra.Command, d topology.Delay) (*ops.Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ops.New(ops.Config{Connection: conn, Delay: d, KillSecret: []byte(os.Getenv("WARREN_KILL_SECRET")), Timeout: g.timeout}, logger(cmd))
+	if u := g.managementURL(); u != "" {
+		if _, err := mgmt.New(u); err != nil {
+			return nil, fmt.Errorf("--management: %w", err)
+		}
+	}
+	return ops.New(ops.Config{Connection: conn, Delay: d, KillSecret: []byte(os.Getenv("WARREN_KILL_SECRET")), Timeout: g.timeout,
+		Management: g.managementURL()}, logger(cmd))
 }
 
 // filterFlags are the flags that select poison or parked messages.

@@ -19,6 +19,8 @@ type Dialer struct {
 	name   string
 	logger watermill.LoggerAdapter
 
+	quietLoss bool // the owner logs a lost connection: see OwnerReportsLoss
+
 	mu   sync.Mutex
 	last string // the node of the last connection
 }
@@ -36,7 +38,9 @@ func NewDialer(c warren.Connection, name string, logger watermill.LoggerAdapter)
 // than by being closed, that is reported too. A refusal is a Permanent error, as Dial says,
 // with one exception: once the Dialer has connected, a connection closed without a word
 // after the login (amqp.ErrCredentials) is taken for a node that went down during the
-// handshake, not for a changed password, and is not Permanent.
+// handshake, not for a changed password, and is not Permanent. The first
+// connection of the process to a broker of a version that DeadLetterWarning warns about
+// logs the warning (Info).
 func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
 	d.mu.Lock()
 	connected := d.last != ""
@@ -56,16 +60,31 @@ func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
 		fields["previous"] = previous
 	}
 	d.logger.Info("Broker "+string(ev.State), fields)
+	warnDeadLetter(d.logger, conn, fields)
 	d.emit(ev)
 
 	lost := conn.NotifyClose(make(chan *amqp.Error, 1))
 	go func() { // ends when the connection does: amqp091 closes lost then
 		if err, ok := <-lost; ok && err != nil {
-			d.logger.Error("Broker connection lost; reconnecting", err, watermill.LogFields{"connection": d.name, "node": node})
+			fields := watermill.LogFields{"connection": d.name, "node": node}
+			if d.quietLoss {
+				d.logger.Debug("Broker connection lost; reconnecting", fields.Add(watermill.LogFields{"err": err.Error()}))
+			} else {
+				d.logger.Error("Broker connection lost; reconnecting", err, fields)
+			}
 			d.emit(warren.ConnectionEvent{State: warren.Reconnecting, Name: d.name, Node: node, Err: err})
 		}
 	}()
 	return conn, nil
+}
+
+// OwnerReportsLoss makes the Dialer log a lost connection at Debug, not as an error (it is
+// still told to Connection.OnEvent), and returns it: for an owner that logs the failure of
+// each of its calls itself (warren's subscriber, once per retry), to which a second line for
+// the same failure would add nothing. Call it before Dial.
+func (d *Dialer) OwnerReportsLoss() *Dialer {
+	d.quietLoss = true
+	return d
 }
 
 func (d *Dialer) emit(ev warren.ConnectionEvent) {

@@ -1,11 +1,15 @@
 package testenv
 
 import (
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/topology"
 )
 
 // HostileHeaders returns header tables that RabbitMQ accepts from a publisher and amqp091-go
@@ -84,4 +88,133 @@ func (e *Env) InjectHostile(queue string, only ...string) []string {
 		names = append(names, name)
 	}
 	return names
+}
+
+// ForgedXDeath is the x-death header that stops dead-lettering on RabbitMQ 3.10.8 (see
+// amqpx.DeadLetterWarning): an array of strings where the broker expects tables.
+var ForgedXDeath = []any{"forged", "x-death"}
+
+// BreakDeadLettering publishes one persistent message with ForgedXDeath into queue q of the
+// node, straight through the default exchange, confirmed, with topology.HeaderDestQueue set
+// to dest; q is a delay level whose short TTL dead-letters it at once towards dest (such as
+// LevelQueue(0, 1)), and dest an empty queue. It then waits, for up to a minute, until
+// either the node refuses to declare a quorum queue that dead-letters at least once (541
+// INTERNAL_ERROR: its dead-letter worker's supervisor gave up, as on 3.10.8) or the message
+// has arrived in dest (as on 4.0.5), and reports whether dead-lettering broke. A method of a
+// throwaway Node only: never do this to a shared broker, it stays broken (a restart does not
+// mend it: see docs/dead-lettering.md). It fails the test on error.
+func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
+	n.t.Helper()
+	conn, err := amqp.Dial(n.URL())
+	if err != nil {
+		n.t.Fatalf("node %s: %v", n.name, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		n.t.Fatal(err)
+	}
+	dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp.Publishing{
+		MessageId: "forged", Body: []byte("forged x-death"), DeliveryMode: amqp.Persistent,
+		Headers: amqp.Table{"x-death": ForgedXDeath, topology.HeaderDestQueue: dest},
+	})
+	if err != nil {
+		n.t.Fatalf("forge into %s: %v", q, err)
+	}
+	if !dc.Wait() {
+		n.t.Fatalf("forge into %s: nacked", q)
+	}
+	probe := "warren.probe." + newCookie()[:8]
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		ch, err := conn.Channel()
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		_, err = ch.QueueDeclare(probe, true, false, false, false, amqp.Table{
+			amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-dead-letter-exchange": "",
+			"x-dead-letter-strategy": "at-least-once", amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish,
+		})
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.InternalError:
+			n.deleteQueue(probe) // left down
+			return true
+		case err != nil:
+			n.t.Fatalf("node %s: declare %s: %v", n.name, probe, err)
+		}
+		_, _ = ch.QueueDelete(probe, false, false, false)
+		info, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
+		if err != nil {
+			n.t.Fatalf("node %s: %s: %v", n.name, dest, err)
+		}
+		_ = ch.Close()
+		if info.Messages > 0 {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond) // the broker's dead-letter worker, not ours to wait on
+	}
+	n.t.Fatalf("node %s: after a minute the forged message has not reached %s and dead-lettering is not refused", n.name, dest)
+	return false
+}
+
+// deleteQueue deletes queue q of the node, on a connection of its own, ignoring errors.
+func (n *Node) deleteQueue(q string) {
+	c, err := amqp.Dial(n.URL())
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	if ch, err := c.Channel(); err == nil {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
+}
+
+// QueueMessages is the number of messages in queue q of the node as rabbitmqctl
+// list_queues counts them: all of them, ready, unacknowledged, and those a quorum queue
+// is dead-lettering (a passive declare counts the ready ones alone). It fails the test if q
+// is not listed.
+func (n *Node) QueueMessages(q string) int {
+	n.t.Helper()
+	for _, row := range n.ListQueues() {
+		if row.Name == q {
+			return row.Messages
+		}
+	}
+	n.t.Fatalf("node %s: no queue %s", n.name, q)
+	return 0
+}
+
+// QueueRow is a queue as rabbitmqctl list_queues shows it.
+type QueueRow struct {
+	Name  string
+	State string // running, down, ...
+	// Messages counts them all (see QueueMessages).
+	Messages int
+}
+
+// ListQueues lists the queues of the node's default virtual host with rabbitmqctl; it fails
+// the test on error.
+func (n *Node) ListQueues() []QueueRow {
+	n.t.Helper()
+	out, err := n.Ctl("list_queues", "--quiet", "--no-table-headers", "name", "state", "messages")
+	if err != nil {
+		n.t.Fatalf("node %s: %v\n%s", n.name, err, out)
+	}
+	var rows []QueueRow
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			continue
+		}
+		m, err := strconv.Atoi(strings.TrimSpace(f[2]))
+		if err != nil {
+			continue
+		}
+		rows = append(rows, QueueRow{Name: f[0], State: f[1], Messages: m})
+	}
+	return rows
 }

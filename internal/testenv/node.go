@@ -33,6 +33,9 @@ type Node struct {
 	port int    // AMQP
 	bin  string // directory holding rabbitmq-server and rabbitmqctl
 	env  []string
+	// withMgmt makes the node run the management plugin, its HTTP API on port mgmt.
+	withMgmt bool
+	mgmt     int
 	// cookie is the Erlang cookie (the nodes of a cluster share one); "" until prepare
 	// chooses one of the node's own.
 	cookie string
@@ -49,12 +52,19 @@ const (
 	nodeExitLimit  = 15 * time.Second
 )
 
+// NodeOption is an option of StartNode.
+type NodeOption func(*Node)
+
+// WithManagement makes the node run RabbitMQ's management plugin, its HTTP API on a port of
+// its own (Node.ManagementURL). It adds a few seconds to the start.
+func WithManagement() NodeOption { return func(n *Node) { n.withMgmt = true } }
+
 // StartNode starts a fresh node (fails the test if it cannot, within ~60s) and stops it and
 // removes its files when t ends.
-func StartNode(t testing.TB) *Node {
+func StartNode(t testing.TB, opts ...NodeOption) *Node {
 	t.Helper()
 	NeedsBroker(t)
-	n := newNode(t, "")
+	n := newNode(t, "", opts...)
 	start := time.Now()
 	if err := n.launch(); err != nil {
 		t.Fatal(err)
@@ -66,7 +76,7 @@ func StartNode(t testing.TB) *Node {
 // newNode prepares a node's directory and files (cookie, if not empty, is its Erlang cookie;
 // else it gets one of its own) without launching it, and arranges for it to be stopped and
 // its files removed when t ends; it fails the test on error.
-func newNode(t testing.TB, cookie string) *Node {
+func newNode(t testing.TB, cookie string, opts ...NodeOption) *Node {
 	t.Helper()
 	bin, err := rabbitmqBin()
 	if err != nil {
@@ -79,6 +89,9 @@ func newNode(t testing.TB, cookie string) *Node {
 		t.Fatalf("node: %v", err)
 	}
 	n := &Node{t: t, dir: dir, bin: bin, cookie: cookie}
+	for _, o := range opts {
+		o(n)
+	}
 	// The node is stopped before its directory goes, also when starting fails.
 	t.Cleanup(func() {
 		n.Stop()
@@ -130,6 +143,17 @@ func (n *Node) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa
 
 // Port is the node's AMQP port.
 func (n *Node) Port() int { return n.port }
+
+// ManagementURL is the URL of the node's management HTTP API, with guest's credentials:
+// http://guest:guest@127.0.0.1:<port>/. It fails the test for a node started without
+// WithManagement.
+func (n *Node) ManagementURL() string {
+	n.t.Helper()
+	if n.mgmt == 0 {
+		n.t.Fatalf("node %s runs no management plugin (StartNode(t, testenv.WithManagement()))", n.name)
+	}
+	return "http://guest:guest@" + net.JoinHostPort("127.0.0.1", strconv.Itoa(n.mgmt)) + "/"
+}
 
 // Name is the node's Erlang node name.
 func (n *Node) Name() string { return n.name }
@@ -262,8 +286,6 @@ func (n *Node) prepare() error {
 	n.name = "warrentest" + hex.EncodeToString(b) + "@localhost"
 	files := map[string]string{
 		"owner":             strconv.Itoa(os.Getpid()), // see sweepStaleNodes
-		"enabled_plugins":   "[].",                     // no management plugin on 15672
-		"rabbitmq.conf":     "",
 		"advanced.config":   AdvancedConfig,
 		"rabbitmq-env.conf": "", // instead of /etc/rabbitmq/rabbitmq-env.conf
 	}
@@ -290,13 +312,29 @@ func newCookie() string {
 	return strings.ToUpper(hex.EncodeToString(b))
 }
 
-// choosePorts picks free AMQP and distribution ports and sets the environment to match.
+// choosePorts picks free AMQP and distribution ports (and a management port, for a node
+// WithManagement) and sets the environment and configuration to match.
 func (n *Node) choosePorts() error {
-	ports, err := freePorts(2)
+	k := 2
+	if n.withMgmt {
+		k = 3
+	}
+	ports, err := freePorts(k)
 	if err != nil {
 		return err
 	}
 	n.port = ports[0]
+	conf, plugins := "", "[]."
+	if n.withMgmt {
+		n.mgmt = ports[2]
+		conf = fmt.Sprintf("management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %d\n", n.mgmt)
+		plugins = "[rabbitmq_management]."
+	}
+	for name, content := range map[string]string{"rabbitmq.conf": conf, "enabled_plugins": plugins} {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -350,8 +388,9 @@ func (n *Node) boot(ctx context.Context) error {
 	return n.awaitUp(ctx, launched)
 }
 
-// awaitUp waits until rabbitmqctl await_startup returns and the AMQP port answers. (The port
-// alone proves nothing: it may be someone else's, taken since it was chosen.)
+// awaitUp waits until rabbitmqctl await_startup returns and the AMQP port (and the management
+// port, if any) answers. (The port alone proves nothing: it may be someone else's, taken
+// since it was chosen.)
 func (n *Node) awaitUp(ctx context.Context, launched time.Time) error {
 	var last error
 	for {
@@ -380,17 +419,25 @@ func (n *Node) awaitUp(ctx context.Context, launched time.Time) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	for {
-		c, err := net.DialTimeout("tcp", n.Addr(), time.Second)
-		if err == nil {
-			return c.Close()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("AMQP port %d does not answer: %w", n.port, err)
-		case <-time.After(100 * time.Millisecond):
+	ports := []int{n.port}
+	if n.withMgmt {
+		ports = append(ports, n.mgmt)
+	}
+	for _, port := range ports {
+		for {
+			c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+			if err == nil {
+				_ = c.Close()
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("port %d does not answer: %w", port, err)
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 	}
+	return nil
 }
 
 // died tells why the node is known to have exited, or "".
@@ -644,4 +691,17 @@ func procsWith(dir string) []int {
 		}
 	}
 	return pids
+}
+
+// StopQueue stops the Raft member of quorum queue q (default virtual host) on the node, as
+// a crash of it would: the queue is down until the node restarts. A passive declare of it
+// still answers, counting 0 messages; consuming from it is refused with 541 INTERNAL_ERROR,
+// which closes the connection. It fails the test on error.
+func (n *Node) StopQueue(q string) {
+	n.t.Helper()
+	expr := fmt.Sprintf(`{ok, Q} = rabbit_amqqueue:lookup(rabbit_misc:r(<<"/">>, queue, <<"%s">>)), `+
+		`{Name, _} = amqqueue:get_pid(Q), ra:stop_server(quorum_queues, {Name, node()}).`, q)
+	if out, err := n.Ctl("eval", expr); err != nil || strings.TrimSpace(out) != "ok" {
+		n.t.Fatalf("node %s: stop queue %s: %v\n%s", n.name, q, err, out)
+	}
 }

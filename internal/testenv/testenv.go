@@ -36,6 +36,16 @@ func URL() string {
 	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
+// ManagementURL is the management HTTP API of the broker the tests use:
+// $WARREN_MANAGEMENT_URL, or the local one (http://guest:guest@127.0.0.1:15672/; `make broker`
+// enables the plugin). A test that needs it fails when nothing answers there.
+func ManagementURL() string {
+	if u := os.Getenv("WARREN_MANAGEMENT_URL"); u != "" {
+		return u
+	}
+	return "http://guest:guest@127.0.0.1:15672/"
+}
+
 // Env is one test's view of the broker.
 type Env struct {
 	t    testing.TB

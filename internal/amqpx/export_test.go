@@ -1,0 +1,4 @@
+package amqpx
+
+// ForgetDeadLetterWarnings makes the process warn again, for a test of the warning.
+func ForgetDeadLetterWarnings() { warnedVersions.Clear() }

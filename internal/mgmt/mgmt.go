@@ -1,0 +1,189 @@
+// Package mgmt reads RabbitMQ's management HTTP API (the rabbitmq_management plugin) for
+// what AMQP 0-9-1 does not tell: a queue's state, its unacknowledged messages, the messages
+// a quorum queue is dead-lettering, the hosts of its consumers, and the list of queues.
+package mgmt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/warrenmq/warren/internal/amqpurl"
+)
+
+// Client reads one broker's management API. Its errors never contain the password of the
+// URL it was made with.
+type Client struct {
+	base       *url.URL // the URL without its user info
+	user, pass string
+	redacted   string
+	http       *http.Client
+}
+
+// New returns a Client of the API at raw, an http or https URL with the user's credentials:
+// "http://guest:guest@127.0.0.1:15672/" (a path, if any, is where the API is served: the
+// management plugin's path prefix). The error never contains the password.
+func New(raw string) (*Client, error) {
+	redacted := amqpurl.Redact(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("management URL %s does not parse", redacted)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("management URL %s: want http:// or https://", redacted)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("management URL %s: no host", redacted)
+	}
+	c := &Client{redacted: redacted, http: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	if u.User != nil {
+		c.user = u.User.Username()
+		c.pass, _ = u.User.Password()
+	}
+	u.User, u.RawQuery, u.Fragment = nil, "", ""
+	u.Path, u.RawPath = strings.TrimSuffix(u.Path, "/"), strings.TrimSuffix(u.RawPath, "/")
+	c.base = u
+	return c, nil
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// String is the URL without its password.
+func (c *Client) String() string { return c.redacted }
+
+// Queue is what the API tells of a queue. Fields the broker has no statistics for yet (a
+// queue declared a moment ago, or one that is down) are zero.
+type Queue struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	// State is the broker's: running, idle or flow when it serves messages; down, minority,
+	// crashed, stopped, ... when not; "" when the broker gave none (see Status).
+	State string `json:"state"`
+	// Messages is every message of the queue: Ready, Unacked, and DeadLettering.
+	Messages int `json:"messages"`
+	Ready    int `json:"messages_ready"`
+	Unacked  int `json:"messages_unacknowledged"`
+	// DeadLettering is the number of messages a quorum queue has expired or rejected and
+	// not yet seen confirmed by the queue they are dead-lettered to (at-least-once).
+	DeadLettering int `json:"messages_dlx"`
+	Consumers     int `json:"consumers"`
+	// Online lists the nodes whose member of a quorum queue runs; nil for other types.
+	Online    []string       `json:"online"`
+	Arguments map[string]any `json:"arguments"`
+	// ConsumerDetails is filled by Client.Queue only.
+	ConsumerDetails []Consumer `json:"consumer_details"`
+}
+
+// Consumer is one consumer of a queue.
+type Consumer struct {
+	Tag     string `json:"consumer_tag"`
+	Channel struct {
+		// PeerHost is the address of the consumer's connection, as the broker sees it.
+		PeerHost       string `json:"peer_host"`
+		ConnectionName string `json:"connection_name"`
+	} `json:"channel_details"`
+}
+
+// Status is the queue's state as one word: State, or, when the broker gave none, "down"
+// for a quorum queue none of whose members runs, else "unknown" (no statistics yet).
+func (q Queue) Status() string {
+	switch {
+	case q.State != "":
+		return q.State
+	case q.Type == "quorum" && q.Online != nil && len(q.Online) == 0:
+		return "down"
+	}
+	return "unknown"
+}
+
+// Serving reports whether the broker says the queue serves messages (running, idle or flow).
+func (q Queue) Serving() bool {
+	switch q.Status() {
+	case "running", "idle", "flow":
+		return true
+	}
+	return false
+}
+
+// ConsumerHosts lists the hosts of the queue's consumers, each once, with how many
+// consumers it has when more than one ("10.0.0.5 (3)"), in order.
+func (q Queue) ConsumerHosts() []string {
+	counts := map[string]int{}
+	for _, c := range q.ConsumerDetails {
+		counts[c.Channel.PeerHost]++
+	}
+	var hosts []string
+	for h, n := range counts {
+		if n > 1 {
+			h = fmt.Sprintf("%s (%d)", h, n)
+		}
+		hosts = append(hosts, h)
+	}
+	slices.Sort(hosts)
+	return hosts
+}
+
+// queueColumns are the fields Queues asks for.
+const queueColumns = "name,type,state,messages,messages_ready,messages_unacknowledged,messages_dlx,consumers,online,arguments"
+
+// Queues lists the queues of virtual host vhost.
+func (c *Client) Queues(ctx context.Context, vhost string) ([]Queue, error) {
+	var qs []Queue
+	_, err := c.get(ctx, "/api/queues/"+url.PathEscape(vhost), url.Values{"columns": {queueColumns}}, &qs)
+	return qs, err
+}
+
+// Queue returns queue name of virtual host vhost, with its consumers, and whether it exists.
+func (c *Client) Queue(ctx context.Context, vhost, name string) (Queue, bool, error) {
+	var q Queue
+	found, err := c.get(ctx, "/api/queues/"+url.PathEscape(vhost)+"/"+url.PathEscape(name), nil, &q)
+	return q, found, err
+}
+
+// get decodes the JSON answer to GET path into v, and reports false for a 404.
+func (c *Client) get(ctx context.Context, path string, query url.Values, v any) (bool, error) {
+	target := c.base.String() + path // path is escaped already (a vhost "/" is %2F)
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return false, fmt.Errorf("management API %s: %w", c.redacted, err)
+	}
+	if c.user != "" {
+		req.SetBasicAuth(c.user, c.pass)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its URL holds no password, but the one above says where already
+		}
+		return false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return false, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error, Reason string }
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		why := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &e) == nil && e.Reason != "" {
+			why = e.Reason
+		}
+		return false, fmt.Errorf("management API %s: GET %s: %s: %s", c.redacted, path, resp.Status, why)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
+	}
+	return true, nil
+}

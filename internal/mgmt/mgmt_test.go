@@ -1,0 +1,168 @@
+package mgmt_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/internal/mgmt"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+const secret = "s3cr#t/pw"
+
+// The client sends the URL's credentials as basic authentication, escapes a vhost and a
+// queue name in the path, takes a 404 for a queue that does not exist, and names the
+// broker's reason for a refusal; no error, nor String, shows the password.
+func TestClientAsksAndNeverShowsThePassword(t *testing.T) {
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.EscapedPath()+"?"+r.URL.RawQuery)
+		user, pass, _ := r.BasicAuth()
+		switch {
+		case user != "ops" || pass != secret:
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":"not_authorised","reason":"Login failed"}`))
+		case strings.HasSuffix(r.URL.EscapedPath(), "/missing"):
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":"Object Not Found","reason":"Not Found"}`))
+		case strings.HasPrefix(r.URL.EscapedPath(), "/prefix/api/queues/%2F/"):
+			_, _ = w.Write([]byte(`{"name":"a b/c","type":"quorum","state":"running","messages":5,"messages_ready":3,
+				"messages_unacknowledged":1,"messages_dlx":1,"consumers":3,"online":["n1"],"consumer_details":[
+				{"consumer_tag":"t1","channel_details":{"peer_host":"10.0.0.6"}},
+				{"consumer_tag":"t2","channel_details":{"peer_host":"10.0.0.5"}},
+				{"consumer_tag":"t3","channel_details":{"peer_host":"10.0.0.5"}}]}`))
+		default:
+			_, _ = w.Write([]byte(`[{"name":"q","type":"quorum","online":[]}]`))
+		}
+	}))
+	defer srv.Close()
+	u := strings.Replace(srv.URL, "http://", "http://ops:"+strings.ReplaceAll(secret, "#", "%23")+"@", 1) + "/prefix/"
+	u = strings.Replace(u, "/pw@", "%2Fpw@", 1)
+	c, err := mgmt.New(u)
+	require.NoError(t, err)
+	defer c.Close()
+	assert.NotContains(t, c.String(), secret)
+	assert.Contains(t, c.String(), "ops:xxxxx@")
+
+	q, found, err := c.Queue(t.Context(), "/", "a b/c")
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Equal(t, mgmt.Queue{Name: "a b/c", Type: "quorum", State: "running", Messages: 5, Ready: 3, Unacked: 1,
+		DeadLettering: 1, Consumers: 3, Online: []string{"n1"}, ConsumerDetails: q.ConsumerDetails}, q)
+	assert.Equal(t, []string{"10.0.0.5 (2)", "10.0.0.6"}, q.ConsumerHosts())
+	assert.True(t, q.Serving())
+	_, found, err = c.Queue(t.Context(), "/", "missing")
+	require.NoError(t, err)
+	assert.False(t, found)
+	qs, err := c.Queues(t.Context(), "/")
+	require.NoError(t, err)
+	require.Len(t, qs, 1)
+	assert.Equal(t, "down", qs[0].Status(), "a quorum queue no member of which runs")
+	assert.False(t, qs[0].Serving())
+	assert.Equal(t, "/prefix/api/queues/%2F/a%20b%2Fc?", paths[0])
+	assert.Equal(t, "/prefix/api/queues/%2F?columns=", paths[2][:len("/prefix/api/queues/%2F?columns=")])
+
+	wrong, err := mgmt.New(strings.Replace(u, "ops:", "nobody:", 1))
+	require.NoError(t, err)
+	_, _, err = wrong.Queue(t.Context(), "/", "q")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "401")
+	assert.Contains(t, err.Error(), "Login failed")
+	assert.NotContains(t, err.Error(), "s3cr")
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://ops:" + strings.ReplaceAll(secret, "#", "%23") + "@" + l.Addr().String() + "/"
+	closed = strings.Replace(closed, "/pw@", "%2Fpw@", 1)
+	require.NoError(t, l.Close())
+	c, err = mgmt.New(closed)
+	require.NoError(t, err)
+	_, err = c.Queues(t.Context(), "/")
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "s3cr")
+
+	for _, bad := range []string{"amqp://ops:" + "s3cret@host/", "http://ops:s3cret@/", "ops:s3cret@host:15672", "http://ops:s3cret@host:x/"} {
+		_, err := mgmt.New(bad)
+		require.Error(t, err, bad)
+		assert.NotContains(t, err.Error(), "s3cret", bad)
+	}
+}
+
+// A queue's status: the broker's state, else down for a quorum queue none of whose members
+// runs, else unknown (no statistics yet).
+func TestQueueStatus(t *testing.T) {
+	for _, c := range []struct {
+		q       mgmt.Queue
+		status  string
+		serving bool
+	}{
+		{mgmt.Queue{State: "running"}, "running", true},
+		{mgmt.Queue{State: "idle", Type: "classic"}, "idle", true},
+		{mgmt.Queue{State: "flow"}, "flow", true},
+		{mgmt.Queue{State: "minority", Type: "quorum"}, "minority", false},
+		{mgmt.Queue{State: "down"}, "down", false},
+		{mgmt.Queue{Type: "quorum", Online: []string{}}, "down", false},
+		{mgmt.Queue{Type: "quorum"}, "unknown", false},
+		{mgmt.Queue{Type: "classic"}, "unknown", false},
+	} {
+		assert.Equal(t, c.status, c.q.Status(), "%+v", c.q)
+		assert.Equal(t, c.serving, c.q.Serving(), "%+v", c.q)
+	}
+}
+
+// On the broker the tests use (its management API must answer: a missing one fails), a
+// queue with a consumer shows its state, messages and its consumer's host; the list has it.
+func TestClientOnTheBroker(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	c, err := mgmt.New(testenv.ManagementURL())
+	require.NoError(t, err)
+	defer c.Close()
+	q := env.Queue("mgmt")
+	ch := env.Channel()
+	_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	for range 3 {
+		require.NoError(t, ch.PublishWithContext(t.Context(), "", q, false, false, amqp.Publishing{Body: []byte("x")}))
+	}
+	require.NoError(t, ch.Qos(1, 0, false))
+	_, err = ch.Consume(q, "", false, false, false, false, nil)
+	require.NoError(t, err)
+
+	// The broker's statistics arrive every few seconds.
+	var got mgmt.Queue
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		var found bool
+		got, found, err = c.Queue(ctx, "/", q)
+		require.NoError(t, err, "the management API must answer at %s (make broker enables it)", c)
+		return found && got.State != "" && got.Unacked == 1 && len(got.ConsumerDetails) == 1
+	}, 30*time.Second, 200*time.Millisecond, "last: %+v", got)
+	assert.Equal(t, "running", got.Status())
+	assert.Equal(t, 3, got.Messages)
+	assert.Equal(t, 2, got.Ready)
+	assert.Equal(t, []string{"127.0.0.1"}, got.ConsumerHosts())
+
+	all, err := c.Queues(t.Context(), "/")
+	require.NoError(t, err)
+	var listed bool
+	for _, x := range all {
+		if x.Name == q {
+			listed = true
+			assert.Equal(t, amqp.QueueTypeQuorum, x.Type)
+			assert.Equal(t, amqp.QueueTypeQuorum, x.Arguments[amqp.QueueTypeArg])
+		}
+	}
+	assert.True(t, listed, "the list has %s", q)
+}

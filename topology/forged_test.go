@@ -1,0 +1,101 @@
+package topology_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
+)
+
+// One message whose x-death header is an array of strings, published straight into a quorum
+// delay level, stops dead-lettering on the whole node exactly on the versions that
+// amqpx.DeadLetterWarning warns about (measured: 3.10.8 breaks, 4.0.5 does not; run it on
+// both, see the README's broker versions). Broken, a delayed message stays in its level, and
+// a work queue declared afterwards is refused (541) and left down; not broken, the delayed
+// message arrives and the work queue is declared. On a throwaway node of its own: never on
+// a shared broker.
+func TestForgedXDeathInALevel(t *testing.T) {
+	node := testenv.StartNode(t)
+	const dest = "forged.dest"
+	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Levels: 3}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Apply(t.Context(), warren.Connection{URL: node.URL()}, topology.Topology{Queues: []topology.Queue{{Name: dest}}}))
+	d := b.Delay()
+	conn, _, err := amqpx.Dial(t.Context(), warren.Connection{URL: node.URL()}, "forged")
+	require.NoError(t, err)
+	defer conn.Close()
+	version := amqpx.ServerVersion(conn)
+	affected := amqpx.DeadLetterWarning(version) != ""
+
+	start := time.Now()
+	broken := node.BreakDeadLettering(d.LevelQueue(0, 1), dest)
+	t.Logf("RabbitMQ %s: dead-lettering broken: %v (seen after %s)", version, broken, time.Since(start).Round(time.Millisecond))
+	require.Equal(t, affected, broken, "RabbitMQ %s: DeadLetterWarning and the broker disagree", version)
+
+	// A delayed message, published as the DLX publisher does: 0x12C ms waits in p2.d1,
+	// p1.d2, p0.d12.
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, ch.Confirm(false))
+	plan, err := d.Plan(300 * time.Millisecond)
+	require.NoError(t, err)
+	plan.Headers[topology.HeaderDestQueue] = dest
+	dc, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), plan.Exchange, dest, true, false, amqp.Publishing{
+		Headers: plan.Headers, Body: []byte("delayed"), DeliveryMode: amqp.Persistent,
+	})
+	require.NoError(t, err)
+	require.True(t, dc.Wait(), "the delayed message is confirmed either way")
+	arrived := func() bool {
+		got, ok, err := ch.Get(dest, true)
+		return err == nil && ok && string(got.Body) == "delayed"
+	}
+	if broken {
+		// Not a wait for an event: the message must not arrive, and real time must pass
+		// (its delay is 300 ms).
+		time.Sleep(3 * time.Second)
+		assert.False(t, arrived(), "a delayed message arrived although dead-lettering broke")
+		assert.Equal(t, 1, node.QueueMessages(d.LevelQueue(2, 1)), "the delayed message waits in its first level for good")
+	} else {
+		require.Eventually(t, func() bool {
+			for {
+				got, ok, err := ch.Get(dest, true)
+				if err != nil || !ok {
+					return false
+				}
+				if string(got.Body) == "delayed" {
+					return true
+				}
+			}
+		}, 30*time.Second, 50*time.Millisecond, "the delayed message arrives")
+	}
+
+	// A work queue declared now (once: a second declaration finds it and succeeds).
+	later := topology.Queue{Name: "forged.later"}
+	ch, err = conn.Channel()
+	require.NoError(t, err)
+	_, declared := ch.QueueDeclare(later.Name, true, false, false, false, b.QueueArgs(later))
+	state := ""
+	for _, row := range node.ListQueues() {
+		if row.Name == "forged.later" {
+			state = row.State
+		}
+	}
+	t.Logf("a work queue declared afterwards: %v; its state: %q", declared, state)
+	if broken {
+		var ae *amqp.Error
+		require.True(t, errors.As(declared, &ae), "refused: %v", declared)
+		assert.Equal(t, amqp.InternalError, ae.Code)
+		assert.Equal(t, "down", state)
+	} else {
+		require.NoError(t, declared)
+		assert.Equal(t, "running", state)
+	}
+}
