@@ -83,12 +83,27 @@ type Queue struct {
 
 // Consumer is one consumer of a queue.
 type Consumer struct {
-	Tag     string `json:"consumer_tag"`
-	Channel struct {
-		// PeerHost is the address of the consumer's connection, as the broker sees it.
-		PeerHost       string `json:"peer_host"`
-		ConnectionName string `json:"connection_name"`
-	} `json:"channel_details"`
+	Tag     string         `json:"consumer_tag"`
+	Channel ChannelDetails `json:"channel_details"`
+}
+
+// ChannelDetails is the channel of a consumer. The API gives an empty array instead of an
+// object when it has no statistics of the channel (yet, or any more): that reads as zero.
+type ChannelDetails struct {
+	// PeerHost is the address of the consumer's connection, as the broker sees it.
+	PeerHost       string `json:"peer_host"`
+	ConnectionName string `json:"connection_name"`
+}
+
+// UnmarshalJSON reads an object, or the empty array the API gives for a channel it has no
+// statistics of.
+func (c *ChannelDetails) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '[' {
+		*c = ChannelDetails{}
+		return nil
+	}
+	type plain ChannelDetails
+	return json.Unmarshal(b, (*plain)(c))
 }
 
 // Status is the queue's state as one word: State, or, when the broker gave none, "down"

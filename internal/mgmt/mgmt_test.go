@@ -2,6 +2,7 @@ package mgmt_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -117,6 +118,18 @@ func TestQueueStatus(t *testing.T) {
 		assert.Equal(t, c.status, c.q.Status(), "%+v", c.q)
 		assert.Equal(t, c.serving, c.q.Serving(), "%+v", c.q)
 	}
+}
+
+// A consumer's channel_details is an object, or an empty array when the API has no statistics
+// of the channel (seen on 3.10.8 while the consumer's channel was new).
+func TestConsumerWithoutChannelDetails(t *testing.T) {
+	var q mgmt.Queue
+	require.NoError(t, json.Unmarshal([]byte(`{"consumer_details":[
+		{"consumer_tag":"a","channel_details":[]},
+		{"consumer_tag":"b","channel_details":{"peer_host":"10.0.0.7","connection_name":"svc"}}]}`), &q))
+	require.Len(t, q.ConsumerDetails, 2)
+	assert.Equal(t, mgmt.ChannelDetails{}, q.ConsumerDetails[0].Channel)
+	assert.Equal(t, "10.0.0.7", q.ConsumerDetails[1].Channel.PeerHost)
 }
 
 // On the broker the tests use (its management API must answer: a missing one fails), a
