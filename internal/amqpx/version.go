@@ -31,7 +31,8 @@ func ServerVersion(conn *amqp.Connection) string {
 // message whose x-death header is an array of strings, published straight into a quorum
 // delay level, crashes the node's dead-letter worker until its supervisor gives up; from
 // then on no quorum queue dead-letters at least once (delayed messages stop in their
-// level) and declaring one is refused with 541, until the node restarts. 4.0.5 parks the
+// level) and declaring one is refused with 541; a restart alone does not mend it, the level
+// queue that holds the message must be deleted too (docs/dead-lettering.md). 4.0.5 parks the
 // message and carries on. 3.11 to 3.13 were not measured and are warned about.
 func DeadLetterWarning(version string) string {
 	major, minor, ok := majorMinor(version)
@@ -40,7 +41,7 @@ func DeadLetterWarning(version string) string {
 	}
 	return "RabbitMQ " + version + ": one message with a malformed x-death header, published straight into a quorum " +
 		"queue that dead-letters (warren's delay levels and work queues), stops dead-lettering on the whole node " +
-		"until it restarts: delayed messages and retries stop. Upgrade to RabbitMQ 4.0 or later, or let only " +
+		"until that queue is deleted and the node restarted: delayed messages and retries stop. Upgrade to RabbitMQ 4.0 or later, or let only " +
 		"warren's users write to the delay levels: " + DeadLetterDoc
 }
 
