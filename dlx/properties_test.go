@@ -12,6 +12,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
 )
 
 // withProperties returns a message with a metadata key of every AMQP property.
@@ -76,7 +77,10 @@ func TestEveryPropertySurvivesADelay(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("delayed")
-	p := newPublisher(t, env, nil)
+	// Declared with the publisher, not by the Publish below: a declaration slower than the
+	// delay (a loaded broker) would leave nothing to wait, and the message would go straight
+	// to the queue with its 1 ms expiration (and expire there, into the poison queue).
+	p := newPublisher(t, env, func(c *dlx.Config) { c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q}}} })
 	msg := withProperties("1")
 	delay := 700 * time.Millisecond
 	dlx.Delay(msg, delay)
