@@ -102,7 +102,8 @@ func TestStatusSeesABrokerThatCannotDeadLetter(t *testing.T) {
 	require.Eventually(t, func() bool {
 		s, err = o.Status(t.Context(), q, later)
 		require.NoError(t, err)
-		return s.Queues[1].Exists && s.Queues[1].State != "unknown" && s.Delay.Levels[0].State != "unknown" &&
+		return s.Queues[1].Exists && s.Queues[0].State != "unknown" && s.Queues[1].State != "unknown" &&
+			s.Delay.Levels[0].State != "unknown" &&
 			(!broken || s.Delay.DeadLettering > 0)
 	}, 30*time.Second, 200*time.Millisecond, "last: %+v %+v", s.Queues, s.Delay)
 	t.Logf("RabbitMQ %s, broken: %v: %+v; levels: %d waiting, %d dead-lettering", s.ServerVersion, broken, s.Queues, s.Delay.Waiting, s.Delay.DeadLettering)
