@@ -22,11 +22,15 @@ type Report struct {
 	// Unresolved lists the names that bindings use which the topology does not declare and
 	// the broker does not have, each naming its binding: Apply would refuse the topology.
 	Unresolved []string
+	// DeadLettering says what is wrong with the broker's dead-lettering, which the delay
+	// levels rest on (see Builder.ProbeDeadLettering); "" when it works, or when the delay
+	// levels are disabled.
+	DeadLettering string
 }
 
 // OK reports whether nothing is missing, nothing differs and no binding is unresolved.
 func (r Report) OK() bool {
-	return len(r.Missing) == 0 && len(r.Differs) == 0 && len(r.Unresolved) == 0
+	return len(r.Missing) == 0 && len(r.Differs) == 0 && len(r.Unresolved) == 0 && r.DeadLettering == ""
 }
 
 // String lists what is missing and what differs, one per line.
@@ -41,14 +45,19 @@ func (r Report) String() string {
 	for _, u := range r.Unresolved {
 		fmt.Fprintf(&sb, "unresolved: %s\n", u)
 	}
+	if r.DeadLettering != "" {
+		fmt.Fprintf(&sb, "dead-lettering: %s\n", r.DeadLettering)
+	}
 	if r.OK() {
 		sb.WriteString("ok\n")
 	}
 	return sb.String()
 }
 
-// Verify declares nothing: it reports which exchanges and queues of t (and of the delay
-// levels, unless disabled) are missing, and which exist with other arguments.
+// Verify declares nothing of t: it reports which exchanges and queues of t (and of the delay
+// levels, unless disabled) are missing, and which exist with other arguments. Unless the
+// delay levels are disabled, it also checks that the broker dead-letters as they need
+// (ProbeDeadLettering, with a probe queue of its own that it deletes).
 //
 // AMQP 0-9-1 has no way to read an exchange's or queue's arguments, so Verify first checks
 // existence with a passive declare and then declares the existing object again with the
@@ -102,7 +111,10 @@ func (b *Builder) Verify(ctx context.Context, conn *amqp.Connection, t Topology)
 		}
 	}
 	var err error
-	r.Unresolved, err = b.unresolved(ctx, conn, t)
+	if r.Unresolved, err = b.unresolved(ctx, conn, t); err != nil || b.cfg.Delay.Disabled {
+		return r, err
+	}
+	r.DeadLettering, err = b.ProbeDeadLettering(ctx, conn)
 	return r, err
 }
 

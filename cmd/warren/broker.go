@@ -10,25 +10,20 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/topology"
 )
 
-// connectionWithin is the broker of g, whose ConnectTimeout is --connect-timeout.
-func (g *globals) connectionWithin() (warren.Connection, error) {
-	return g.connection()
-}
-
 // onBroker connects to the broker of g and runs op on the connection. A failure to connect
 // is retried until --connect-timeout, a lost connection until --timeout (what says what was
-// attempted); a broker refusal is not retried.
+// attempted; each failed attempt is logged once, by the retry); a broker refusal is not
+// retried.
 func (g *globals) onBroker(cmd *cobra.Command, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
-	c, err := g.connectionWithin()
+	c, err := g.connection()
 	if err != nil {
 		return err
 	}
-	return amqpx.NewDialer(c, "warren cli", logger(cmd)).Run(cmd.Context(), g.timeout, what, op)
+	return amqpx.NewDialer(c, "warren cli", logger(cmd)).OwnerReportsLoss().Run(cmd.Context(), g.timeout, what, op)
 }
 
 // verifyFlags are the flags of topology verify and delays verify.
@@ -67,6 +62,9 @@ func (g *globals) verify(cmd *cobra.Command, b *topology.Builder, t topology.Top
 		if len(r.Unresolved) > 0 {
 			msg += fmt.Sprintf(", %s to names declared nowhere", plural(len(r.Unresolved), "binding"))
 		}
+		if r.DeadLettering != "" {
+			msg += ", dead-lettering does not work"
+		}
 		return errors.New(msg)
 	}
 	return nil
@@ -81,6 +79,8 @@ type reportJSON struct {
 	Unchecked []string `json:"unchecked"`
 	// Unresolved are the bindings to names that neither the topology nor the broker has.
 	Unresolved []string `json:"unresolved"`
+	// DeadLettering is what is wrong with the broker's dead-lettering, "" when it works.
+	DeadLettering string `json:"dead_lettering,omitempty"`
 }
 
 // differsJSON is an exchange or queue that exists with other arguments.
@@ -174,7 +174,7 @@ func summariseMissing(missing []string, d topology.Delay, what, apply string) []
 // printReportJSON writes r as JSON.
 func printReportJSON(out io.Writer, r topology.Report) error {
 	j := reportJSON{OK: r.OK(), Missing: nonNil(r.Missing), Differs: []differsJSON{}, Unchecked: nonNil(r.Unchecked),
-		Unresolved: nonNil(r.Unresolved)}
+		Unresolved: nonNil(r.Unresolved), DeadLettering: r.DeadLettering}
 	for _, d := range r.Differs {
 		j.Differs = append(j.Differs, differsJSON{
 			What: d.What, Name: d.Name, Argument: strings.TrimPrefix(strings.TrimPrefix(d.Argument, "argument"), " "),

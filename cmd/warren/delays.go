@@ -100,7 +100,7 @@ func newDelaysApply(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			conn, err := g.connectionWithin()
+			conn, err := g.connection()
 			if err != nil {
 				return err
 			}
@@ -132,14 +132,12 @@ func newDelaysVerify(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(),
-				"`warren delays apply` with the same delay level flags", f); err != nil {
+			err = g.verify(cmd, b, topology.Topology{}, "delay levels "+b.Delay().Name(),
+				"`warren delays apply` with the same delay level flags", f)
+			if g.managementURL() == "" {
 				return err
 			}
-			if g.managementURL() == "" {
-				return nil
-			}
-			return g.verifyRunning(cmd, b.Delay(), f.asJSON)
+			return errors.Join(err, g.verifyRunning(cmd, b.Delay(), f.asJSON))
 		},
 	}
 	df = addDelayFlags(verify.Flags())

@@ -29,11 +29,16 @@ func TestExitCodes(t *testing.T) {
 	nosuch := env.Queue("nosuch")
 	poison := topology.PoisonQueue(q)
 
-	// parked puts a message into the parking queue, addressed to queue dest.
+	// parked puts a message into the parking queue, addressed to queue dest, and returns once
+	// the broker confirmed it (a replay that runs next sees it).
 	parked := func(dest string) func() {
 		return func() {
-			require.NoError(t, env.Channel().PublishWithContext(context.Background(), "", d.ParkingQueue(), true, false,
-				amqp.Publishing{MessageId: "parked-" + dest, Headers: amqp.Table{topology.HeaderDestQueue: dest}}))
+			ch := env.Channel()
+			require.NoError(t, ch.Confirm(false))
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", d.ParkingQueue(), true, false,
+				amqp.Publishing{MessageId: "parked-" + dest, Headers: amqp.Table{topology.HeaderDestQueue: dest}})
+			require.NoError(t, err)
+			require.True(t, dc.Wait(), "parked message nacked")
 		}
 	}
 	with := func(args []string, more ...string) []string { return append(append([]string{}, more...), args...) }

@@ -20,7 +20,7 @@ import (
 
 // ops is an ops.Ops on the broker of g, for the delay levels d, closed by the caller.
 func (g *globals) ops(cmd *cobra.Command, d topology.Delay) (*ops.Ops, error) {
-	conn, err := g.connectionWithin()
+	conn, err := g.connection()
 	if err != nil {
 		return nil, err
 	}

@@ -112,7 +112,7 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	}); err != nil {
 		return err
 	}
-	conn, err := g.connectionWithin()
+	conn, err := g.connection()
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,8 @@ func TestStatusWithoutManagement(t *testing.T) {
 // state, unacked messages and consumers' hosts. On a node whose dead-lettering a forged
 // message stopped (3.10.8), a work queue declared afterwards shows as down (no count), the
 // delayed message held in its level as dead-lettering, and `delays verify` fails on a level
-// declared afterwards, which is down; on 4.0.5 all of them run and verify passes. On a
+// declared afterwards, which is down, and, without the management API too, on its probe of
+// dead-lettering; on 4.0.5 all of them run and verify passes. On a
 // throwaway node of its own.
 func TestStatusListsWorkQueuesAndShowsWhatIsDown(t *testing.T) {
 	node := testenv.StartNode(t, testenv.WithManagement())
@@ -85,11 +86,22 @@ func TestStatusListsWorkQueuesAndShowsWhatIsDown(t *testing.T) {
 		assert.Contains(t, out, "  p1.d3 (48ms): down, its messages uncounted\n")
 		require.Error(t, verr)
 		assert.Contains(t, verr.Error(), "not running (management API): queue")
+		assert.Contains(t, vout, "dead-lettering: the broker refused a quorum queue that dead-letters")
 		assert.Contains(t, vout, fmt.Sprintf("not running: queue %q (down)\n", d.LevelQueue(1, 3)))
 	} else {
 		assert.NotContains(t, out, "warning:")
 		assert.Regexp(t, regexp.MustCompile(`\ncli.later\s+running\s+0\s+0\s+0\s+-\s+0\s+-\n`), out)
 		assert.NotContains(t, out, "down")
 		require.NoError(t, verr)
+	}
+	// Without the management API too, verify's probe of dead-lettering sees it.
+	pout, perr := cliErr(node.URL(), append([]string{"delays", "verify"}, levels...)...)
+	t.Logf("delays verify without the management API: %v\n%s", perr, pout)
+	if broken {
+		require.Error(t, perr)
+		assert.Contains(t, perr.Error(), "dead-lettering does not work")
+		assert.Contains(t, pout, "dead-lettering: the broker refused a quorum queue that dead-letters")
+	} else {
+		require.NoError(t, perr)
 	}
 }

@@ -48,7 +48,7 @@ func newTopologyApply(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			conn, err := g.connectionWithin()
+			conn, err := g.connection()
 			if err != nil {
 				return err
 			}
