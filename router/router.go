@@ -360,7 +360,7 @@ type stopLogger struct {
 
 func (l stopLogger) Error(msg string, err error, fields watermill.LogFields) {
 	if msg == allStopped && l.r.subsErr() == nil {
-		l.LoggerAdapter.Info(msg, fields.Add(watermill.LogFields{"cause": "a kill command deleted every handler's queue"}))
+		l.Info(msg, fields.Add(watermill.LogFields{"cause": "a kill command deleted every handler's queue"}))
 		return
 	}
 	l.LoggerAdapter.Error(msg, err, fields)

@@ -52,7 +52,7 @@ func (f File) Validate() error {
 	if err := f.Config.Validate(); err != nil {
 		return err
 	}
-	if err := f.Topology.ValidateWith(f.Config); err != nil {
+	if err := f.ValidateWith(f.Config); err != nil {
 		return err
 	}
 	if f.Config.DeliveryLimit == 0 || f.Config.WithDefaults().QueueType != Classic {
