@@ -298,6 +298,17 @@ func (p *Publisher) connect(ctx context.Context) (*amqpx.Confirmer, error) {
 	return conf, nil
 }
 
+// retire stops publishing on conf's channel (see amqpx.Confirmer.Retire): the next publish
+// opens another one on the same connection.
+func (p *Publisher) retire(conf *amqpx.Confirmer) {
+	p.mu.Lock()
+	if p.conf == conf {
+		p.conf = nil
+	}
+	p.mu.Unlock()
+	conf.Retire()
+}
+
 // take takes the one slot of slot, waiting for another call's what until ctx ends.
 func take(ctx context.Context, slot chan struct{}, what string) (release func(), err error) {
 	select {
@@ -593,8 +604,11 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
 			}
 		case errors.Is(err, ErrNacked):
-			// Published again after a backoff, until the time limit: the broker did not take it
-			// (a full queue that rejects publishes, a quorum queue without a leader for a moment).
+			// Published again after a backoff, until the time limit, on a fresh channel: the
+			// broker did not take it (a full queue that rejects publishes, a quorum queue
+			// without a leader for a moment), and RabbitMQ 3.10 goes on nacking on a channel
+			// that published while the queue had no leader.
+			p.retire(conf)
 			if sendErr == nil {
 				sendErr = fmt.Errorf("message %s: %w (%s)", out[s.i].pub.MessageId, err, nackHint(route))
 			}

@@ -50,6 +50,8 @@ type Confirmer struct {
 	unreturned map[returnKey][]*Inflight
 	err        error         // set when the channel is closed
 	done       chan struct{} // closed once the channel is closed and everything in flight failed
+	retired    bool          // set by Retire: no more publishings; closed once none is pending
+	closing    sync.Once     // closes the channel of a retired Confirmer
 }
 
 type returnKey struct{ exchange, key, messageID, correlationID string }
@@ -126,7 +128,11 @@ func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 			if f != nil {
 				c.dropUnreturned(f)
 			}
+			settled := c.retired && len(c.pending) == 0
 			c.mu.Unlock()
+			if settled {
+				c.close()
+			}
 			if f == nil {
 				continue
 			}
@@ -170,6 +176,31 @@ func (c *Confirmer) closeAll(err error) {
 	c.unreturned = map[returnKey][]*Inflight{}
 }
 
+// ErrRetired is the error of a Publish on a Confirmer that Retire ended: publish on a new
+// channel.
+var ErrRetired = errors.New("the channel was retired after a nack")
+
+// Retire ends the use of c's channel: Publish fails with ErrRetired from now on, and the
+// channel is closed once every publishing in flight on it is settled (none is cut short).
+// The rule behind it: RabbitMQ 3.10.8 nacks every publish to a quorum queue on a channel
+// that first published to it while it had no leader, until the old leader's node is back;
+// a channel opened later is not affected (see the README's Running on a cluster).
+func (c *Confirmer) Retire() {
+	c.mu.Lock()
+	idle := !c.retired && len(c.pending) == 0
+	c.retired = true
+	c.mu.Unlock()
+	if idle {
+		c.close()
+	}
+}
+
+// close closes the channel once, without waiting for the broker's close-ok: the reader
+// goroutine of amqp091 that delivers it may be handing a confirmation to run.
+func (c *Confirmer) close() {
+	c.closing.Do(func() { go func() { _ = c.ch.Close() }() })
+}
+
 // Closed reports the error the channel closed with, or nil while it is open.
 func (c *Confirmer) Closed() error {
 	c.mu.Lock()
@@ -189,9 +220,13 @@ func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory
 	defer c.sendMu.Unlock()
 
 	c.mu.Lock()
-	if c.err != nil {
+	if c.err != nil || c.retired {
+		err := c.err
+		if err == nil {
+			err = ErrRetired
+		}
 		c.mu.Unlock()
-		return nil, c.err
+		return nil, err
 	}
 	c.seq++
 	tag := c.seq
