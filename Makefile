@@ -70,9 +70,11 @@ faults: broker redis
 ## cluster: the cluster cases of the fault suite (internal/faults, build tag cluster): on a 3-node
 ## cluster of throwaway RabbitMQ 4.0.5 nodes (scripts/rabbitmq4.sh's unpacked install), the stream
 ## flows from a publisher on one node to routers on another while the work queue's leader, the
-## routers' node or the publisher's node is killed; one line per case, fails on any loss, a failed
-## Publish or a pause over 2 s (5 s if the node led the delay levels). CLUSTER_RABBITMQ=system runs them on the system's RabbitMQ instead
-## (3.10.8 loses confirmed delayed messages when the publisher's node dies: see the README).
+## routers' node or the publisher's node is killed (five cases: the publisher's node leading the
+## delay levels or the work queue, the routers' node leading the levels or nothing); one line per
+## case, fails on any loss, a failed Publish or a pause over 2 s (5 s if the node led the delay
+## levels). CLUSTER_RABBITMQ=system runs them on the system's RabbitMQ instead (3.10.8 loses
+## confirmed delayed messages when the publisher's node dies: see the README).
 CLUSTER_RABBITMQ ?= 4.0
 RMQ4_PREFIX ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/rabbitmq4
 cluster: redis

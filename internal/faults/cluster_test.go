@@ -20,49 +20,73 @@ import (
 )
 
 // The cluster cases: a 3-node cluster, the stream published through a DLX publisher
-// connected to node n1, two consumer processes whose routers are connected to node n2, the
-// work queue led by node n3 and the delay levels by n1 (see newClusterHarness). Every
-// component is given the URLs of all three nodes, so it can fail over; while the stream
-// flows, one node is killed with SIGKILL, stays down for clusterDownFor, and is booted
-// again (it rejoins the cluster); the stream is held until then and flows for a second
-// more.
+// connected to one node, two consumer processes whose routers are connected to another, and
+// the leaders of the work queue and of the delay levels placed as the case says (see
+// layout). Every component is given the URLs of all three nodes, so it can fail over;
+// while the stream flows, one node is killed with SIGKILL, stays down for clusterDownFor,
+// and is booted again (it rejoins the cluster); the stream is held until then and flows
+// for a second more.
 const (
 	clusterSize    = 3
 	clusterDownFor = 5 * time.Second
 	placeTries     = 10 // component starts, at most, to place it on its node
 )
 
+// layout says on which node (1, 2 or 3) each part of a cluster case is: the leader of the
+// delay levels and of the work queue, the consumers' routers and the stream's publisher.
+type layout struct{ levels, queue, routers, publisher int }
+
+// spread is the layout of the first three cases: every part on a node of its own but the
+// publisher, which shares n1 with the delay levels.
+var spread = layout{levels: 1, queue: 3, routers: 2, publisher: 1}
+
 // (a) The node that leads the work queue (a quorum queue) is killed.
 func TestClusterKillQueueLeader(t *testing.T) {
-	h := newClusterHarness(t, "cluster_queue_leader")
+	h := newClusterHarness(t, "cluster_queue_leader", spread)
 	h.killDuringStream("queue_leader", func(p placement) *testenv.Node { return p.leaders[h.queue] })
 }
 
 // (b) The node that the consumers' routers are connected to is killed.
 func TestClusterKillRouterNode(t *testing.T) {
-	h := newClusterHarness(t, "cluster_router_node")
+	h := newClusterHarness(t, "cluster_router_node", spread)
 	h.killDuringStream("router_node", func(p placement) *testenv.Node { return p.routerNode() })
 }
 
-// (c) The node that the stream's publisher is connected to is killed.
+// (c) The node that the stream's publisher is connected to is killed; it leads the delay
+// levels.
 func TestClusterKillPublisherNode(t *testing.T) {
-	h := newClusterHarness(t, "cluster_publisher_node")
+	h := newClusterHarness(t, "cluster_publisher_node", spread)
 	h.killDuringStream("publisher_node", func(p placement) *testenv.Node { return p.publisherNode() })
 }
 
-// newClusterHarness starts a cluster and places the components on its nodes n1, n2, n3:
-//   - the delay levels are declared by a publisher connected to n1 alone, and the work
-//     queue (and its poison queue) by a router connected to n3 alone (which then stops):
-//     RabbitMQ puts a quorum queue's leader on the node of the connection that declared it
-//     (queue_leader_locator client-local, the default), so n1 leads the levels, n3 the
-//     work queue;
+// (d) The node that the stream's publisher is connected to is killed; it leads the work
+// queue that the stream is published to (RabbitMQ 3.10.8 nacked every publish on the
+// publisher's next channel until the node was back).
+func TestClusterKillPublisherNodeLeadingTheQueue(t *testing.T) {
+	h := newClusterHarness(t, "cluster_publisher_leads_queue", layout{levels: 3, queue: 1, routers: 2, publisher: 1})
+	h.killDuringStream("publisher_node", func(p placement) *testenv.Node { return p.publisherNode() })
+}
+
+// (e) The node that the consumers' routers are connected to is killed; it leads the delay
+// levels that their retries wait in.
+func TestClusterKillRouterNodeLeadingTheLevels(t *testing.T) {
+	h := newClusterHarness(t, "cluster_router_leads_levels", layout{levels: 2, queue: 3, routers: 2, publisher: 1})
+	h.killDuringStream("router_node", func(p placement) *testenv.Node { return p.routerNode() })
+}
+
+// newClusterHarness starts a cluster and places the components on its nodes as at says:
+//   - the delay levels are declared by a publisher connected to at.levels alone, and the
+//     work queue (and its poison queue) by a router connected to at.queue alone (which then
+//     stops): RabbitMQ puts a quorum queue's leader on the node of the connection that
+//     declared it (queue_leader_locator client-local, the default);
 //   - the consumer processes and the stream's publisher are given the URLs of all three
 //     nodes, as a user would give them; warren dials them in a random order, so a
-//     component that did not land on its node (n2 for a consumer's subscriber, n1 for the
-//     publisher) is stopped and started again, placeTries times at most. Where every
-//     connection really is, is read from the broker (rabbitmqctl list_connections) and the
-//     kernel (which process owns which socket) when a victim is chosen.
-func newClusterHarness(t *testing.T, name string) *harness {
+//     component that did not land on its node (at.routers for a consumer's subscriber,
+//     at.publisher for the publisher) is stopped and started again, placeTries times at
+//     most. Where every connection really is, is read from the broker (rabbitmqctl
+//     list_connections) and the kernel (which process owns which socket) when a victim is
+//     chosen.
+func newClusterHarness(t *testing.T, name string, at layout) *harness {
 	h := newLedger(t, name, streamSize)
 	h.cluster = testenv.StartCluster(t, clusterSize)
 	version, err := h.cluster.Ctl("version")
@@ -70,28 +94,28 @@ func newClusterHarness(t *testing.T, name string) *harness {
 		t.Fatalf("rabbitmqctl version: %v\n%s", err, version)
 	}
 	fmt.Printf("cluster case=%s rabbitmq=%s cluster_start_ms=%d\n", name, strings.TrimSpace(version), h.cluster.Started.Milliseconds())
-	n1, n2, n3 := h.cluster.Nodes[0], h.cluster.Nodes[1], h.cluster.Nodes[2]
+	node := func(i int) *testenv.Node { return h.cluster.Nodes[i-1] }
 	h.routerURL, h.pubURL = h.cluster.URL(), h.cluster.URL()
 	h.start = time.Now()
-	t.Logf("logs in %s; delay seed %d; nodes n1=%s n2=%s n3=%s", h.logDir, h.seed, n1.Addr(), n2.Addr(), n3.Addr())
+	t.Logf("logs in %s; delay seed %d; nodes %s; layout %+v", h.logDir, h.seed, h.nodeList(), at)
 
-	if err := h.newPublisher(n1.URL(), "declare-levels").Close(); err != nil {
+	if err := h.newPublisher(node(at.levels).URL(), "declare-levels").Close(); err != nil {
 		t.Fatalf("close the publisher that declared the levels: %v", err)
 	}
-	declarer := h.startConsumerAt(n3.URL())
+	declarer := h.startConsumerAt(node(at.queue).URL())
 	declarer.awaitReady(t)
 	h.stopConsumer(declarer)
 	h.event("topology declared")
 
-	h.placeConsumers(n2)
+	h.placeConsumers(node(at.routers))
 	for try := 1; ; try++ {
 		pub := h.newPublisher(h.pubURL, fmt.Sprintf("publisher%d", try))
-		at := h.placementNow().publisherNode()
-		if at == n1 || try == placeTries {
+		on := h.placementNow().publisherNode()
+		if on == node(at.publisher) || try == placeTries {
 			h.pub = pub
 			break
 		}
-		t.Logf("publisher %d connected to %s, not n1: closed", try, h.label(at))
+		t.Logf("publisher %d connected to %s, not n%d: closed", try, h.label(on), at.publisher)
 		if err := pub.Close(); err != nil {
 			t.Fatalf("close publisher: %v", err)
 		}
@@ -99,6 +123,15 @@ func newClusterHarness(t *testing.T, name string) *harness {
 	p := h.placementNow()
 	t.Logf("placement before the stream: %s", p.describe(h))
 	return h
+}
+
+// nodeList is "n1=127.0.0.1:port n2=... n3=...".
+func (h *harness) nodeList() string {
+	var parts []string
+	for i, n := range h.cluster.Nodes {
+		parts = append(parts, fmt.Sprintf("n%d=%s", i+1, n.Addr()))
+	}
+	return strings.Join(parts, " ")
 }
 
 // placeConsumers starts consumer processes on h.routerURL, a batch of consumers+1 at a

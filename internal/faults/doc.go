@@ -15,5 +15,6 @@
 // The tests are behind the build tag "faults" so that `go test ./...` does not run them. The
 // cluster cases (`make cluster`, build tag "cluster") run the same stream on a 3-node cluster
 // (testenv.StartCluster) and kill the work queue's leader, the consumers' node or the
-// publisher's node.
+// publisher's node; the publisher's node once leading the delay levels and once the work
+// queue, the consumers' node once leading the delay levels.
 package faults
