@@ -244,7 +244,11 @@ func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory
 			c.dropUnreturned(f)
 			c.seq-- // amqp091 did not count it either
 		}
+		settled := c.retired && len(c.pending) == 0
 		c.mu.Unlock()
+		if settled {
+			c.close()
+		}
 		return nil, err
 	}
 	return f, nil
