@@ -1002,21 +1002,5 @@ func (sub *subscription) publishPoison(conn *amqp.Connection, pub amqp.Publishin
 	if err := sub.s.builder.DeclareQueue(ctx, pc, sub.s.queue(sub.queue)); err != nil {
 		return err
 	}
-	if err := pc.Confirm(false); err != nil {
-		return err
-	}
-	returned := pc.NotifyReturn(make(chan amqp.Return, 1))
-	dc, err := pc.PublishWithDeferredConfirmWithContext(ctx, "", topology.PoisonQueue(sub.queue), true, false, pub)
-	if err != nil {
-		return err
-	}
-	if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-		return fmt.Errorf("not confirmed: %v", err)
-	}
-	select { // a return comes before its confirmation
-	case r := <-returned:
-		return fmt.Errorf("returned: %d %s", r.ReplyCode, r.ReplyText)
-	default:
-		return nil
-	}
+	return amqpx.PublishConfirmed(ctx, pc, "", topology.PoisonQueue(sub.queue), true, pub)
 }

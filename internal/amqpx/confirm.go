@@ -254,6 +254,22 @@ func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory
 	return f, nil
 }
 
+// PublishConfirmed puts ch in confirm mode, publishes p on it and waits for the broker: nil
+// once it is acked and not returned, ErrNacked, a *ReturnedError (mandatory), the channel's
+// close, or ctx's error. It is the one-shot form of a Confirmer, for a channel that publishes
+// once or a few times; the Confirmer it makes tracks ch until ch is closed.
+func PublishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key string, mandatory bool, p amqp.Publishing) error {
+	c, err := NewConfirmer(ch)
+	if err != nil {
+		return err
+	}
+	f, err := c.Publish(ctx, exchange, key, mandatory, p)
+	if err != nil {
+		return err
+	}
+	return f.Wait(ctx)
+}
+
 // Wait returns the publishing's result, or the context's error if it ends first. A return
 // comes before the confirmation: a returned publishing's result is a *ReturnedError.
 func (f *Inflight) Wait(ctx context.Context) error {
