@@ -127,7 +127,7 @@
 // handler reads the attempt with middleware.Attempt(msg) or
 // middleware.AttemptFromContext(ctx).
 //
-// After the last attempt, or at once for a permanent error (middleware.Permanent(err); a
+// After the last attempt, or at once for a permanent error (warren.Permanent(err); a
 // payload handlers.JSON cannot decode is one), Poison publishes the message to Q.poison with
 // its body and headers and warren_poison_* headers that say why: the error, the reason, the
 // handler, the attempts, the first and last failure, the trace id, and the stack of a panic.

@@ -20,11 +20,11 @@ type ReturnedError = amqpx.ReturnedError
 // RabbitMQ would close the whole connection, failing every message in flight on it.
 var ErrTooLarge = errors.New("the message's properties and headers are too large for a frame")
 
-// IsPermanent reports whether a Publish error is one that publishing again cannot cure: a
+// isPermanent reports whether a Publish error is one that publishing again cannot cure: a
 // message too large or with invalid delay metadata, a message the broker returned (no queue
-// takes it) or a refusal by the broker (access refused, a missing exchange). Other errors (a
-// lost connection, a nack, the time limit) may pass.
-func IsPermanent(err error) bool {
+// takes it) or a refusal by the broker (access refused, a missing exchange). Publish marks
+// these warren.Permanent. Other errors (a lost connection, a nack, the time limit) may pass.
+func isPermanent(err error) bool {
 	var ret *ReturnedError
 	return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidDelay) || errors.As(err, &ret) ||
 		amqpx.IsPermanentBrokerError(err)

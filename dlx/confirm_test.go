@@ -17,9 +17,9 @@ func TestReturnedAndNackedAreDlxErrors(t *testing.T) {
 	var ret *ReturnedError
 	assert.True(t, errors.As(err, &ret))
 	assert.Equal(t, ReturnedError{Exchange: "orders", RoutingKey: "created", ReplyCode: 312, ReplyText: "NO_ROUTE"}, *ret)
-	assert.True(t, IsPermanent(err))
+	assert.True(t, isPermanent(err))
 
 	nacked := fmt.Errorf("message m2: %w", amqpx.ErrNacked)
 	assert.ErrorIs(t, nacked, ErrNacked)
-	assert.False(t, IsPermanent(nacked))
+	assert.False(t, isPermanent(nacked))
 }

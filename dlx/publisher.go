@@ -319,10 +319,7 @@ func take(ctx context.Context, slot chan struct{}, what string) (release func(),
 	}
 }
 
-// ErrClosed is wrapped by the error of a call on a closed Publisher.
-var ErrClosed = errors.New("closed")
-
-var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", ErrClosed))
+var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", warren.ErrClosed))
 
 // current returns the open confirm channel, or nil if there is none; the error is set once
 // the publisher is closed.
@@ -411,8 +408,17 @@ type outgoing struct {
 // all of them. Transient failures (a lost connection) are retried until
 // Config.PublishTimeout; a message may then reach the broker twice, never zero times
 // without an error. Publish returns early, with that context's error, when the context of
-// one of msgs ends.
+// one of msgs ends. An error that publishing again cannot cure (see warren.PermanentError)
+// is marked warren.Permanent.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	err := p.publish(topic, msgs)
+	if err != nil && isPermanent(err) {
+		return warren.Permanent(err)
+	}
+	return err
+}
+
+func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	route := p.cfg.Route(topic)
 	now := time.Now()
 	out := make([]outgoing, len(msgs))
@@ -699,7 +705,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 		if err == nil {
 			err = f.Wait(ctx)
 		}
-		if IsPermanent(err) {
+		if isPermanent(err) {
 			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
 		}
 		return err

@@ -343,7 +343,7 @@ func TestNackIsRetriedUntilTheTimeLimit(t *testing.T) {
 	require.ErrorIs(t, err, dlx.ErrNacked)
 	assert.Contains(t, err.Error(), "second")
 	assert.Contains(t, err.Error(), "gave up after 1s")
-	assert.False(t, dlx.IsPermanent(err))
+	assert.False(t, warren.IsPermanent(err))
 
 	// Published while the queue is full, it waits (nacked and published again) and is
 	// confirmed once there is room.
@@ -477,7 +477,7 @@ func TestPublishAfterCloseIsErrClosed(t *testing.T) {
 	p := newPublisher(t, env, nil)
 	require.NoError(t, p.Close())
 	err := p.Publish(env.Queue("after-close"), message.NewMessage("m", nil))
-	assert.ErrorIs(t, err, dlx.ErrClosed)
+	assert.ErrorIs(t, err, warren.ErrClosed)
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {

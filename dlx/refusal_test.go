@@ -44,7 +44,7 @@ func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
 	start := time.Now()
 	err := p.Publish(q, big)
 	require.ErrorIs(t, err, dlx.ErrTooLarge)
-	assert.True(t, dlx.IsPermanent(err))
+	assert.True(t, warren.IsPermanent(err))
 	assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not retried until the limit")
 	wg.Wait()
 	for i, err := range errs {
@@ -137,7 +137,7 @@ func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 		err := p.Publish(forbidden, message.NewMessage(watermill.NewUUID(), nil))
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "ACCESS_REFUSED")
-		assert.True(t, dlx.IsPermanent(err), "%v", err)
+		assert.True(t, warren.IsPermanent(err), "%v", err)
 		assert.Less(t, time.Since(start), 5*time.Second, "not retried until the limit of 20s")
 	}
 	halt()

@@ -11,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/middleware"
 )
 
 // ContentType is set on the messages NewJSON makes, as their AMQP content-type property
@@ -47,7 +46,7 @@ func JSONWithOutput[T any](fn func(ctx context.Context, v T) ([]*message.Message
 func Decode[T any](msg *message.Message) (T, error) {
 	var v T
 	if err := json.Unmarshal(msg.Payload, &v); err != nil {
-		return v, middleware.Permanent(fmt.Errorf("decode message %s as %T: %w", msg.UUID, v, err))
+		return v, warren.Permanent(fmt.Errorf("decode message %s as %T: %w", msg.UUID, v, err))
 	}
 	return v, nil
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/handlers"
-	"github.com/warrenmq/warren/middleware"
 )
 
 type order struct {
@@ -35,12 +34,12 @@ func TestUndecodablePayloadIsPermanent(t *testing.T) {
 	h := handlers.JSON(func(ctx context.Context, o order) error { called = true; return nil })
 	err := h(message.NewMessage("1", []byte(`{"id":`)))
 	require.Error(t, err)
-	assert.True(t, middleware.IsPermanent(err))
+	assert.True(t, warren.IsPermanent(err))
 	assert.Contains(t, err.Error(), "handlers_test.order")
 	assert.False(t, called)
 
 	err = h(message.NewMessage("2", []byte(`{"total":"many"}`)))
-	assert.True(t, middleware.IsPermanent(err), "wrong type: %v", err)
+	assert.True(t, warren.IsPermanent(err), "wrong type: %v", err)
 }
 
 func TestHandlerErrorsAreNotMadePermanent(t *testing.T) {
@@ -48,7 +47,7 @@ func TestHandlerErrorsAreNotMadePermanent(t *testing.T) {
 	h := handlers.JSON(func(ctx context.Context, o order) error { return boom })
 	err := h(message.NewMessage("1", []byte(`{}`)))
 	assert.ErrorIs(t, err, boom)
-	assert.False(t, middleware.IsPermanent(err))
+	assert.False(t, warren.IsPermanent(err))
 }
 
 type ctxKey struct{}
@@ -75,7 +74,7 @@ func ExampleJSON() {
 	})
 	_ = h(message.NewMessage("1", []byte(`{"id":"o-7","total":30}`)))
 	err := h(message.NewMessage("2", []byte(`not json`)))
-	fmt.Println("permanent:", middleware.IsPermanent(err))
+	fmt.Println("permanent:", warren.IsPermanent(err))
 	// Output:
 	// order o-7: 30
 	// permanent: true

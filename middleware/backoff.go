@@ -194,7 +194,7 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		attempt := Attempt(msg)
 		span := trace.SpanFromContext(msg.Context())
 		setError(span, err)
-		if IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
+		if warren.IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
 			return nil, err
 		}
 		queue := b.cfg.Queue(msg)
@@ -216,8 +216,8 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 		if perr := b.cfg.Publisher.Publish(queue, retry); perr != nil {
 			perr = fmt.Errorf("retry attempt %d of message %s: %w (handler error: %v)", attempt+1, msg.UUID, perr, err)
-			if dlx.IsPermanent(perr) {
-				return nil, Permanent(perr) // it can never be retried: poison it
+			if warren.IsPermanent(perr) {
+				return nil, perr // it can never be retried: poison it
 			}
 			return nil, &RequeueError{Err: perr} // not acked: the broker delivers it again
 		}

@@ -143,7 +143,7 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil, fmt.Errorf("no queue to poison from: %w", err)
 		}
 		reason := PoisonReasonExhausted
-		if IsPermanent(err) {
+		if warren.IsPermanent(err) {
 			reason = PoisonReasonPermanent
 		}
 		poison := msg.Copy()

@@ -40,7 +40,7 @@ func TestSetPoisonHeaders(t *testing.T) {
 	var v any
 	jsonErr := json.Unmarshal([]byte("{"), &v)
 	require.Error(t, jsonErr)
-	err := Permanent(fmt.Errorf("decode order: %w", jsonErr))
+	err := warren.Permanent(fmt.Errorf("decode order: %w", jsonErr))
 
 	traceID := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{

@@ -238,7 +238,7 @@ func TestTracingChainSharesTrace(t *testing.T) {
 
 func TestTracingMiddlewareHandlerError(t *testing.T) {
 	tr, rec, _ := newTracing(t)
-	want := middleware.Permanent(errors.New("bad payload"))
+	want := warren.Permanent(errors.New("bad payload"))
 
 	_, err := tr.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, want })(message.NewMessage("x", nil))
 	require.Equal(t, want, err)

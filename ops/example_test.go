@@ -13,7 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
@@ -39,7 +38,7 @@ func Example() {
 	defer r.Close()
 	err = r.AddConsumerHandler(router.HandlerConfig{Name: "charge", Queue: queue}, func(m *message.Message) error {
 		if !fixed.Load() {
-			return middleware.Permanent(fmt.Errorf("order %s: card service rejected the API key", m.Payload))
+			return warren.Permanent(fmt.Errorf("order %s: card service rejected the API key", m.Payload))
 		}
 		processed <- string(m.Payload)
 		return nil

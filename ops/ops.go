@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -91,9 +90,6 @@ type Ops struct {
 	closed bool
 }
 
-// ErrClosed is returned by the methods of an Ops that is closed.
-var ErrClosed = errors.New("ops: closed")
-
 // New returns an Ops, or an error naming the first invalid field of config. It connects on
 // first use.
 func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
@@ -121,6 +117,9 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
 }
 
 // Close closes the connection. The calls in progress fail.
+// errOpsClosed is the error of a method of an Ops that is closed.
+var errOpsClosed = fmt.Errorf("ops: %w", warren.ErrClosed)
+
 func (o *Ops) Close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -138,7 +137,7 @@ func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		return nil, ErrClosed
+		return nil, errOpsClosed
 	}
 	if o.conn != nil && !o.conn.IsClosed() {
 		return o.conn, nil

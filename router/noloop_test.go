@@ -204,7 +204,7 @@ func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
 	var n calls
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 		n.add(msg.UUID)
-		return middleware.Permanent(errors.New("never"))
+		return warren.Permanent(errors.New("never"))
 	}))
 	start(t, r)
 	_, err := env.Channel().QueueDelete(topology.PoisonQueue(queue), false, false, false)

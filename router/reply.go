@@ -10,7 +10,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/rpc"
 	"github.com/warrenmq/warren/topology"
 )
@@ -38,11 +37,7 @@ func (r *Router) publishReplies(h message.HandlerFunc) message.HandlerFunc {
 		}
 		deriveOutputs(msg, out)
 		if err := r.publishReply(replyTo, correlationID, out...); err != nil {
-			err = fmt.Errorf("reply to %q: %w", replyTo, err)
-			if dlx.IsPermanent(err) {
-				return nil, middleware.Permanent(err)
-			}
-			return nil, err
+			return nil, fmt.Errorf("reply to %q: %w", replyTo, err) // permanent if dlx says so
 		}
 		return nil, nil
 	}
@@ -90,7 +85,7 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 	case pub != nil:
 		return pub, nil
 	case closed:
-		return nil, fmt.Errorf("router is %w", ErrClosed)
+		return nil, fmt.Errorf("router is %w", warren.ErrClosed)
 	}
 	pcfg := r.cfg.Publisher
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, true
@@ -102,7 +97,7 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 	defer r.mu.Unlock()
 	if r.closed { // Close did not see it
 		_ = direct.Close()
-		return nil, fmt.Errorf("router is %w", ErrClosed)
+		return nil, fmt.Errorf("router is %w", warren.ErrClosed)
 	}
 	r.direct, r.directPub = direct, r.tracing.Publisher(direct)
 	return r.directPub, nil

@@ -148,9 +148,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ErrClosed is wrapped by the error of a call on a closed Router or Subscriber.
-var ErrClosed = errors.New("closed")
-
 // renamed returns err with the prefix from of its text replaced by to, so that it names the
 // field as the user wrote it, or err itself when its text does not start with from.
 func renamed(err error, from, to string) error {
@@ -437,7 +434,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return fmt.Errorf("router: AddHandler after Close: router is %w", ErrClosed)
+		return fmt.Errorf("router: AddHandler after Close: router is %w", warren.ErrClosed)
 	}
 	if r.names[h.Name] {
 		return fmt.Errorf("router: a handler named %q exists already", h.Name)
@@ -549,18 +546,14 @@ func publishOutputs(pub message.Publisher, topic string) message.HandlerMiddlewa
 				return nil, err
 			}
 			if topic == "" {
-				return nil, middleware.Permanent(fmt.Errorf("the handler returned %d messages and its HandlerConfig.PublishTopic is empty", len(out)))
+				return nil, warren.Permanent(fmt.Errorf("the handler returned %d messages and its HandlerConfig.PublishTopic is empty", len(out)))
 			}
 			if err := msg.Context().Err(); err != nil { // shutting down: not published, not acked
 				return nil, fmt.Errorf("publish %d messages to %q: %w", len(out), topic, context.Cause(msg.Context()))
 			}
 			deriveOutputs(msg, out)
 			if err := pub.Publish(topic, out...); err != nil {
-				err = fmt.Errorf("publish %d messages to %q: %w", len(out), topic, err)
-				if dlx.IsPermanent(err) {
-					return nil, middleware.Permanent(err)
-				}
-				return nil, err
+				return nil, fmt.Errorf("publish %d messages to %q: %w", len(out), topic, err) // permanent if dlx says so
 			}
 			return nil, nil
 		}
@@ -636,7 +629,7 @@ func (r *Router) Run(ctx context.Context) error {
 	switch {
 	case r.closed:
 		r.mu.Unlock()
-		return fmt.Errorf("router: Run after Close: router is %w", ErrClosed)
+		return fmt.Errorf("router: Run after Close: router is %w", warren.ErrClosed)
 	case r.runDone != nil:
 		r.mu.Unlock()
 		return errors.New("router: Run called twice")
@@ -711,7 +704,7 @@ func (r *Router) Run(ctx context.Context) error {
 // Running is closed once the handlers run: every handler's subscription listens to its
 // queue's kill topic and consumes (or is paused by a kill command). A message published,
 // or a kill sent, after that is seen at once.
-func (r *Router) Running() chan struct{} { return r.running }
+func (r *Router) Running() <-chan struct{} { return r.running }
 
 // Close stops every handler from taking messages, waits up to Config.Subscriber.ShutdownTimeout for
 // those in flight to be processed and acked, returns the rest to their queues, and closes

@@ -360,7 +360,7 @@ func TestHandlersRunConcurrently(t *testing.T) {
 		case <-all:
 			return nil
 		case <-time.After(10 * time.Second):
-			return middleware.Permanent(errors.New("not all handlers were in flight at once"))
+			return warren.Permanent(errors.New("not all handlers were in flight at once"))
 		}
 	}))
 	start(t, r)

@@ -224,7 +224,7 @@ type Subscriber struct {
 
 // errSubscriberClosed is the error of a call on a closed Subscriber: permanent, so that no
 // retry waits for the time limit.
-var errSubscriberClosed = amqpx.Permanent(fmt.Errorf("router: subscriber is %w", ErrClosed))
+var errSubscriberClosed = amqpx.Permanent(fmt.Errorf("router: subscriber is %w", warren.ErrClosed))
 
 // errShutdownTimeout ends the context of the messages still in flight when ShutdownTimeout
 // has passed.

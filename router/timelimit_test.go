@@ -109,8 +109,8 @@ func TestCloseWithoutRun(t *testing.T) {
 	assert.Less(t, time.Since(start), time.Second)
 	require.NoError(t, r.Close(), "twice")
 	assert.ErrorContains(t, r.Run(context.Background()), "after Close")
-	assert.ErrorIs(t, r.Run(context.Background()), router.ErrClosed)
-	assert.ErrorIs(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("later")}, func(*message.Message) error { return nil }), router.ErrClosed)
+	assert.ErrorIs(t, r.Run(context.Background()), warren.ErrClosed)
+	assert.ErrorIs(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("later")}, func(*message.Message) error { return nil }), warren.ErrClosed)
 }
 
 // A closed Subscriber refuses at once, with ErrClosed (it retried until ConnectTimeout).
@@ -121,7 +121,7 @@ func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	_, err = s.Subscribe(context.Background(), env.Queue("after-close"))
-	assert.ErrorIs(t, err, router.ErrClosed)
+	assert.ErrorIs(t, err, warren.ErrClosed)
 }
 
 // Close while Run still declares (the broker hangs) ends Run at once too.

@@ -355,7 +355,7 @@ func (c *Client) current(ctx context.Context) (*session, error) {
 		c.mu.Unlock()
 		switch {
 		case closed:
-			return nil, amqpx.Permanent(fmt.Errorf("rpc: client is %w", ErrClosed))
+			return nil, amqpx.Permanent(fmt.Errorf("rpc: client is %w", warren.ErrClosed))
 		case s != nil:
 			return s, nil
 		}
@@ -401,7 +401,7 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, fmt.Errorf("client is %w", ErrClosed)
+		return nil, fmt.Errorf("client is %w", warren.ErrClosed)
 	}
 	c.pending[id] = k
 	c.mu.Unlock()
@@ -461,13 +461,13 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		case r := <-k.reply: // it came before the connection was lost
 			return r.msg, r.err
 		case <-c.done: // Close stops the client before it closes the connection
-			return nil, fmt.Errorf("client is %w", ErrClosed)
+			return nil, fmt.Errorf("client is %w", warren.ErrClosed)
 		default:
 		}
 		return nil, fmt.Errorf("%w: direct reply-to, and the connection was lost (%v) after the request "+
 			"(correlation id %s) was sent; it may still be processed", ErrReplyLost, s.conf.Closed(), id)
 	case <-c.done:
-		return nil, fmt.Errorf("client is %w", ErrClosed)
+		return nil, fmt.Errorf("client is %w", warren.ErrClosed)
 	case <-ctx.Done():
 		return nil, c.ended(parent, ctx, "no reply", id, nil)
 	}
@@ -525,7 +525,7 @@ func (c *Client) publishing(msg *message.Message, id string, reply bool) (amqp.P
 	return p, nil
 }
 
-// Close fails the calls in flight with ErrClosed, deletes the reply queue (with
+// Close fails the calls in flight with warren.ErrClosed, deletes the reply queue (with
 // ClientConfig.ReplyQueue) and closes the connection. Close may be called more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()

@@ -10,7 +10,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/rpc"
 	"github.com/warrenmq/warren/topology"
@@ -48,7 +47,7 @@ func Example() {
 		rpc.Handler(func(ctx context.Context, req quoteRequest) (quote, error) {
 			cents, ok := prices[req.Symbol]
 			if !ok { // retrying cannot help: poisoned at once, and the caller told
-				return quote{}, middleware.Permanent(fmt.Errorf("unknown symbol %q", req.Symbol))
+				return quote{}, warren.Permanent(fmt.Errorf("unknown symbol %q", req.Symbol))
 			}
 			return quote{Symbol: req.Symbol, Cents: cents}, nil
 		}))

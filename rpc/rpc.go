@@ -108,7 +108,3 @@ func ErrorReply(poisoned *message.Message) (*message.Message, string) {
 // ErrReplyLost is wrapped by the error of a Call whose reply can no longer arrive: with
 // direct reply-to, the connection it was to arrive on was lost.
 var ErrReplyLost = errors.New("the reply can no longer arrive")
-
-// ErrClosed is wrapped by the error of a call on a closed Client, and of the calls Close
-// ended.
-var ErrClosed = errors.New("closed")

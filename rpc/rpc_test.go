@@ -177,7 +177,7 @@ func TestPoisonedRequestGetsErrorReply(t *testing.T) {
 	env := testenv.New(t)
 	permanent, flaky := env.Queue("permanent"), env.Queue("flaky")
 	serve(t, env, permanent, nil, rpc.Handler(func(context.Context, request) (response, error) {
-		return response{}, middleware.Permanent(errors.New("no such account"))
+		return response{}, warren.Permanent(errors.New("no such account"))
 	}))
 	var attempts atomic.Int32
 	serve(t, env, flaky, &middleware.BackoffConfig{Delays: []time.Duration{10 * time.Millisecond, 10 * time.Millisecond}},
@@ -304,9 +304,9 @@ func TestClose(t *testing.T) {
 			}()
 			require.Eventually(t, func() bool { return env.Messages(queue) > 0 }, 20*time.Second, 10*time.Millisecond)
 			require.NoError(t, c.Close())
-			assert.ErrorIs(t, <-errs, rpc.ErrClosed)
+			assert.ErrorIs(t, <-errs, warren.ErrClosed)
 			_, err := c.Call(context.Background(), queue, message.NewMessage(watermill.NewUUID(), nil))
-			assert.ErrorIs(t, err, rpc.ErrClosed)
+			assert.ErrorIs(t, err, warren.ErrClosed)
 			_, _ = ch.QueuePurge(queue, false)
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
@@ -65,7 +66,7 @@ func TestPoisonCommands(t *testing.T) {
 				return fmt.Errorf("order %s: card service unavailable", n)
 			}
 		case strings.HasSuffix(n, "1") || strings.HasSuffix(n, "5") || strings.HasSuffix(n, "9"):
-			return middleware.Permanent(fmt.Errorf("order %s: no such customer", n))
+			return warren.Permanent(fmt.Errorf("order %s: no such customer", n))
 		}
 		handled = append(handled, n)
 		return nil

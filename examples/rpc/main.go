@@ -77,7 +77,7 @@ func quoteOf(ctx context.Context, req quoteRequest) (quote, error) {
 		logged <- struct{}{}
 		return quote{req.Symbol, 0}, nil // no reply-to: dropped
 	}
-	return quote{}, middleware.Permanent(fmt.Errorf("unknown symbol %q", req.Symbol))
+	return quote{}, warren.Permanent(fmt.Errorf("unknown symbol %q", req.Symbol))
 }
 
 func run(url string) error {

@@ -23,6 +23,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -104,8 +105,8 @@ type doneReq struct {
 // maxBatch bounds the commands of one pipeline.
 const maxBatch = 512
 
-// ErrClosed is the error of a Claim or Done on a closed Store.
-var ErrClosed = errors.New("redisstore: store is closed")
+// errClosed is the error of a Claim or Done on a closed Store.
+var errClosed = fmt.Errorf("redisstore: store is %w", warren.ErrClosed)
 
 var _ middleware.IdempotencyStore = (*Store)(nil)
 
@@ -142,7 +143,7 @@ return redis.call('PEXPIRE', KEYS[1], ARGV[2])`)
 // Claim implements middleware.IdempotencyStore.
 func (s *Store) Claim(ctx context.Context, key string) (middleware.ClaimState, error) {
 	if s.closed() {
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	req := claimReq{key: s.cfg.Prefix + key, reply: make(chan claimReply, 1)}
 	select {
@@ -150,7 +151,7 @@ func (s *Store) Claim(ctx context.Context, key string) (middleware.ClaimState, e
 	case <-ctx.Done():
 		return 0, fmt.Errorf("redisstore: claim: %w", context.Cause(ctx))
 	case <-s.stop:
-		return 0, ErrClosed
+		return 0, errClosed
 	}
 	select {
 	case r := <-req.reply:
@@ -169,7 +170,7 @@ func (s *Store) Claim(ctx context.Context, key string) (middleware.ClaimState, e
 // stays claimed until it is made.
 func (s *Store) Done(ctx context.Context, key string, retention time.Duration) error {
 	if s.closed() {
-		return ErrClosed
+		return errClosed
 	}
 	select {
 	case s.dones <- doneReq{key: s.cfg.Prefix + key, retention: retention}:
@@ -177,7 +178,7 @@ func (s *Store) Done(ctx context.Context, key string, retention time.Duration) e
 	case <-ctx.Done():
 		return fmt.Errorf("redisstore: done: %w", context.Cause(ctx))
 	case <-s.stop:
-		return ErrClosed
+		return errClosed
 	}
 }
 

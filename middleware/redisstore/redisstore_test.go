@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/middleware/redisstore"
@@ -148,6 +149,6 @@ func TestRedisDownIsAnError(t *testing.T) {
 	require.Error(t, s.Release(ctx, "k"))
 	require.NoError(t, s.Close())
 	_, err = s.Claim(ctx, "k")
-	require.ErrorIs(t, err, redisstore.ErrClosed)
-	require.ErrorIs(t, s.Done(ctx, "k", time.Minute), redisstore.ErrClosed)
+	require.ErrorIs(t, err, warren.ErrClosed)
+	require.ErrorIs(t, s.Done(ctx, "k", time.Minute), warren.ErrClosed)
 }
