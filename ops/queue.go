@@ -245,8 +245,8 @@ func (o *Ops) replay(ctx context.Context, src source, opt ReplayOptions) (Replay
 // cameBack reports whether queue counts more than the held messages a pass handed back,
 // waiting for up to settleMax. After a lost connection the broker returns the messages that
 // connection had taken (and not replayed for good) when it notices the loss, which may be
-// after the next pass counted the queue: measured in a full `make test` on RabbitMQ 3.10.8,
-// 17 of 1,000 messages came back after the pass that followed had found the queue empty.
+// after the next pass counted the queue (docs/decisions.md: a replay through a dropped
+// connection).
 func (o *Ops) cameBack(ctx context.Context, conn *amqp.Connection, queue string, held int) bool {
 	ch, err := conn.Channel()
 	if err != nil {

@@ -248,8 +248,7 @@ func (b *Builder) QueueType(q Queue) QueueType {
 // explicit delivery limit, dead-letters into its poison queue at least once (which needs
 // x-overflow reject-publish) and has Config.LeaderLocator as x-queue-leader-locator, if set
 // (an x-queue-leader-locator in q.Args wins). A classic one is declared with no
-// x-queue-type, as earlier versions of warren did, so that their queues are declared again
-// unchanged.
+// x-queue-type: classic is the broker's default.
 func (b *Builder) QueueArgs(q Queue) amqp.Table {
 	limit := q.DeliveryLimit
 	if limit == 0 {
@@ -292,7 +291,7 @@ func withLeaderLocator(args amqp.Table, l LeaderLocator) amqp.Table {
 // poisonArgs are the arguments of the poison queue of work queue q: of q's type and, quorum,
 // without a delivery limit (see unlimited), not the work queue's: a poison message is there
 // to be browsed and must never be dropped however often it is; it has the work queue's
-// leader locator. A classic one has no arguments, as earlier versions of warren declared it.
+// leader locator. A classic one has no arguments.
 func (b *Builder) poisonArgs(q Queue) amqp.Table {
 	if b.QueueType(q) == Quorum {
 		return withLeaderLocator(amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": unlimited}, b.leaderLocator(q))
@@ -302,7 +301,7 @@ func (b *Builder) poisonArgs(q Queue) amqp.Table {
 
 func (b *Builder) queueObjects(q Queue) []object {
 	typ := b.QueueType(q)
-	// The work queue first: with queues of an earlier type, the error names it.
+	// The work queue first: when it exists with another type, the error names it.
 	objs := []object{
 		{what: "queue", name: q.Name, args: b.QueueArgs(q), role: workQueue, typ: typ},
 		{what: "queue", name: PoisonQueue(q.Name), args: b.poisonArgs(q), role: poisonQueue, typ: typ},

@@ -51,9 +51,7 @@ const maxTTL = 1<<32 - 1
 // The queues are quorum queues by default, dead-lettering at least once from one level to
 // the next; classic ones (QueueType) dead-letter at most once and lose messages when the
 // broker crashes. The queue type is part of every name (Name), so classic and quorum levels
-// never collide, and the levels of earlier versions of warren (classic, named without the
-// type: warren.delay.1ms.r16.*) are never declared again: they drain into their own
-// delivery exchange (see the package doc).
+// never collide: levels of the other type drain into their own delivery exchange.
 type Delay struct {
 	// Prefix starts every name of the delay levels. Default "warren.delay".
 	Prefix string `yaml:"prefix,omitempty" json:"prefix,omitempty"`
@@ -153,10 +151,7 @@ const maxName = 255
 
 // Name identifies this layout; every exchange and queue of it starts with Name. It includes
 // the queue type, unit and radix, so layouts that differ never collide:
-// "warren.delay.quorum.1ms.r16" by default. (Earlier versions of warren named their classic
-// levels without the type, "warren.delay.1ms.r16", and declared their level exchanges
-// without an alternate exchange, which the broker would refuse to change; with a name of
-// their own the new levels are declared next to the old ones, which drain.)
+// "warren.delay.quorum.1ms.r16" by default.
 func (d Delay) Name() string {
 	d = d.WithDefaults()
 	return fmt.Sprintf("%s.%s.%dms.r%d", d.Prefix, d.QueueType, d.Unit.Milliseconds(), d.Radix)
