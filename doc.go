@@ -3,29 +3,39 @@
 // without a broker plugin; publishes that return only once the broker has confirmed them;
 // handlers that run concurrently, with retries on a schedule and a poison queue that says
 // why; traces that follow a message across every hop; a switch that stops every consumer of a
-// queue, in every process; and a topology builder that declares it all.
+// queue, in every process; request/reply; an operations API; and a topology builder that
+// declares it all.
 //
 // This package holds what the others share: the [Connection] to the broker, the [Marshaler]
 // between Watermill messages and AMQP, the [Delivery] a consumed message came from, and the
 // names of the headers warren reads and writes. The work is done by:
 //
 //   - [github.com/warrenmq/warren/topology] declares exchanges, work queues, bindings and the
-//     delay levels;
+//     delay levels, verifies them, and reads topology files;
 //   - [github.com/warrenmq/warren/dlx] publishes, with or without a delay;
 //   - [github.com/warrenmq/warren/router] runs handlers on queues with warren's middleware
-//     chain, and sends kill commands;
+//     chain (its Subscriber works alone too), and its Killer sends the kill topic's commands;
 //   - [github.com/warrenmq/warren/middleware] holds that chain's middleware, which work on a
 //     bare Watermill router too;
 //   - [github.com/warrenmq/warren/middleware/redisstore] recognises copies of a message
 //     across processes, in Redis;
 //   - [github.com/warrenmq/warren/handlers] adapts typed functions (JSON) to handlers;
-//   - [github.com/warrenmq/warren/cmd/warren] is the command line: warren kill, warren resume.
+//   - [github.com/warrenmq/warren/rpc] sends requests and waits for their replies; a router
+//     handler answers them;
+//   - [github.com/warrenmq/warren/ops] is the operations API: status of work queues and delay
+//     levels, browsing, grouping, replaying and purging poison and parked messages;
+//   - [github.com/warrenmq/warren/cmd/warren] is the ops CLI, warren, built on them:
+//     warren topology apply|verify|diagram (topology files), warren delays
+//     apply|verify|remove (the delay levels alone), warren publish (one message, now or
+//     delayed, confirmed), warren status (queues, kill state, poison, delay levels, parked),
+//     warren poison list|replay|export|purge, warren parked list|replay, warren kill and
+//     warren resume (the kill topic), and warren completion (shell completion).
 //
 // # Connecting
 //
 // Every part of warren that talks to the broker takes a [Connection], in a field named
-// Connection (dlx.Config, router.Config, router.SubscriberConfig, router.KillerConfig) or,
-// for topology.Builder.Apply, as an argument:
+// Connection (dlx.Config, router.Config, router.SubscriberConfig, router.KillerConfig,
+// rpc.ClientConfig, ops.Config) or, for topology.Builder.Apply, as an argument:
 //
 //	conn := warren.Connection{
 //		URL: "amqp://guest:guest@127.0.0.1:5672/", // or a cluster's nodes, separated by commas
@@ -103,19 +113,10 @@
 // taking messages, waits up to router.Config.Subscriber.ShutdownTimeout (30s) for those in
 // flight to be processed and acked, and returns the rest to their queue.
 //
-// Every handler runs inside warren's middleware chain, outermost first:
-//
-//  0. with router.Config.CopyStore only, middleware.Idempotent keyed by middleware.CopyKey
-//     (see Copies across processes);
-//  1. middleware.RetryCount: the attempt number, for everything below;
-//  2. middleware.Tracing's consumer span (see Tracing);
-//  3. middleware.Poison: what is given up on goes to the poison queue, and is acked;
-//  4. middleware.Backoff: a failure is retried later, and acked;
-//  5. recording messaging.process.duration (see Metrics);
-//  6. publishing the messages the handler returns, so that a failure to publish them is
-//     retried and poisoned like any failure of the handler;
-//  7. middleware.Recoverer: a panic becomes an error, with its stack;
-//  8. HandlerConfig.Middleware, then the handler.
+// Every handler runs inside warren's middleware chain: retry counting, tracing, the poison
+// queue, retries, metrics, the publishing of the handler's outputs and recovered panics, and
+// with router.Config.CopyStore an idempotency guard outermost. Its order, and why each
+// middleware sits where it does, is in [docs/handlers.md].
 //
 // # Retries and the poison queue
 //
@@ -205,7 +206,21 @@
 //	warren resume billing
 //
 // It reads the broker from --url or $WARREN_AMQP_URL, and the secret from
-// $WARREN_KILL_SECRET.
+// $WARREN_KILL_SECRET; it waits for the consumers' confirmations (--wait, 5s) and says in its
+// exit code whether every consumer confirmed.
+//
+// # Operating
+//
+// Package [github.com/warrenmq/warren/ops] shows and mends what runs: per work queue its ready
+// messages, consumers, remembered kill command and poison queue's depth; the messages waiting
+// in the delay levels and parked (with RabbitMQ's management API, queue states too); browsing
+// a poison or parking queue without changing it, grouping failures, replaying the messages
+// whose cause is fixed (one AMQP transaction per batch: none lost, none twice) and purging.
+// The CLI's status, poison and parked commands are built on it:
+//
+//	o, err := ops.New(ops.Config{Connection: conn}, logger)
+//	st, err := o.Status(ctx, "billing")
+//	res, err := o.ReplayPoisoned(ctx, "billing", ops.ReplayOptions{})
 //
 // # Tracing
 //
@@ -225,23 +240,45 @@
 // consumed, publish and processing durations, and warren's own retries scheduled, messages
 // poisoned, lateness of delayed messages, parked messages and kill events. dlx.Config,
 // router.SubscriberConfig, middleware.BackoffConfig and middleware.PoisonConfig take a
-// MeterProvider of their own. The README lists every instrument; go run ./examples/metrics
-// serves them for Prometheus.
+// MeterProvider of their own. [docs/metrics.md] lists every instrument; go run
+// ./examples/metrics serves them for Prometheus.
 //
 // # Reading more
 //
-// README.md, at the root of the module, is the long-form reference: how the delay levels work
-// and what they cost, what warren guarantees and how (nothing lost, nothing loops), running
-// on a cluster, benchmarks, and the decisions and limits, with measurements. CHANGELOG.md
-// lists what changed between versions. Each package's documentation details its part; router,
-// dlx, topology, middleware, handlers, ops and rpc have runnable examples (those on the
-// broker use $WARREN_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/). The
-// programs in examples/ show the parts at work, one command each (the README's Demos lists
-// what each prints): a consumer (go run ./examples/consumer), ordinary, delayed and
-// scheduled publishes (go run ./examples/publish [-delay 5s | -at TIME]), delays (go run
-// ./examples/delays), retries and then the poison queue (go run ./examples/retries), the
-// kill topic across processes (go run ./examples/kill), request/reply (go run
-// ./examples/rpc), consumer groups of a topic with a trace (go run ./examples/fanout),
-// idempotency with Redis (go run ./examples/idempotency), and the metrics (go run
-// ./examples/metrics).
+// README.md, at the root of the module, installs warren, shows the smallest program and maps
+// the documentation in docs/, one page per task: [docs/connecting.md], [docs/publishing.md]
+// (and how the delay levels work), [docs/handlers.md] (and the middleware chain),
+// [docs/retries.md], [docs/rpc.md], [docs/idempotency.md], [docs/kill.md],
+// [docs/topology.md] (and the CLI's topology, delays and publish), [docs/operating.md]
+// (status, poison, parked, exit codes), [docs/metrics.md], [docs/headers.md],
+// [docs/clusters.md] (clusters and broker versions), [docs/dead-lettering.md],
+// [docs/benchmarks.md], [docs/fault-suite.md] (what warren guarantees and how it is checked)
+// and [docs/decisions.md] (decisions and limits, with measurements). CHANGELOG.md lists what
+// changed. Each package's documentation details its part; router, dlx, topology, middleware,
+// handlers, ops and rpc have runnable examples (those on the broker use $WARREN_AMQP_URL,
+// else amqp://guest:guest@127.0.0.1:5672/). The programs in examples/ show the parts at work,
+// one command each (the README's Demos lists what each prints): a consumer (go run
+// ./examples/consumer), ordinary, delayed and scheduled publishes (go run ./examples/publish
+// [-delay 5s | -at TIME]), delays (go run ./examples/delays), retries and then the poison
+// queue (go run ./examples/retries), the kill topic across processes (go run
+// ./examples/kill), request/reply (go run ./examples/rpc), consumer groups of a topic with a
+// trace (go run ./examples/fanout), idempotency with Redis (go run ./examples/idempotency),
+// and the metrics (go run ./examples/metrics).
+//
+// [docs/connecting.md]: https://github.com/warrenmq/warren/blob/main/docs/connecting.md
+// [docs/publishing.md]: https://github.com/warrenmq/warren/blob/main/docs/publishing.md
+// [docs/handlers.md]: https://github.com/warrenmq/warren/blob/main/docs/handlers.md
+// [docs/retries.md]: https://github.com/warrenmq/warren/blob/main/docs/retries.md
+// [docs/rpc.md]: https://github.com/warrenmq/warren/blob/main/docs/rpc.md
+// [docs/idempotency.md]: https://github.com/warrenmq/warren/blob/main/docs/idempotency.md
+// [docs/kill.md]: https://github.com/warrenmq/warren/blob/main/docs/kill.md
+// [docs/topology.md]: https://github.com/warrenmq/warren/blob/main/docs/topology.md
+// [docs/operating.md]: https://github.com/warrenmq/warren/blob/main/docs/operating.md
+// [docs/metrics.md]: https://github.com/warrenmq/warren/blob/main/docs/metrics.md
+// [docs/headers.md]: https://github.com/warrenmq/warren/blob/main/docs/headers.md
+// [docs/clusters.md]: https://github.com/warrenmq/warren/blob/main/docs/clusters.md
+// [docs/dead-lettering.md]: https://github.com/warrenmq/warren/blob/main/docs/dead-lettering.md
+// [docs/benchmarks.md]: https://github.com/warrenmq/warren/blob/main/docs/benchmarks.md
+// [docs/fault-suite.md]: https://github.com/warrenmq/warren/blob/main/docs/fault-suite.md
+// [docs/decisions.md]: https://github.com/warrenmq/warren/blob/main/docs/decisions.md
 package warren

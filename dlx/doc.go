@@ -18,7 +18,7 @@
 // what it received does not delay it again. Watermill's metadata is sent on (Watermill's
 // DelayOnError reads it back); Watermill writes its until time in whole seconds, and Publish
 // reads the pair so that the message is never early and, once the until time has fully
-// passed, is not delayed again (see the README).
+// passed, is not delayed again (see [docs/publishing.md]).
 //
 // # Confirms
 //
@@ -36,4 +36,8 @@
 // ToExchange, ExchangePerTopic). The destination is declared before the first publish to it
 // (a queue as a warren work queue, an exchange as listed in Config.Declare or of kind
 // topology.Config.ExchangeKind), so nothing published before the first consumer is lost.
+//
+// [docs/publishing.md] walks through publishing and the delay levels, with a diagram.
+//
+// [docs/publishing.md]: https://github.com/warrenmq/warren/blob/main/docs/publishing.md
 package dlx

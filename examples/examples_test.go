@@ -1,6 +1,7 @@
 // Package examples holds only this test: it builds every demo under examples/ and runs the
 // ones that end by themselves against the broker ($WARREN_AMQP_URL), checking that their
-// output has the lines the README shows. Skipped by go test -short.
+// output has the lines the docs show (README.md's Demos, and the pages of docs/ it links).
+// Skipped by go test -short.
 package examples
 
 import (

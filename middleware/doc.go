@@ -7,9 +7,15 @@
 // Idempotent (a key handled at most once, in a store the processes may share: see
 // MemoryStore and the redisstore package).
 //
-// router.Router chains them in this order, outermost first: Idempotent keyed by CopyKey
-// (only with router.Config.CopyStore), RetryCount, Tracing, Poison, Backoff, then the
-// publishing of the handler's outputs, Recoverer and the handler's own middleware
-// (router.HandlerConfig.Middleware), where an Idempotent keyed by MessageIDKey, or by a key
-// of the user's own, goes: see Idempotent for what each place means.
+// router.Router chains them around every handler, with an Idempotent keyed by CopyKey
+// outermost when router.Config.CopyStore is set; an Idempotent keyed by MessageIDKey, or by a
+// key of the user's own, goes in router.HandlerConfig.Middleware, innermost (see Idempotent
+// for what each place means). The order of the chain, and why each middleware sits where it
+// does, is in [docs/handlers.md]; retry schedules and the poison headers in
+// [docs/retries.md]; which headers are a delivery's bookkeeping (IsBookkeeping) in
+// [docs/headers.md].
+//
+// [docs/handlers.md]: https://github.com/warrenmq/warren/blob/main/docs/handlers.md
+// [docs/retries.md]: https://github.com/warrenmq/warren/blob/main/docs/retries.md
+// [docs/headers.md]: https://github.com/warrenmq/warren/blob/main/docs/headers.md
 package middleware

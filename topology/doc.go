@@ -26,7 +26,8 @@
 // message the client cannot even parse. Config{QueueType: Classic} switches all of them to
 // classic queues; Queue.Type and Delay.QueueType override it for one queue or for the
 // levels. Classic gives up what Config.QueueType lists: delayed messages and retries lost
-// when the broker crashes (measured: 195 of 400), no delivery limit, one node.
+// when the broker crashes (TestDelayedMessagesSurviveBrokerCrash: up to all 400, see
+// [docs/decisions.md]), no delivery limit, one node.
 //
 // # Leader placement
 //
@@ -56,30 +57,33 @@
 // # Delay levels
 //
 // See Delay. The default layout, radix 16 with a 1 ms unit, has 120 queues and holds
-// delays up to 2³²-1 ms (49.7 days); the README explains the choice with measurements.
+// delays up to 2³²-1 ms (49.7 days); [docs/decisions.md] explains the choice with
+// measurements, and [docs/publishing.md] shows how a message goes through the levels.
 // Every level exchange, and the delivery exchange, has an alternate exchange into the
 // parking queue: a message is parked, never dropped, when it has a missing or bad digit or
 // its destination is gone.
 //
-// # Migrating from classic declarations
-//
-// Earlier versions of warren declared classic queues by default.
+// # Moving from classic to quorum
 //
 // The delay levels need nothing: the queue type is part of their names
-// (warren.delay.quorum.1ms.r16.*, or warren.delay.classic.1ms.r16.* with the classic
-// switch), so the new levels are declared next to the old ones (warren.delay.1ms.r16.*),
-// which are never declared again. Messages already waiting in the old levels keep going
-// through them into the old delivery exchange, and from there to their work queues, which
-// stay bound to it while they exist. Once the old queues are empty (after the longest delay
-// that was pending: `rabbitmqctl list_queues name messages | grep '^warren\.delay\.1ms\.'`),
-// delete them and their exchanges.
+// (warren.delay.quorum.1ms.r16.*, or warren.delay.classic.1ms.r16.* with the classic switch),
+// so levels of another type are declared next to those in use, and levels named without a
+// type (warren.delay.1ms.r16.*) are never declared. Messages waiting in levels that are no
+// longer declared keep going through them into their own delivery exchange, and from there
+// to their work queues, which stay bound to it while they exist. Once those levels are empty
+// (after the longest delay that was pending: `rabbitmqctl list_queues name messages | grep
+// '^warren\.delay\.1ms\.'`), delete them and their exchanges.
 //
 // An existing classic work queue cannot become a quorum queue: declaring it again gives a
 // *MismatchError naming argument x-queue-type (Existing: classic) and what to do. Either keep
 // it classic (Queue.Type: Classic for that queue, or Config.QueueType: Classic for all; the
 // levels can still be quorum with Delay.QueueType: Quorum), or drain and delete it
-// (`warren kill Q --delete`, run with the old declarations) and let warren declare it again,
-// as a quorum queue. Quorum poison queues of earlier versions, which had the work queue's
-// delivery limit, are refused too (argument x-delivery-limit): move their messages
-// elsewhere, delete them and let warren declare them again.
+// (`warren kill Q --delete`, run with the classic declarations) and let warren declare it
+// again, as a quorum queue. A quorum poison queue that exists with another delivery limit
+// than warren's (2³¹-1) is refused too (argument x-delivery-limit): move its messages
+// elsewhere, delete it and let warren declare it again. [docs/topology.md] has the details.
+//
+// [docs/decisions.md]: https://github.com/warrenmq/warren/blob/main/docs/decisions.md
+// [docs/publishing.md]: https://github.com/warrenmq/warren/blob/main/docs/publishing.md
+// [docs/topology.md]: https://github.com/warrenmq/warren/blob/main/docs/topology.md
 package topology

@@ -8,6 +8,7 @@
 //	warren status [QUEUE...] [--watch D]        queues, kill state, poison, delay levels
 //	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
 //	warren parked list|replay                   delayed messages whose destination was gone
+//	warren completion bash|zsh|fish             shell completion
 //
 // kill and resume refuse a queue that does not exist (unless --force), and wait up to --wait
 // for the consumers to confirm, printing e.g. "stop confirmed by 3 consumers in 2 processes
@@ -52,6 +53,9 @@
 //
 // `go run` turns every exit code but 0 into 1: scripts that read it run the installed
 // command (go install github.com/warrenmq/warren/cmd/warren@latest).
+//
+// docs/topology.md (topology, delays, publish), docs/operating.md (status, poison, parked,
+// exit codes) and docs/kill.md (kill, resume) show each command at work.
 package main
 
 import (

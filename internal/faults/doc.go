@@ -17,4 +17,6 @@
 // (testenv.StartCluster) and kill the work queue's leader, the consumers' node or the
 // publisher's node; the publisher's node once leading the delay levels and once the work
 // queue, the consumers' node once leading the delay levels.
+//
+// docs/fault-suite.md explains each field of the printed lines and gives measured runs.
 package faults

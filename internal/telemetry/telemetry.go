@@ -2,8 +2,9 @@
 // four of the messaging semantic conventions (messaging.client.sent.messages,
 // messaging.client.consumed.messages, messaging.client.operation.duration,
 // messaging.process.duration) and warren's own (warren.*). The packages that record them
-// (dlx, middleware, router) create an Instruments from their config's MeterProvider; the
-// README lists every instrument, its attributes and where it is recorded.
+// (dlx, middleware, router) create an Instruments from their config's MeterProvider, and ops
+// its redrives counter (NewRedrives); docs/metrics.md lists every instrument, its attributes
+// and where it is recorded.
 //
 // The hot path records with attribute sets and options built ahead (see Publish and Consume,
 // cached per destination); failures, retries, poisonings and kill events build their
