@@ -152,7 +152,7 @@ type Config struct {
 	// Classic is the switch for everything at once (one node, no replication), and it gives
 	// up three things. (1) Dead-lettering out of a classic queue is at-most-once: a broker
 	// kill -9 lost 195 of 400 messages waiting in classic delay levels, and retries with
-	// them (quorum levels lost none; see the README). (2) A classic work queue has no
+	// them (quorum levels lost none; docs/decisions.md). (2) A classic work queue has no
 	// delivery limit: a message the client library cannot even parse (it closes the
 	// connection, so no handler ever sees it) is redelivered for ever and blocks the
 	// messages behind it. (3) A classic queue lives on one node.

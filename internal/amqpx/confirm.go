@@ -184,7 +184,7 @@ var ErrRetired = errors.New("the channel was retired after a nack")
 // channel is closed once every publishing in flight on it is settled (none is cut short).
 // The rule behind it: RabbitMQ 3.10.8 nacks every publish to a quorum queue on a channel
 // that first published to it while it had no leader, until the old leader's node is back;
-// a channel opened later is not affected (see the README's Running on a cluster).
+// a channel opened later is not affected (docs/decisions.md, docs/clusters.md).
 func (c *Confirmer) Retire() {
 	c.mu.Lock()
 	idle := !c.retired && len(c.pending) == 0

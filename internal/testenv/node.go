@@ -272,7 +272,7 @@ func (n *Node) Stop() {
 }
 
 // AdvancedConfig is the advanced.config of the nodes StartNode starts: the broker setting
-// warren recommends (see the README). A quorum queue's dead-letter worker waits
+// warren recommends (docs/clusters.md, Broker settings). A quorum queue's dead-letter worker waits
 // dead_letter_worker_publisher_confirm_timeout (180 s by default) before it sends again what
 // it was dead-lettering when the broker crashed: with warren's quorum delay levels, measured
 // here on 3.10.8 and 4.0.5, 149 of 1,000 delayed messages arrived 180 s late (none lost);
