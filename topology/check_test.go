@@ -89,10 +89,7 @@ func TestApplyChecksBindingsFirst(t *testing.T) {
 	_, err = env.Inspect(q)
 	assert.ErrorContains(t, err, "NOT_FOUND", "apply declared something")
 
-	conn, err := amqp.Dial(env.URL)
-	require.NoError(t, err)
-	defer conn.Close()
-	r, err := b.Verify(context.Background(), conn, top)
+	r, err := b.Verify(context.Background(), env.Connection(), top)
 	require.NoError(t, err)
 	assert.False(t, r.OK())
 	assert.Equal(t, []string{`Bindings[2].Queue: queue "` + typo + `" is declared neither by the topology nor on the broker`}, r.Unresolved)
@@ -100,7 +97,7 @@ func TestApplyChecksBindingsFirst(t *testing.T) {
 
 	top.Bindings = top.Bindings[:2]
 	require.NoError(t, b.Apply(context.Background(), env.Connection(), top))
-	r, err = b.Verify(context.Background(), conn, top)
+	r, err = b.Verify(context.Background(), env.Connection(), top)
 	require.NoError(t, err)
 	assert.True(t, r.OK(), r.String())
 }

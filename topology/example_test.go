@@ -7,6 +7,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -40,12 +41,12 @@ func ExampleBuilder() {
 	}
 	defer deleteExample(ch, b.Delay(), top)
 
-	report, _ := b.Verify(context.Background(), conn, top)
+	report, _ := b.Verify(context.Background(), warren.Connection{URL: url}, top)
 	fmt.Println("before, missing:", len(report.Missing)) // 131 of the delay levels, 4 of ours
 	if err := b.Declare(context.Background(), ch, top); err != nil {
 		panic(err)
 	}
-	report, _ = b.Verify(context.Background(), conn, top)
+	report, _ = b.Verify(context.Background(), warren.Connection{URL: url}, top)
 	fmt.Print("after: ", report)
 	// Output:
 	// before, missing: 135

@@ -107,7 +107,7 @@ func TestLeaderLocatorIsDeclaredOnEveryQuorumQueue(t *testing.T) {
 
 	// Declaring again, and verifying, with the same configuration changes nothing.
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}}))
-	r, err := b.Verify(context.Background(), dial(t, env), topology.Topology{Queues: []topology.Queue{{Name: q}}})
+	r, err := b.Verify(context.Background(), env.Connection(), topology.Topology{Queues: []topology.Queue{{Name: q}}})
 	require.NoError(t, err)
 	assert.True(t, r.OK(), "%s", r)
 }
@@ -138,7 +138,7 @@ func TestLeaderLocatorOnExistingQueues(t *testing.T) {
 	assert.Contains(t, m.Hint, "set Delay.LeaderLocator (or Config.LeaderLocator)")
 
 	// Verify names every queue that differs, each with its hint.
-	r, err := balanced.Verify(context.Background(), dial(t, env), top)
+	r, err := balanced.Verify(context.Background(), env.Connection(), top)
 	require.NoError(t, err)
 	differs := map[string]*topology.MismatchError{}
 	for _, d := range r.Differs {
@@ -199,12 +199,4 @@ func TestExistingClassicWorkQueueWithLeaderLocator(t *testing.T) {
 	require.ErrorAs(t, err, &m)
 	assert.Equal(t, topology.PoisonQueue(q2), m.Name)
 	assert.Equal(t, topology.Classic, m.Existing, "%v", err)
-}
-
-func dial(t *testing.T, env *testenv.Env) *amqp.Connection {
-	t.Helper()
-	conn, err := amqp.Dial(env.URL)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	return conn
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
-// probeWait bounds how long ProbeDeadLettering waits for its message: on a working broker it
+// probeWait bounds how long probeDeadLettering waits for its message: on a working broker it
 // comes in milliseconds.
 const probeWait = 10 * time.Second
 
-// ProbeDeadLettering checks that the broker dead-letters out of a queue declared as the delay
+// probeDeadLettering checks that the broker dead-letters out of a queue declared as the delay
 // levels are (their queue type; for quorum, at-least-once dead-lettering): it declares a
 // probe queue of that kind, with a 1 ms TTL and its own name (NAME.probe.ID, where NAME is
 // the delay levels' name; x-expires removes one left behind), publishes one message to it
@@ -29,7 +29,7 @@ const probeWait = 10 * time.Second
 // time. These are the node's state, which AMQP cannot otherwise see: the level queues that
 // exist keep running while their messages stay in them. An error is returned only for a
 // failure of the check itself (a lost connection, say).
-func (b *Builder) ProbeDeadLettering(ctx context.Context, conn *amqp.Connection) (string, error) {
+func (b *Builder) probeDeadLettering(ctx context.Context, conn *amqp.Connection) (string, error) {
 	d := b.cfg.Delay
 	ch, err := conn.Channel()
 	if err != nil {

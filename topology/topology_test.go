@@ -193,11 +193,7 @@ func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
 		Bindings:  []topology.Binding{{Exchange: x, Queue: q}},
 	}
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 2}})
-	conn, err := amqp.Dial(env.URL)
-	require.NoError(t, err)
-	defer conn.Close()
-
-	r, err := b.Verify(context.Background(), conn, top)
+	r, err := b.Verify(context.Background(), env.Connection(), top)
 	require.NoError(t, err)
 	assert.False(t, r.OK())
 	assert.Contains(t, r.Missing, `queue "`+q+`"`)
@@ -208,14 +204,14 @@ func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
 	require.ErrorContains(t, err, "NOT_FOUND", "verify declared the queue")
 
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), top))
-	r, err = b.Verify(context.Background(), conn, top)
+	r, err = b.Verify(context.Background(), env.Connection(), top)
 	require.NoError(t, err)
 	assert.True(t, r.OK(), r.String())
 
 	changed := top
 	changed.Exchanges = []topology.Exchange{{Name: x, Kind: topology.Topic}}
 	changed.Queues = []topology.Queue{{Name: q, Type: topology.Classic}}
-	r, err = b.Verify(context.Background(), conn, changed)
+	r, err = b.Verify(context.Background(), env.Connection(), changed)
 	require.NoError(t, err)
 	require.Len(t, r.Differs, 3, r.String()) // the exchange, the queue and its poison queue
 	assert.Equal(t, x, r.Differs[0].Name)

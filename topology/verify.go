@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -56,19 +57,38 @@ func (r Report) String() string {
 
 // Verify declares nothing of t: it reports which exchanges and queues of t (and of the delay
 // levels, unless disabled) are missing, and which exist with other arguments. Unless the
-// delay levels are disabled, it also checks that the broker dead-letters as they need
-// (ProbeDeadLettering, with a probe queue of its own that it deletes).
+// delay levels are disabled, it also checks that the broker dead-letters as they need (with a
+// probe queue of its own that it deletes; see probeDeadLettering). It connects as conn says,
+// as Apply does, retrying a lost connection until the longer of conn.ConnectTimeout and
+// Config.Timeout.
 //
 // AMQP 0-9-1 has no way to read an exchange's or queue's arguments, so Verify first checks
 // existence with a passive declare and then declares the existing object again with the
 // arguments warren would use: the broker accepts that without change when they are equal
 // and refuses it, naming the argument, when they are not. (Only if the object is deleted
 // between the two calls does the second one create it.)
-func (b *Builder) Verify(ctx context.Context, conn *amqp.Connection, t Topology) (Report, error) {
-	var r Report
-	if err := t.ValidateWith(b.cfg); err != nil {
-		return r, err
+func (b *Builder) Verify(ctx context.Context, conn warren.Connection, t Topology) (Report, error) {
+	if err := conn.Validate(); err != nil {
+		return Report{}, fmt.Errorf("topology: verify: %w", err)
 	}
+	if err := t.ValidateWith(b.cfg); err != nil {
+		return Report{}, err
+	}
+	conn = conn.WithDefaults()
+	var r Report
+	// A broker that cannot dead-letter closes the connection when the probe is declared:
+	// that is in the Report, not an error to log.
+	err := amqpx.NewDialer(conn, "warren topology", b.logger).OwnerReportsLoss().Run(ctx, max(conn.ConnectTimeout, b.cfg.Timeout), "topology: verify",
+		func(ctx context.Context, conn *amqp.Connection) (err error) {
+			r, err = b.verify(ctx, conn, t)
+			return err
+		})
+	return r, err
+}
+
+// verify is Verify on conn.
+func (b *Builder) verify(ctx context.Context, conn *amqp.Connection, t Topology) (Report, error) {
+	var r Report
 	objs := append(b.delayObjects(), b.objects(t)...)
 	var ch *amqp.Channel
 	defer func() {
@@ -114,7 +134,7 @@ func (b *Builder) Verify(ctx context.Context, conn *amqp.Connection, t Topology)
 	if r.Unresolved, err = b.unresolved(ctx, conn, t); err != nil || b.cfg.Delay.Disabled {
 		return r, err
 	}
-	r.DeadLettering, err = b.ProbeDeadLettering(ctx, conn)
+	r.DeadLettering, err = b.probeDeadLettering(ctx, conn)
 	return r, err
 }
 

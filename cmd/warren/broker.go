@@ -39,12 +39,12 @@ func (f *verifyFlags) register(cmd *cobra.Command) {
 // verify prints the Report of b.Verify(t), as text or as JSON, and returns an error naming
 // what when it is not OK. apply is the command that declares what is missing.
 func (g *globals) verify(cmd *cobra.Command, b *topology.Builder, t topology.Topology, what, apply string, f verifyFlags) error {
-	var r topology.Report
-	err := g.onBroker(cmd, "verify "+what, func(ctx context.Context, conn *amqp.Connection) error {
-		var err error
-		r, err = b.Verify(ctx, conn, t)
+	conn, err := g.connection()
+	if err != nil {
 		return err
-	})
+	}
+	conn.ConnectTimeout = min(conn.ConnectTimeout, g.timeout) // --timeout bounds it all
+	r, err := b.Verify(cmd.Context(), conn, t)
 	if err != nil {
 		return err
 	}
