@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
@@ -180,15 +181,10 @@ func TestKillStateReplayIsNotAnswered(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "the stop is remembered")
 	assert.Empty(t, d.ReplyTo, "the state's copy of a command carries no reply address")
-	require.NoError(t, ch.Confirm(false))
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", state, false, false, amqp.Publishing{
+	require.NoError(t, amqpx.PublishConfirmed(context.Background(), ch, "", state, true, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: d.Body,
 		ReplyTo: reply.Name, CorrelationId: "replayed",
-	})
-	require.NoError(t, err)
-	acked, err := dc.WaitContext(context.Background())
-	require.NoError(t, err)
-	require.True(t, acked)
+	}))
 	require.NoError(t, d.Ack(false))
 
 	p := startProbe(t, env, queue, "")
