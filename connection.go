@@ -13,7 +13,7 @@ import (
 
 // Connection says how to reach the broker. Every part of warren that connects takes one, in
 // a field named Connection: dlx.Config, router.Config, router.SubscriberConfig,
-// router.KillerConfig, and topology.Builder.Apply.
+// kill.Config, and topology.Builder.Apply.
 //
 // Every connection is opened the same way: the nodes of URL are tried in a random order, each
 // with a share of the time left, and when none answers the attempt is repeated with

@@ -23,6 +23,7 @@ import (
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/rpc"
@@ -140,11 +141,11 @@ func TestEveryComponentFailsAtOnceOnARefusal(t *testing.T) {
 			return s.SubscribeInitialize(env.Queue("refused"))
 		}},
 		{"killer", func(ctx context.Context, conn warren.Connection) error {
-			k, err := router.NewKiller(router.KillerConfig{Connection: conn, PublishTimeout: time.Minute, Force: true}, nil)
+			k, err := kill.NewKiller(kill.Config{Connection: conn, PublishTimeout: time.Minute, Force: true}, nil)
 			if err != nil {
 				return err
 			}
-			return k.Kill(ctx, env.Queue("refused"), router.Stop)
+			return k.Kill(ctx, env.Queue("refused"), kill.Stop)
 		}},
 		{"rpc client", func(_ context.Context, conn warren.Connection) error {
 			c, err := rpc.NewClient(rpc.ClientConfig{Connection: conn}, nil)

@@ -14,7 +14,9 @@
 //     delay levels, verifies them, and reads topology files;
 //   - [github.com/warrenmq/warren/dlx] publishes, with or without a delay;
 //   - [github.com/warrenmq/warren/router] runs handlers on queues with warren's middleware
-//     chain (its Subscriber works alone too), and its Killer sends the kill topic's commands;
+//     chain (its Subscriber works alone too), and obeys kill commands;
+//   - [github.com/warrenmq/warren/kill] sends kill commands: stop, resume, or drain and delete
+//     a queue's consumers, in every process;
 //   - [github.com/warrenmq/warren/middleware] holds that chain's middleware, which work on a
 //     bare Watermill router too;
 //   - [github.com/warrenmq/warren/middleware/redisstore] recognises copies of a message
@@ -34,8 +36,8 @@
 // # Connecting
 //
 // Every part of warren that talks to the broker takes a [Connection], in a field named
-// Connection (dlx.Config, router.Config, router.SubscriberConfig, router.KillerConfig,
-// rpc.ClientConfig, ops.Config) or, for topology.Builder.Apply, as an argument:
+// Connection (dlx.Config, router.Config, router.SubscriberConfig, kill.Config,
+// rpc.ClientConfig, ops.Config) or, for topology.Builder's Apply and Verify, as an argument:
 //
 //	conn := warren.Connection{
 //		URL: "amqp://guest:guest@127.0.0.1:5672/", // or a cluster's nodes, separated by commas
@@ -183,11 +185,11 @@
 //
 // # The kill topic
 //
-// A [github.com/warrenmq/warren/router.Killer] stops every consumer of a queue, in every
+// A [github.com/warrenmq/warren/kill.Killer] stops every consumer of a queue, in every
 // process, and lets them go on:
 //
-//	k, err := router.NewKiller(router.KillerConfig{Connection: conn}, logger)
-//	err = k.Kill(ctx, "billing", router.Stop) // or router.Delete: drain the queue, then delete it
+//	k, err := kill.NewKiller(kill.Config{Connection: conn}, logger)
+//	err = k.Kill(ctx, "billing", kill.Stop) // or kill.Delete: drain the queue, then delete it
 //	err = k.Resume(ctx, "billing")
 //
 // Every consumer of Q listens to Q.kill. On Stop it finishes and acks what it is handling,
@@ -195,12 +197,11 @@
 // consume until the queue is empty, then delete it with its poison queue (if empty), kill
 // exchange and kill state queue. The last command is remembered in the kill state queue
 // (Q.kill.state), so consumers that start later obey it; when no consumer was listening, Kill
-// and Resume return an error that wraps router.ErrNoListener, and the command is remembered
+// and Resume return an error that wraps kill.ErrNoListener, and the command is remembered
 // all the same. router.Config.Subscriber.OnKill hears each consumer's stopped, resumed,
 // draining, deleted and refused; it is called from the consumer, and must not block. With a
-// KillSecret (router.Config.Subscriber.KillSecret and router.KillerConfig.KillSecret),
-// consumers obey only commands signed with it. The warren command sends the same commands
-// from a shell:
+// secret (router.Config.Subscriber.KillSecret and kill.Config.Secret), consumers obey only
+// commands signed with it. The warren command sends the same commands from a shell:
 //
 //	warren kill billing [--delete]
 //	warren resume billing

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
@@ -102,7 +103,7 @@ func deleteExample(url string, delay topology.Delay, queue string) {
 		panic(err)
 	}
 	queues, exchanges := delay.Names()
-	queues = append(queues, queue, topology.PoisonQueue(queue), topology.KillStateQueue(queue))
+	queues = append(queues, queue, topology.PoisonQueue(queue), kill.StateQueue(queue, nil))
 	exchanges = append(exchanges, topology.KillExchange(queue))
 	for _, q := range queues {
 		_, _ = ch.QueueDelete(q, false, false, false)

@@ -26,7 +26,7 @@ type Config struct {
 	// the library's default levels unless set (topology.Delay's defaults).
 	Delay topology.Delay
 	// KillSecret names the kill state queues when consumers use a secret (see
-	// router.KillStateQueue).
+	// kill.StateQueue).
 	KillSecret []byte
 	// Timeout bounds each broker call, retries included. Default DefaultTimeout. Connecting
 	// is also bounded by Connection.ConnectTimeout.

@@ -22,13 +22,13 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/telemetry"
-	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
 
 // ErrNoQueue is wrapped by the errors about a queue that does not exist. It is
-// router.ErrNoQueue.
-var ErrNoQueue = router.ErrNoQueue
+// kill.ErrNoQueue.
+var ErrNoQueue = kill.ErrNoQueue
 
 // source is a queue that is browsed and replayed: a poison queue (work is its work queue) or
 // the parking queue (work is "").

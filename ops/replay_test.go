@@ -19,9 +19,9 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
-	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -228,16 +228,16 @@ func TestStatus(t *testing.T) {
 		require.NoError(t, pub.Publish(q, m))
 	}
 	fill(t, env, q, 2)
-	k, err := router.NewKiller(router.KillerConfig{Connection: env.Connection()}, nil)
+	k, err := kill.NewKiller(kill.Config{Connection: env.Connection()}, nil)
 	require.NoError(t, err)
-	require.ErrorIs(t, k.Kill(ctx, q, router.Stop), router.ErrNoListener)
+	require.ErrorIs(t, k.Kill(ctx, q, kill.Stop), kill.ErrNoListener)
 
 	o := newOps(t, env.URL, delay)
 	missing := env.Name("missing")
 	s, err := o.Status(ctx, q, missing)
 	require.NoError(t, err)
 	require.Len(t, s.Queues, 2)
-	assert.Equal(t, ops.QueueStatus{Queue: q, Exists: true, Ready: 2, Unacked: -1, Kill: router.Stop, KillAt: s.Queues[0].KillAt, Poison: 2}, s.Queues[0])
+	assert.Equal(t, ops.QueueStatus{Queue: q, Exists: true, Ready: 2, Unacked: -1, Kill: kill.Stop, KillAt: s.Queues[0].KillAt, Poison: 2}, s.Queues[0])
 	assert.False(t, s.Queues[0].KillAt.IsZero())
 	assert.Equal(t, ops.QueueStatus{Queue: missing, Poison: -1, Unacked: -1}, s.Queues[1])
 	assert.Equal(t, 1, s.Delay.Waiting)

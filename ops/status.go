@@ -11,7 +11,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/mgmt"
-	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -38,8 +38,8 @@ type QueueStatus struct {
 	ConsumerHosts []string `json:"consumer_hosts,omitempty"`
 	// Kill is the remembered kill command ("stop", "delete", or "resume" once lifted), "" if
 	// the queue was never killed; KillAt is when it was sent.
-	Kill   router.Action `json:"kill,omitempty"`
-	KillAt time.Time     `json:"kill_at,omitzero"`
+	Kill   kill.Action `json:"kill,omitempty"`
+	KillAt time.Time   `json:"kill_at,omitzero"`
 	// Poison is the number of messages in its poison queue (-1 if there is none).
 	Poison int `json:"poison"`
 }
@@ -159,7 +159,7 @@ func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, in *inspec
 	} else if ok {
 		s.Poison = p.Messages
 	}
-	c, found, err := router.KillState(ctx, conn, name, o.cfg.KillSecret)
+	c, found, err := kill.ReadState(ctx, conn, name, o.cfg.KillSecret)
 	if err != nil {
 		return s, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -34,8 +35,8 @@ func TestKillDeleteLogsNoError(t *testing.T) {
 	go func() { done <- r.Run(context.Background()) }()
 	<-r.Running()
 
-	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, router.Stop))
-	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, router.Delete))
+	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Stop))
+	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Delete))
 	select {
 	case err := <-done:
 		assert.NoError(t, err)

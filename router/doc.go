@@ -4,9 +4,9 @@
 // reconnects. A handler with HandlerConfig.Reply is the server side of package rpc.
 //
 // Its Subscriber is a Watermill message.Subscriber of its own (concurrent handlers, a graceful
-// close, cancel is not deletion, hostile headers poisoned), usable without the Router. Its
-// Killer sends the commands of the kill topic: stop every consumer of a queue, in every
-// process, resume them, or drain and delete the queue (see Subscriber and Killer).
+// close, cancel is not deletion, hostile headers poisoned), usable without the Router. Every
+// subscription obeys the commands of the kill topic, which a kill.Killer sends: stop, resume,
+// or drain and delete the queue (see Subscriber).
 //
 // The chain's order and why each middleware sits where it does, consuming, shutdown and
 // tracing are in [docs/handlers.md]; the kill topic, its confirmations and its secret in

@@ -22,6 +22,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -175,15 +176,15 @@ func (p *publisher) halt() int {
 	return <-p.done
 }
 
-func newKiller(t *testing.T, env *testenv.Env, secret string) *router.Killer {
-	return killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret)})
+func newKiller(t *testing.T, env *testenv.Env, secret string) *kill.Killer {
+	return killerOf(t, env, kill.Config{Secret: []byte(secret)})
 }
 
 // killerOf returns a Killer of cfg on env's broker.
-func killerOf(t *testing.T, env *testenv.Env, cfg router.KillerConfig) *router.Killer {
+func killerOf(t *testing.T, env *testenv.Env, cfg kill.Config) *kill.Killer {
 	t.Helper()
 	cfg.Connection = env.Connection()
-	k, err := router.NewKiller(cfg, env.Logger())
+	k, err := kill.NewKiller(cfg, env.Logger())
 	require.NoError(t, err)
 	return k
 }
@@ -197,7 +198,7 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 	env, queue, f, pub := flowing(t, "killed")
 
 	sent := time.Now()
-	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, router.Stop))
+	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Stop))
 	stopped := f.awaitHandlers("stopped", 12, sent, 10*time.Second)
 	var last time.Time
 	for _, at := range stopped {
@@ -245,7 +246,7 @@ func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 	env, queue, f, pub := flowing(t, "deleted")
 
 	sent := time.Now()
-	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, router.Delete))
+	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Delete))
 	published := pub.halt()
 	f.awaitHandlers("deleted", 12, sent, 20*time.Second)
 
@@ -258,7 +259,7 @@ func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "the kill exchange is gone")
 	_, err = env.Channel().QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
 	assert.ErrorContains(t, err, "NOT_FOUND", "the empty poison queue is gone")
-	_, err = env.Channel().QueueDeclarePassive(topology.KillStateQueue(queue), true, false, false, false, nil)
+	_, err = env.Channel().QueueDeclarePassive(kill.StateQueue(queue, nil), true, false, false, false, nil)
 	assert.ErrorContains(t, err, "NOT_FOUND", "the kill state queue is gone")
 
 	distinct, total, dups := f.count()
@@ -275,7 +276,7 @@ func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
 	delay := env.Delay(topology.Delay{})
 	const secret = "s3cret"
 	for _, s := range []string{secret, "not the secret"} { // the state queues the killers make
-		env.Remove([]string{router.KillStateQueue(queue, []byte(s))}, nil)
+		env.Remove([]string{kill.StateQueue(queue, []byte(s))}, nil)
 	}
 	f := newFleet(t, env, queue, delay.Prefix, secret)
 	f.start(1, 2)
@@ -283,8 +284,8 @@ func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
 	defer pub.halt()
 
 	since := time.Now()
-	for _, k := range []*router.Killer{newKiller(t, env, ""), newKiller(t, env, "not the secret")} {
-		require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
+	for _, k := range []*kill.Killer{newKiller(t, env, ""), newKiller(t, env, "not the secret")} {
+		require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
 	}
 	f.awaitHandlers("refused", 2, since, 10*time.Second)
 	before, _, _ := f.count()
@@ -294,7 +295,7 @@ func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
 
 	signed := newKiller(t, env, secret)
 	since = time.Now()
-	require.NoError(t, signed.Kill(context.Background(), queue, router.Stop))
+	require.NoError(t, signed.Kill(context.Background(), queue, kill.Stop))
 	f.awaitHandlers("stopped", 2, since, 10*time.Second)
 	require.NoError(t, signed.Resume(context.Background(), queue))
 }
@@ -429,15 +430,15 @@ func inject(t *testing.T, env *testenv.Env, queue string, body []byte) {
 		amqp.Publishing{ContentType: "application/json", Body: body}))
 }
 
-func signed(t *testing.T, queue string, action router.Action, at time.Time, secret string) []byte {
-	c := router.Command{Queue: queue, Action: action, At: at.UTC()}
+func signed(t *testing.T, queue string, action kill.Action, at time.Time, secret string) []byte {
+	c := kill.Command{Queue: queue, Action: action, At: at.UTC()}
 	c.Sign([]byte(secret))
 	body, err := json.Marshal(c)
 	require.NoError(t, err)
 	return body
 }
 
-// Issue 8 case 9: a valid signed stop, captured as it went past and replayed after a resume,
+// A valid signed stop, captured as it went past and replayed after a resume,
 // is refused by a consumer that started after both (the replay memory is the broker's, not
 // the consumer's), and the consumer keeps consuming.
 func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
@@ -445,11 +446,11 @@ func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("replayed")
 	const secret = "s3cret"
-	env.Remove([]string{router.KillStateQueue(queue, []byte(secret))}, nil)
-	k := killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret), Force: true}) // before the queue exists
+	env.Remove([]string{kill.StateQueue(queue, []byte(secret))}, nil)
+	k := killerOf(t, env, kill.Config{Secret: []byte(secret), Force: true}) // before the queue exists
 	captured := eavesdrop(t, env, queue)
 
-	require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
+	require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
 	stop := next(t, captured)
 	require.NoError(t, k.Resume(context.Background(), queue))
 
@@ -463,7 +464,7 @@ func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
 	assert.NotContains(t, p.states(), "stopped")
 }
 
-// Issue 8 case 9: a signed stop dated 50s ahead of the consumer's clock is refused (it would
+// A signed stop dated 50s ahead of the consumer's clock is refused (it would
 // lock out every command dated before it); one dated 2s ahead, within KillClockSkew's
 // default of 5s, is obeyed.
 func TestKillDatedAheadIsRefused(t *testing.T) {
@@ -474,27 +475,27 @@ func TestKillDatedAheadIsRefused(t *testing.T) {
 	p := startProbe(t, env, queue, secret)
 	consuming(t, env, queue)
 
-	inject(t, env, queue, signed(t, queue, router.Stop, time.Now().Add(50*time.Second), secret))
+	inject(t, env, queue, signed(t, queue, kill.Stop, time.Now().Add(50*time.Second), secret))
 	refused := p.await(t, "refused")
 	assert.ErrorContains(t, refused.Err, "KillClockSkew")
 	p.flows(t, env, queue, 10)
 	assert.NotContains(t, p.states(), "stopped")
 
-	inject(t, env, queue, signed(t, queue, router.Stop, time.Now().Add(2*time.Second), secret))
+	inject(t, env, queue, signed(t, queue, kill.Stop, time.Now().Add(2*time.Second), secret))
 	p.await(t, "stopped")
 }
 
-// Issue 8 case 9: a kill to a queue nobody listens to says so (ErrNoListener), and is
+// A kill to a queue nobody listens to says so (ErrNoListener), and is
 // remembered: a consumer started afterwards stays stopped. The same when the kill exchange
 // was deleted (the consumer that was bound to it no longer hears anything).
 func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("unheard")
-	k := killerOf(t, env, router.KillerConfig{Force: true}) // before the queue exists
+	k := killerOf(t, env, kill.Config{Force: true}) // before the queue exists
 
-	err := k.Kill(context.Background(), queue, router.Stop)
-	require.ErrorIs(t, err, router.ErrNoListener)
+	err := k.Kill(context.Background(), queue, kill.Stop)
+	require.ErrorIs(t, err, kill.ErrNoListener)
 	assert.ErrorContains(t, err, queue)
 	first := startProbe(t, env, queue, "")
 	first.await(t, "stopped")
@@ -510,7 +511,7 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	require.Eventually(t, func() bool { return first.processed.Load() == 10 }, 10*time.Second, 5*time.Millisecond)
 
 	require.NoError(t, env.Channel().ExchangeDelete(topology.KillExchange(queue), false, false))
-	require.ErrorIs(t, k.Kill(context.Background(), queue, router.Stop), router.ErrNoListener)
+	require.ErrorIs(t, k.Kill(context.Background(), queue, kill.Stop), kill.ErrNoListener)
 	second := startProbe(t, env, queue, "")
 	second.await(t, "stopped")
 	// The first consumer, which no longer hears kills, takes every message; the second none.
@@ -532,12 +533,12 @@ func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
 	for i := range 20 {
 		require.NoError(t, pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)))
 	}
-	require.ErrorIs(t, newKiller(t, env, "").Kill(context.Background(), queue, router.Delete), router.ErrNoListener)
+	require.ErrorIs(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Delete), kill.ErrNoListener)
 
 	p := startProbe(t, env, queue, "")
 	p.await(t, "deleted")
 	assert.EqualValues(t, 20, p.processed.Load())
-	for _, q := range []string{queue, topology.KillStateQueue(queue)} {
+	for _, q := range []string{queue, kill.StateQueue(queue, nil)} {
 		_, err := env.Channel().QueueDeclarePassive(q, true, false, false, false, nil)
 		assert.ErrorContains(t, err, "NOT_FOUND", "%s is gone", q)
 	}
@@ -573,7 +574,7 @@ func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "held", Body: []byte("1")}))
 	held := receive("the first message")
 	k := newKiller(t, env, "")
-	require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
+	require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
 	select { // the handler outlives ShutdownTimeout: its context ends
 	case <-held.Context().Done():
 	case <-time.After(10 * time.Second):

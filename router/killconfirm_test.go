@@ -11,8 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -20,61 +21,7 @@ import (
 // asserted; a wait ends early once as many consumers as the queue had have answered.
 const confirmWait = 20 * time.Second
 
-// Issue 11: a command for a queue that does not exist fails with ErrNoQueue and declares
-// nothing (no kill exchange, state queue or lock is left behind); with Force it is sent,
-// and remembered.
-func TestKillOfAMissingQueueFailsAndDeclaresNothing(t *testing.T) {
-	t.Parallel()
-	env := testenv.New(t)
-	queue := env.Queue("missing")
-	env.Remove([]string{topology.KillLockQueue(queue)}, nil)
-	exists := func(what string, declare func(ch *amqp.Channel) error) bool {
-		t.Helper()
-		err := declare(env.Channel()) // a channel each: a passive declare that fails closes it
-		if err != nil {
-			assert.ErrorContains(t, err, "NOT_FOUND", what)
-		}
-		return err == nil
-	}
-	leftovers := func() map[string]bool {
-		return map[string]bool{
-			"kill exchange": exists("kill exchange", func(ch *amqp.Channel) error {
-				return ch.ExchangeDeclarePassive(topology.KillExchange(queue), amqp.ExchangeFanout, true, false, false, false, nil)
-			}),
-			"kill state queue": exists("kill state queue", func(ch *amqp.Channel) error {
-				_, err := ch.QueueDeclarePassive(topology.KillStateQueue(queue), true, false, false, false, nil)
-				return err
-			}),
-			"queue": exists("queue", func(ch *amqp.Channel) error {
-				_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-				return err
-			}),
-		}
-	}
-
-	k := killerOf(t, env, router.KillerConfig{Wait: confirmWait})
-	for _, action := range []router.Action{router.Stop, router.Delete, router.Resume} {
-		res, err := k.Send(context.Background(), queue, action)
-		require.ErrorIs(t, err, router.ErrNoQueue, "%s", action)
-		assert.ErrorContains(t, err, queue)
-		assert.False(t, res.QueueExists)
-		assert.False(t, res.Heard)
-	}
-	require.ErrorIs(t, k.Kill(context.Background(), queue, router.Stop), router.ErrNoQueue)
-	require.ErrorIs(t, k.Resume(context.Background(), queue), router.ErrNoQueue)
-	assert.Equal(t, map[string]bool{"kill exchange": false, "kill state queue": false, "queue": false}, leftovers(),
-		"declared for a queue that does not exist")
-
-	forced := killerOf(t, env, router.KillerConfig{Wait: confirmWait, Force: true})
-	res, err := forced.Send(context.Background(), queue, router.Stop)
-	require.ErrorIs(t, err, router.ErrNoListener, "sent, and nobody listens")
-	assert.False(t, res.QueueExists)
-	assert.Equal(t, map[string]bool{"kill exchange": true, "kill state queue": true, "queue": false}, leftovers())
-	p := startProbe(t, env, queue, "") // declares the queue, and finds the kill in the state
-	p.await(t, "stopped")
-}
-
-// Issue 11: a kill reaches 2 consumer processes of 2 consumers each: Send reports 4
+// A kill reaches 2 consumer processes of 2 consumers each: Send reports 4
 // consumers in 2 processes confirmed, as many as the queue had; the answers name the
 // processes. Resume (the stopped consumers have no consumer on the queue to count) and
 // delete are confirmed too.
@@ -90,10 +37,10 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 			10*time.Second, 5*time.Millisecond, "the queue does not have %d consumers", n)
 	}
 	consumers(4)
-	k := killerOf(t, env, router.KillerConfig{Wait: confirmWait})
+	k := killerOf(t, env, kill.Config{Wait: confirmWait})
 
 	since := time.Now()
-	res, err := k.Send(context.Background(), queue, router.Stop)
+	res, err := k.Send(context.Background(), queue, kill.Stop)
 	require.NoError(t, err)
 	t.Logf("stop confirmed by %d consumers in %d processes after %s", res.Consumers, res.Processes, res.Waited)
 	assert.True(t, res.QueueExists)
@@ -116,7 +63,7 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 	f.awaitHandlers("stopped", 4, since, 10*time.Second)
 	consumers(0)
 
-	res, err = killerOf(t, env, router.KillerConfig{Wait: 3 * time.Second}).Send(context.Background(), queue, router.Resume)
+	res, err = killerOf(t, env, kill.Config{Wait: 3 * time.Second}).Send(context.Background(), queue, kill.Resume)
 	require.NoError(t, err)
 	assert.Zero(t, res.QueueConsumers, "stopped consumers have no consumer on the queue")
 	assert.Equal(t, map[string]int{"resumed": 4}, res.States)
@@ -127,14 +74,14 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 	}
 
 	consumers(4)
-	res, err = k.Send(context.Background(), queue, router.Delete)
+	res, err = k.Send(context.Background(), queue, kill.Delete)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"draining": 4}, res.States)
 	assert.True(t, res.Confirmed())
 	f.awaitHandlers("deleted", 4, since, 20*time.Second)
 }
 
-// Issue 11: with a secret, a command signed with another secret, or not signed, is refused,
+// With a secret, a command signed with another secret, or not signed, is refused,
 // and each refusal is counted (without the consumer's identity: the reply address is not
 // signed either); the right secret is confirmed. A confirmation that is not signed with the
 // secret (forged by whoever saw the reply address go past) is ignored, and a copy of the
@@ -145,14 +92,14 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 	queue := env.Queue("refusing")
 	const secret = "s3cret"
 	for _, s := range []string{secret, "not the secret"} {
-		env.Remove([]string{router.KillStateQueue(queue, []byte(s))}, nil)
+		env.Remove([]string{kill.StateQueue(queue, []byte(s))}, nil)
 	}
 	p := startProbe(t, env, queue, secret)
 	consuming(t, env, queue)
 
 	for secret, why := range map[string]string{"not the secret": "wrong signature", "": "unsigned command"} {
-		res, err := killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret), Wait: confirmWait}).
-			Send(context.Background(), queue, router.Stop)
+		res, err := killerOf(t, env, kill.Config{Secret: []byte(secret), Wait: confirmWait}).
+			Send(context.Background(), queue, kill.Stop)
 		require.NoError(t, err)
 		assert.Equal(t, 1, res.Refused, why)
 		assert.Zero(t, res.Consumers, why)
@@ -166,8 +113,8 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 	}
 	assert.NotContains(t, p.states(), "stopped")
 
-	k := killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret), Wait: confirmWait})
-	res, err := k.Send(context.Background(), queue, router.Stop)
+	k := killerOf(t, env, kill.Config{Secret: []byte(secret), Wait: confirmWait})
+	res, err := k.Send(context.Background(), queue, kill.Stop)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"stopped": 1}, res.States)
 	assert.Zero(t, res.Refused)
@@ -188,7 +135,7 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 	go func() {
 		select {
 		case d := <-captured:
-			forgery, _ := json.Marshal(router.Answer{Queue: queue, State: "resumed", Consuming: true, Instance: "forged"})
+			forgery, _ := json.Marshal(kill.Answer{Queue: queue, State: "resumed", Consuming: true, Instance: "forged"})
 			err := ch.PublishWithContext(context.Background(), "", d.ReplyTo, false, false,
 				amqp.Publishing{CorrelationId: d.CorrelationId, Body: forgery})
 			if err == nil {
@@ -200,8 +147,8 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 			forged <- assert.AnError
 		}
 	}()
-	res, err = killerOf(t, env, router.KillerConfig{KillSecret: []byte(secret), Wait: 3 * time.Second}).
-		Send(context.Background(), queue, router.Resume)
+	res, err = killerOf(t, env, kill.Config{Secret: []byte(secret), Wait: 3 * time.Second}).
+		Send(context.Background(), queue, kill.Resume)
 	require.NoError(t, err)
 	require.NoError(t, <-forged)
 	assert.Equal(t, map[string]int{"resumed": 1}, res.States, "the forged confirmation counted")
@@ -215,39 +162,34 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 	assert.Zero(t, q.Messages, "a redirected command was answered")
 }
 
-// Issue 11: a command a consumer reads from the kill state queue when it starts is never
+// A command a consumer reads from the kill state queue when it starts is never
 // answered, even one that carries a reply address; the live command that follows is.
 func TestKillStateReplayIsNotAnswered(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("replayed-no-answer")
-	k := killerOf(t, env, router.KillerConfig{Force: true, Wait: confirmWait})
-	_, err := k.Send(context.Background(), queue, router.Stop)
-	require.ErrorIs(t, err, router.ErrNoListener)
+	k := killerOf(t, env, kill.Config{Force: true, Wait: confirmWait})
+	_, err := k.Send(context.Background(), queue, kill.Stop)
+	require.ErrorIs(t, err, kill.ErrNoListener)
 
 	// Give the remembered stop a reply address, as if a Killer had put it there.
 	ch := env.Channel()
 	reply, err := ch.QueueDeclare("", false, true, true, false, nil)
 	require.NoError(t, err)
-	state := topology.KillStateQueue(queue)
+	state := kill.StateQueue(queue, nil)
 	d, ok, err := ch.Get(state, false)
 	require.NoError(t, err)
 	require.True(t, ok, "the stop is remembered")
 	assert.Empty(t, d.ReplyTo, "the state's copy of a command carries no reply address")
-	require.NoError(t, ch.Confirm(false))
-	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", state, false, false, amqp.Publishing{
+	require.NoError(t, amqpx.PublishConfirmed(context.Background(), ch, "", state, true, amqp.Publishing{
 		ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: d.Body,
 		ReplyTo: reply.Name, CorrelationId: "replayed",
-	})
-	require.NoError(t, err)
-	acked, err := dc.WaitContext(context.Background())
-	require.NoError(t, err)
-	require.True(t, acked)
+	}))
 	require.NoError(t, d.Ack(false))
 
 	p := startProbe(t, env, queue, "")
 	p.await(t, "stopped")
-	res, err := killerOf(t, env, router.KillerConfig{Wait: 3 * time.Second}).Send(context.Background(), queue, router.Resume)
+	res, err := killerOf(t, env, kill.Config{Wait: 3 * time.Second}).Send(context.Background(), queue, kill.Resume)
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"resumed": 1}, res.States, "the live command is answered")
 	q, err := env.Inspect(reply.Name)

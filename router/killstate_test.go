@@ -16,12 +16,13 @@ import (
 
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
 
 // Consumers that start while a Killer writes the state (8 readers, reading without pause,
 // while 60 commands are sent) never read a command older than the last one whose send had
-// returned when they began to read. Without the state's lock (lockState), a command written
+// returned when they began to read. Without the state's lock (killstate.Lock), a command written
 // while another reader held the previous one could stay out of a reader's sight (1 run in 5
 // on RabbitMQ 3.10.8).
 func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
@@ -31,7 +32,7 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer s.Close()
-	k, err := NewKiller(KillerConfig{Connection: env.Connection(), Force: true}, env.Logger()) // the queue is never declared
+	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Force: true}, env.Logger()) // the queue is never declared
 	require.NoError(t, err)
 
 	var (
@@ -77,8 +78,8 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	}
 	for i := range 60 {
 		begin := time.Now()
-		_, err := k.Send(context.Background(), queue, []Action{Stop, Resume}[i%2])
-		require.True(t, err == nil || errors.Is(err, ErrNoListener), "%v", err)
+		_, err := k.Send(context.Background(), queue, []kill.Action{kill.Stop, kill.Resume}[i%2])
+		require.True(t, err == nil || errors.Is(err, kill.ErrNoListener), "%v", err)
 		floor.Store(begin.UnixNano())
 	}
 	sentAll.Store(true)
@@ -103,7 +104,7 @@ func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
 	}.WithDefaults()}
 	sub := &subscription{s: s, queue: "q", mode: paused}
 	body := func(at time.Time) []byte {
-		c := Command{Queue: "q", Action: Stop, At: at.UTC()}
+		c := kill.Command{Queue: "q", Action: kill.Stop, At: at.UTC()}
 		c.Sign(secret)
 		b, err := json.Marshal(c)
 		require.NoError(t, err)

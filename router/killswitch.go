@@ -1,13 +1,11 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,8 +15,32 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
+
+// KillEvent tells what a consumer did about the kill topic.
+type KillEvent struct {
+	Queue   string
+	Handler string
+	// State: "stopped" (no longer taking messages, nothing in flight), "resumed",
+	// "draining" (taking messages until the queue is empty), "deleted" (the queue is gone,
+	// the consumer ended), or "refused" (a command that failed verification; Err says why).
+	State string
+	// Action of the command that caused it, received or, when the subscription started,
+	// read from the kill state queue.
+	Action kill.Action
+	At     time.Time
+	Err    error
+}
+
+// refused is the state of a KillEvent, and of a kill.Answer, about a command that failed
+// verification.
+const refused = "refused"
+
+// replyTimeout bounds a consumer's publish of a kill.Answer.
+const replyTimeout = 5 * time.Second
 
 // drainCheck is how often a draining subscription looks whether its queue is empty.
 const drainCheck = 100 * time.Millisecond
@@ -51,7 +73,7 @@ func (sub *subscription) listen(conn *amqp.Connection) (<-chan amqp.Delivery, fu
 	return deliveries, func() { _ = ch.Close() }, nil
 }
 
-// recall sets the mode from the kill state queue, which holds the last command a Killer
+// recall sets the mode from the kill state queue, which holds the last command a kill.Killer
 // sent, for a subscription that starts (or reconnects). Listening has begun already, so no
 // command falls in between: a Killer writes the state before it publishes the command.
 // A state that does not exist means the queue was never killed. The state is not subject to
@@ -67,7 +89,7 @@ func (sub *subscription) recall(ctx context.Context, conn *amqp.Connection) erro
 		sub.mode = running
 	case found == present && c.At.After(sub.last):
 		sub.last = c.At
-		sub.mode = map[Action]mode{Stop: paused, Delete: draining, Resume: running}[c.Action]
+		sub.mode = map[kill.Action]mode{kill.Stop: paused, kill.Delete: draining, kill.Resume: running}[c.Action]
 	}
 	if sub.mode != before {
 		sub.event(modeState[sub.mode], amqp.Delivery{Body: body}, nil)
@@ -86,12 +108,12 @@ const (
 
 // readState returns the newest valid command of the kill state queue and its JSON, and
 // removes the valid commands it supersedes (see stateReadMax), holding the state's lock
-// (lockState). The queue holds a command; for a moment after a lost connection it may look
+// (killstate.Lock). The queue holds a command; for a moment after a lost connection it may look
 // empty (the commands its reader held come back): it is read again, for up to
 // ConnectTimeout.
-func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (c Command, body []byte, found stateFound, err error) {
+func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (c kill.Command, body []byte, found stateFound, err error) {
 	s := sub.s
-	name := KillStateQueue(sub.queue, s.cfg.KillSecret)
+	name := kill.StateQueue(sub.queue, s.cfg.KillSecret)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 5 * time.Millisecond
 	b.MaxInterval = 200 * time.Millisecond
@@ -101,29 +123,29 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 		err := func() error {
 			opCtx, cancel := context.WithTimeout(ctx, s.cfg.Connection.ConnectTimeout)
 			defer cancel()
-			unlock, err := lockState(opCtx, conn, sub.queue)
+			unlock, err := killstate.Lock(opCtx, conn, kill.LockQueue(sub.queue))
 			if err != nil {
 				return err
 			}
 			defer unlock()
-			return onChannel(conn, func(ch *amqp.Channel) error {
-				ds, err := getAll(opCtx, ch, name, stateReadMax)
+			return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+				ds, err := killstate.Get(opCtx, ch, name, killstate.ReadMax)
 				if err != nil || len(ds) == 0 {
 					return err
 				}
 				got = true
 				var stale []amqp.Delivery
 				c, body, found, stale = sub.newest(ds)
-				return settleState(opCtx, ch, name, ds, stale, body)
+				return killstate.Settle(opCtx, ch, name, ds, stale, body)
 			})
 		}()
 		switch {
 		case amqpx.IsNotFound(err):
-			return Command{}, nil, absent, nil
+			return kill.Command{}, nil, absent, nil
 		case ctx.Err() != nil:
-			return Command{}, nil, unknown, nil
+			return kill.Command{}, nil, unknown, nil
 		case err != nil:
-			return Command{}, nil, absent, fmt.Errorf("read %s: %w", name, err)
+			return kill.Command{}, nil, absent, fmt.Errorf("read %s: %w", name, err)
 		case got:
 			return c, body, found, nil
 		}
@@ -143,125 +165,18 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 	}
 }
 
-// lockState takes the lock of the kill state queue of queue, which readers and Killers
-// hold while they read or write it, and returns the function that releases it. The lock is
-// an exclusive consumer of a queue of its own, Q.kill.lock (auto-deleted, and expiring in
-// case its holder dies between declaring and consuming it; its name does not match the
-// state's, so that permissions can keep apart who may declare which), on a channel that
-// releasing closes, as losing the connection does. Without it, measured on RabbitMQ 3.10.8
-// with 8 readers and a Killer writing every 10 ms, a reader could miss a command written
-// while another reader held the previous one (in 1 of 5 to 1 of 30 runs), and read only
-// older ones. Contention is waited out, for as long as ctx lasts.
-func lockState(ctx context.Context, conn *amqp.Connection, queue string) (unlock func(), err error) {
-	lock := topology.KillLockQueue(queue)
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
-	for {
-		ch, err := conn.Channel()
-		if err != nil {
-			return nil, err
-		}
-		err = amqpx.Do(ctx, ch, func() error {
-			_, err := ch.QueueDeclare(lock, false, true, false, false, amqp.Table{"x-expires": int32(time.Minute / time.Millisecond)})
-			return err
-		})
-		if err == nil {
-			err = amqpx.Do(ctx, ch, func() error {
-				_, err := ch.Consume(lock, "", false, true, false, false, nil)
-				return err
-			})
-		}
-		if err == nil {
-			return func() { _ = ch.Close() }, nil
-		}
-		_ = ch.Close()
-		var ae *amqp.Error
-		if ctx.Err() != nil || !errors.As(err, &ae) { // not a refusal: held by another (403), or just deleted by its last holder (404)
-			return nil, fmt.Errorf("lock %s: %w", lock, err)
-		}
-		select {
-		case <-time.After(b.NextBackOff()):
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lock %s: %w (last refusal: %v)", lock, ctx.Err(), err)
-		}
-	}
-}
-
-// stateReadMax bounds the messages read from a kill state queue at once. It holds one, but
-// the commands a reader held come back when its connection is lost, maybe after a Killer
-// wrote a newer one.
-const stateReadMax = 8
-
-// getAll gets up to n messages of queue, without acking them, each get bounded by ctx.
-func getAll(ctx context.Context, ch *amqp.Channel, queue string, n int) (ds []amqp.Delivery, err error) {
-	for range n {
-		var d amqp.Delivery
-		ok := false
-		err := amqpx.Do(ctx, ch, func() (err error) {
-			d, ok, err = ch.Get(queue, false)
-			return err
-		})
-		if err != nil || !ok {
-			return ds, err
-		}
-		ds = append(ds, d)
-	}
-	return ds, nil
-}
-
-// settleState puts the newest command (body, if any) back into the kill state queue as a
-// new message, then removes the messages read but the refused ones, which it requeues. It
-// does not requeue the newest: measured on RabbitMQ 3.10.8, while a reader held a command a
-// Killer wrote the next one, and the reader requeued what it held, a get of the next reader
-// could return the requeued command and then "empty", the newer one out of its sight for
-// tens of milliseconds. If the broker refuses the copy, the newest is requeued instead.
-func settleState(ctx context.Context, ch *amqp.Channel, name string, ds, stale []amqp.Delivery, body []byte) error {
-	copied := body == nil
-	if !copied {
-		err := amqpx.Do(ctx, ch, func() error {
-			if err := ch.Confirm(false); err != nil {
-				return err
-			}
-			dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", name, false, false, amqp.Publishing{
-				ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body,
-			})
-			if err == nil {
-				copied, err = dc.WaitContext(ctx)
-			}
-			return err
-		})
-		if err != nil {
-			return err
-		}
-	}
-	for _, d := range ds {
-		isStale := slices.ContainsFunc(stale, func(x amqp.Delivery) bool { return x.DeliveryTag == d.DeliveryTag })
-		var err error
-		switch {
-		case isStale, copied && bytes.Equal(d.Body, body):
-			err = d.Ack(false)
-		default:
-			err = d.Nack(false, true)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // newest returns the newest of the commands read from the state that passes verification
 // (any age, but not dated ahead), and the valid ones it supersedes (stale); the invalid ones
 // are reported as refused.
-func (sub *subscription) newest(ds []amqp.Delivery) (c Command, body []byte, found stateFound, stale []amqp.Delivery) {
+func (sub *subscription) newest(ds []amqp.Delivery) (c kill.Command, body []byte, found stateFound, stale []amqp.Delivery) {
 	s := sub.s
 	var valid []amqp.Delivery
 	var ats []time.Time
 	for _, d := range ds {
-		var x Command
+		var x kill.Command
 		err := json.Unmarshal(d.Body, &x)
 		if err == nil {
-			err = x.verify(sub.queue, s.cfg.KillSecret, time.Now(), 0, s.cfg.KillClockSkew)
+			err = x.Verify(sub.queue, s.cfg.KillSecret, time.Now(), 0, s.cfg.KillClockSkew)
 		}
 		if err != nil {
 			sub.event(refused, d, fmt.Errorf("kill state: %w", err))
@@ -280,27 +195,17 @@ func (sub *subscription) newest(ds []amqp.Delivery) (c Command, body []byte, fou
 	return c, body, found, stale
 }
 
-// onChannel runs op on a channel of its own: a refusal closes the channel it comes on.
-func onChannel(conn *amqp.Connection, op func(ch *amqp.Channel) error) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	defer ch.Close()
-	return op(ch)
-}
-
 // command applies a command of the kill topic to the mode, if it passes verification. The
 // command last accepted (maybe read from the state) is ignored; with a secret, an older one
 // is refused as a replay (without one, any command can be forged anyway). A live command is
-// answered (see Answer), but a stop that the caller carries out: it answers once stopped.
+// answered (see kill.Answer), but a stop that the caller carries out: it answers once stopped.
 func (sub *subscription) command(d amqp.Delivery) {
 	s := sub.s
 	before := sub.mode
-	var c Command
+	var c kill.Command
 	err := json.Unmarshal(d.Body, &c)
 	if err == nil {
-		err = c.verify(sub.queue, s.cfg.KillSecret, time.Now(), s.cfg.KillMaxAge, s.cfg.KillClockSkew)
+		err = c.Verify(sub.queue, s.cfg.KillSecret, time.Now(), s.cfg.KillMaxAge, s.cfg.KillClockSkew)
 	}
 	if err == nil && c.At.Equal(sub.last) {
 		sub.answer(d, before, sub.mode, nil) // seen already (in the state): in force
@@ -318,15 +223,15 @@ func (sub *subscription) command(d amqp.Delivery) {
 		sub.last = c.At
 	}
 	switch {
-	case c.Action == Stop && before == paused:
+	case c.Action == kill.Stop && before == paused:
 		sub.answer(d, before, paused, nil)
-	case c.Action == Stop:
+	case c.Action == kill.Stop:
 		sub.mode = paused // the caller stops consuming, reports and answers it
-	case c.Action == Delete && before != draining:
+	case c.Action == kill.Delete && before != draining:
 		sub.mode = draining
 		sub.event("draining", d, nil)
 		sub.answer(d, before, draining, nil)
-	case c.Action == Resume && before != running:
+	case c.Action == kill.Resume && before != running:
 		sub.mode = running
 		sub.event("resumed", d, nil)
 		sub.answer(d, before, running, nil)
@@ -342,7 +247,7 @@ var modeState = map[mode]string{running: "resumed", paused: "stopped", draining:
 // one, so an answer sent to one can never land in a work queue.
 const replyPrefix = "amq.gen-"
 
-// answer publishes an Answer to the reply address of d, a live command, if it has one,
+// answer publishes a kill.Answer to the reply address of d, a live command, if it has one,
 // saying the subscription is in mode now (or refused it, when refusal is set) and was in
 // before when the command came. It never blocks: the publish runs in a goroutine of its own,
 // on a channel of its own, without confirmation, and a failure is only logged (debug).
@@ -356,13 +261,13 @@ func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error
 		s.logger.Debug("Kill command not answered: its reply address is not a server-named queue", fields)
 		return
 	}
-	a := Answer{Queue: sub.queue, State: modeState[now], Consuming: before != paused}
+	a := kill.Answer{Queue: sub.queue, State: modeState[now], Consuming: before != paused}
 	trusted := len(s.cfg.KillSecret) == 0
 	if !trusted {
-		var c Command
+		var c kill.Command
 		err := json.Unmarshal(d.Body, &c)
 		if err == nil {
-			err = c.verifyReply(s.cfg.KillSecret, d.ReplyTo, d.CorrelationId)
+			err = c.VerifyReply(s.cfg.KillSecret, d.ReplyTo, d.CorrelationId)
 		}
 		trusted = err == nil
 		if !trusted && refusal == nil {
@@ -378,7 +283,7 @@ func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error
 		a.State, a.Error = refused, refusal.Error()
 	}
 	if len(s.cfg.KillSecret) > 0 {
-		a.Sig = a.mac(s.cfg.KillSecret, d.CorrelationId)
+		a.Sign(s.cfg.KillSecret, d.CorrelationId)
 	}
 	body, err := json.Marshal(a)
 	if err != nil {
@@ -390,7 +295,7 @@ func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error
 		defer s.answering.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
 		defer cancel()
-		err := onChannel(conn, func(ch *amqp.Channel) error {
+		err := killstate.OnChannel(conn, func(ch *amqp.Channel) error {
 			return ch.PublishWithContext(ctx, "", replyTo, false, false, amqp.Publishing{
 				ContentType: "application/json", CorrelationId: correlationID, Body: body, Timestamp: time.Now(),
 			})
@@ -410,14 +315,14 @@ type process struct {
 
 var self = sync.OnceValue(func() process {
 	host, _ := os.Hostname()
-	return process{host: host, pid: os.Getpid(), id: newID()}
+	return process{host: host, pid: os.Getpid(), id: killstate.NewID()}
 })
 
 // event logs what the subscription did and tells SubscriberConfig.OnKill.
 func (sub *subscription) event(state string, d amqp.Delivery, err error) {
 	s := sub.s
 	e := KillEvent{Queue: sub.queue, Handler: s.cfg.HandlerName, State: state, At: time.Now(), Err: err}
-	var c Command
+	var c kill.Command
 	if json.Unmarshal(d.Body, &c) == nil {
 		e.Action = c.Action
 	}
@@ -464,7 +369,7 @@ func (sub *subscription) awaitDeletion(ctx context.Context, conn *amqp.Connectio
 }
 
 func inspect(conn *amqp.Connection, queue string) (q amqp.Queue, err error) {
-	err = onChannel(conn, func(ch *amqp.Channel) error {
+	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
 		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err
 	})
@@ -482,7 +387,7 @@ var errNotIdle = errors.New("the queue is in use or holds messages")
 // that is logged, with the count. Stop publishing to a queue before deleting it.
 func (sub *subscription) deleteIfIdle(conn *amqp.Connection, queue string, unused bool) error {
 	if sub.s.builder.QueueType(sub.s.queue(sub.queue)) != topology.Quorum {
-		return onChannel(conn, func(ch *amqp.Channel) error {
+		return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
 			_, err := ch.QueueDelete(queue, unused, true, false)
 			return err
 		})
@@ -494,7 +399,7 @@ func (sub *subscription) deleteIfIdle(conn *amqp.Connection, queue string, unuse
 	case st.Messages > 0 || unused && st.Consumers > 0:
 		return errNotIdle
 	}
-	return onChannel(conn, func(ch *amqp.Channel) error {
+	return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
 		n, err := ch.QueueDelete(queue, false, false, false)
 		if n > 0 {
 			sub.s.logger.Error("Messages published while the queue was deleted were deleted with it", nil,
@@ -515,11 +420,11 @@ func (sub *subscription) removeKilled() {
 		for _, op := range []func(ch *amqp.Channel) error{
 			func(ch *amqp.Channel) error { return ch.ExchangeDelete(topology.KillExchange(sub.queue), true, false) },
 			func(ch *amqp.Channel) error {
-				_, err := ch.QueueDelete(KillStateQueue(sub.queue, s.cfg.KillSecret), false, false, false)
+				_, err := ch.QueueDelete(kill.StateQueue(sub.queue, s.cfg.KillSecret), false, false, false)
 				return err
 			},
 		} {
-			_ = onChannel(conn, op)
+			_ = killstate.OnChannel(conn, op)
 		}
 	}
 	sub.event("deleted", amqp.Delivery{}, nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
@@ -139,18 +140,18 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		return true
 	}, 30*time.Second, 50*time.Millisecond, "the workload's metrics")
 
-	k, err := router.NewKiller(router.KillerConfig{Connection: env.Connection()}, env.Logger())
+	k, err := kill.NewKiller(kill.Config{Connection: env.Connection()}, env.Logger())
 	require.NoError(t, err)
-	kill := func(action, state string) string {
+	killEvents := func(action, state string) string {
 		return "warren.kill.events{warren.kill.action=" + action + ",warren.kill.state=" + state + ",warren.queue=" + queue + "}"
 	}
-	require.NoError(t, k.Kill(context.Background(), queue, router.Stop))
-	require.Eventually(t, func() bool { return metricPoints(t, reader)[kill("stop", "stopped")] == 1 },
+	require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
+	require.Eventually(t, func() bool { return metricPoints(t, reader)[killEvents("stop", "stopped")] == 1 },
 		10*time.Second, 20*time.Millisecond)
 	require.NoError(t, k.Resume(context.Background(), queue))
-	require.Eventually(t, func() bool { return metricPoints(t, reader)[kill("resume", "resumed")] == 1 },
+	require.Eventually(t, func() bool { return metricPoints(t, reader)[killEvents("resume", "resumed")] == 1 },
 		10*time.Second, 20*time.Millisecond)
-	want[kill("stop", "stopped")], want[kill("resume", "resumed")] = 1, 1
+	want[killEvents("stop", "stopped")], want[killEvents("resume", "resumed")] = 1, 1
 
 	got := metricPoints(t, reader)
 	if !assert.Equal(t, want, got) {

@@ -55,7 +55,7 @@ type SubscriberConfig struct {
 	// unmarshaled, and in kill events.
 	HandlerName string
 	// KillSecret, when set, makes the subscriber obey only kill commands signed with it
-	// (see Killer); others are refused and logged.
+	// (see kill.Killer); others are refused and logged.
 	KillSecret []byte
 	// KillMaxAge bounds the age of a kill command received, against replays. Default 1m.
 	KillMaxAge time.Duration
@@ -181,13 +181,13 @@ func (c SubscriberConfig) Validate() error {
 // queue with the reason; if even that cannot be published (too large), it is rejected into
 // the queue's dead-letter path.
 //
-// Every subscription listens to its queue's kill topic (see Killer) on an exclusive queue of
+// Every subscription listens to its queue's kill topic (see kill.Killer) on an exclusive queue of
 // its own: a stop command pauses it (it stops as on closing, but keeps listening), a resume
 // lifts that, and a delete command makes it consume until the queue is empty and then delete
 // the queue and end. The last command sent is remembered by the broker (in the queue's kill
-// state queue, see KillStateQueue), so a subscription that starts after a kill does not
+// state queue, see kill.StateQueue), so a subscription that starts after a kill does not
 // consume until a resume, and refuses a replay of a command older than the last one. A live
-// command that carries a reply address is answered (see Answer), fire and forget; one read
+// command that carries a reply address is answered (see kill.Answer), fire and forget; one read
 // from the state never is.
 type Subscriber struct {
 	cfg     SubscriberConfig
@@ -329,7 +329,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 // Ready returns a channel that is closed once every subscription made so far listens to its
 // queue's kill topic and consumes (or is paused by a kill command), or has ended. Subscribe
 // returns before that: a message published meanwhile waits in the queue, and a kill command
-// sent meanwhile is found in the kill state when the subscription starts (see Killer).
+// sent meanwhile is found in the kill state when the subscription starts (see kill.Killer).
 func (s *Subscriber) Ready() <-chan struct{} {
 	s.readyMu.Lock()
 	readies := slices.Clone(s.readies)
@@ -477,7 +477,7 @@ type subscription struct {
 	out       chan *message.Message
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once
-	id        string           // in answers to kill commands (Answer.Instance)
+	id        string           // in answers to kill commands (kill.Answer.Instance)
 	conn      *amqp.Connection // the session's, for answers
 	steady    bool             // the session consumed (or listened, paused by a kill)
 

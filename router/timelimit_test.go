@@ -67,11 +67,6 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 			}
 			return errs[1]
 		},
-		"Killer.Kill": func(addr string) error {
-			k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/"}, PublishTimeout: limit}, nil)
-			require.NoError(t, err)
-			return k.Kill(context.Background(), "q", router.Stop)
-		},
 		"Builder.Apply": func(addr string) error {
 			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
 			require.NoError(t, err)
@@ -225,11 +220,6 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 			}
 		}
 	}
-
-	_, err := router.NewKiller(router.KillerConfig{Connection: conn, PublishTimeout: -time.Second}, nil)
-	assert.ErrorContains(t, err, "router: KillerConfig.PublishTimeout -1s")
-	_, err = router.NewKiller(router.KillerConfig{}, nil)
-	assert.ErrorContains(t, err, "router: KillerConfig.Connection.URL is empty")
 
 	env := testenv.New(t)
 	r := newRouter(t, env, nil)

@@ -82,18 +82,10 @@ type Queue struct {
 // PoisonQueue is the name of the poison queue of work queue queue.
 func PoisonQueue(queue string) string { return queue + ".poison" }
 
-// KillExchange is the name of the kill fanout exchange of work queue queue.
+// KillExchange is the name of the kill fanout exchange of work queue queue, declared with
+// it: every consumer of the queue listens to it (see the kill package, which names the kill
+// state and lock queues too).
 func KillExchange(queue string) string { return queue + ".kill" }
-
-// KillStateQueue is the name of the queue that remembers the last kill command sent to the
-// consumers of work queue queue, for those that start later (see router.Killer; with a kill
-// secret, router.KillStateQueue adds a suffix to it).
-func KillStateQueue(queue string) string { return KillExchange(queue) + ".state" }
-
-// KillLockQueue is the name of the queue whose exclusive consumer holds the kill state of
-// work queue queue while it reads or writes it (see router.Killer). It is auto-deleted;
-// readers of the state need configure and read permissions on it.
-func KillLockQueue(queue string) string { return KillExchange(queue) + ".lock" }
 
 // Binding routes from exchange Exchange to queue Queue or, when ToExchange is set, to that
 // exchange.

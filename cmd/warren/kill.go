@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/kill"
 )
 
 // sendFlags are the flags of kill and resume.
@@ -28,8 +28,8 @@ func (f *sendFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 }
 
-// killer is a router.Killer on the broker g names, signing with $WARREN_KILL_SECRET.
-func (g *globals) killer(cmd *cobra.Command, f sendFlags) (*router.Killer, error) {
+// killer is a kill.Killer on the broker g names, signing with $WARREN_KILL_SECRET.
+func (g *globals) killer(cmd *cobra.Command, f sendFlags) (*kill.Killer, error) {
 	conn, err := g.connection()
 	if err != nil {
 		return nil, err
@@ -37,9 +37,9 @@ func (g *globals) killer(cmd *cobra.Command, f sendFlags) (*router.Killer, error
 	if f.wait < 0 {
 		return nil, fmt.Errorf("--wait %s is negative", human(f.wait))
 	}
-	return router.NewKiller(router.KillerConfig{
+	return kill.NewKiller(kill.Config{
 		Connection:     conn,
-		KillSecret:     []byte(os.Getenv("WARREN_KILL_SECRET")),
+		Secret:         []byte(os.Getenv("WARREN_KILL_SECRET")),
 		PublishTimeout: g.timeout,
 		Wait:           f.wait,
 		Force:          f.force,
@@ -65,7 +65,7 @@ func newKill(g *globals) *cobra.Command {
 		del bool
 		f   sendFlags
 	)
-	kill := &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "kill QUEUE",
 		Short: "Stop every consumer of QUEUE, in every process (remembered until resume)",
 		Long: "Stop every consumer of QUEUE, in every process: each finishes and acks what it is processing,\n" +
@@ -75,16 +75,16 @@ func newKill(g *globals) *cobra.Command {
 			exitCodesHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			action := router.Stop
+			action := kill.Stop
 			if del {
-				action = router.Delete
+				action = kill.Delete
 			}
 			return send(cmd, g, f, args[0], action)
 		},
 	}
-	kill.Flags().BoolVar(&del, "delete", false, "drain the queue, then delete it")
-	f.register(kill)
-	return kill
+	cmd.Flags().BoolVar(&del, "delete", false, "drain the queue, then delete it")
+	f.register(cmd)
+	return cmd
 }
 
 func newResume(g *globals) *cobra.Command {
@@ -95,7 +95,7 @@ func newResume(g *globals) *cobra.Command {
 		Long:  "Lift a kill: the consumers of QUEUE take messages again, and consumers that start later do too." + exitCodesHelp,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return send(cmd, g, f, args[0], router.Resume)
+			return send(cmd, g, f, args[0], kill.Resume)
 		},
 	}
 	f.register(resume)
@@ -103,7 +103,7 @@ func newResume(g *globals) *cobra.Command {
 }
 
 // send sends action to queue's consumers and reports what came of it.
-func send(cmd *cobra.Command, g *globals, f sendFlags, queue string, action router.Action) error {
+func send(cmd *cobra.Command, g *globals, f sendFlags, queue string, action kill.Action) error {
 	k, err := g.killer(cmd, f)
 	if err != nil {
 		return err
@@ -138,7 +138,7 @@ func exitCode(err error) int {
 		return 0
 	case errors.As(err, &e):
 		return e.code
-	case errors.Is(err, router.ErrNoQueue): // ops.ErrNoQueue too
+	case errors.Is(err, kill.ErrNoQueue): // ops.ErrNoQueue too
 		return exitNoQueue
 	}
 	return 1
@@ -147,16 +147,16 @@ func exitCode(err error) int {
 // report prints what sending res.Action to res.Queue's consumers did, given the error Send
 // returned, and returns the error that gives warren its exit code: nobody listening is a
 // warning, not a failure.
-func report(out io.Writer, res router.Result, err error, f sendFlags) error {
+func report(out io.Writer, res kill.Result, err error, f sendFlags) error {
 	var lines []string
 	switch {
-	case errors.Is(err, router.ErrNoQueue):
+	case errors.Is(err, kill.ErrNoQueue):
 		err = &exitError{exitNoQueue, fmt.Sprintf("queue %s does not exist; nothing was declared or sent "+
 			"(--force sends the command all the same: it is remembered for consumers that start later)", res.Queue), err}
-	case errors.Is(err, router.ErrNoListener) && !res.QueueExists:
+	case errors.Is(err, kill.ErrNoListener) && !res.QueueExists:
 		lines, err = []string{fmt.Sprintf("warning: queue %s does not exist and no consumer is listening; %s is remembered for consumers that start later",
 			res.Queue, res.Action)}, nil
-	case errors.Is(err, router.ErrNoListener):
+	case errors.Is(err, kill.ErrNoListener):
 		lines, err = []string{fmt.Sprintf("warning: no consumer of %s is listening; %s is remembered for consumers that start later",
 			res.Queue, res.Action)}, nil
 	case err != nil:
@@ -182,7 +182,7 @@ func report(out io.Writer, res router.Result, err error, f sendFlags) error {
 }
 
 // confirmations describes the answers to a command that someone heard.
-func confirmations(res router.Result, wait time.Duration) []string {
+func confirmations(res kill.Result, wait time.Duration) []string {
 	had := "the queue had " + plural(res.QueueConsumers, "consumer")
 	if res.QueueConsumers == 0 {
 		had = "the queue had no consumer to count them by: stopped ones have none; waited all of --wait"
@@ -207,7 +207,7 @@ func confirmations(res router.Result, wait time.Duration) []string {
 		if res.Refused == 0 && !res.Confirmed() {
 			line = fmt.Sprintf("warning: %s; the others may still be finishing their messages, run an earlier warren version, or not be warren's", line)
 		}
-		if res.Action == router.Delete {
+		if res.Action == kill.Delete {
 			line += "; they drain the queue, then delete it"
 		}
 		lines = append(lines, line)
@@ -232,9 +232,9 @@ func confirmations(res router.Result, wait time.Duration) []string {
 
 // printResult prints res as a JSON object, with the lines of the text report in "report", err
 // (which sets the exit code) in "error", and the exit code.
-func printResult(out io.Writer, res router.Result, lines []string, err error) error {
+func printResult(out io.Writer, res kill.Result, lines []string, err error) error {
 	if res.Answers == nil {
-		res.Answers = []router.Answer{}
+		res.Answers = []kill.Answer{}
 	}
 	why := ""
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -209,7 +210,7 @@ func TestKillNotConfirmedByEveryConsumerExits3(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("unconfirmed")
-	env.Remove([]string{router.KillStateQueue(queue, []byte("s3cret"))}, nil)
+	env.Remove([]string{kill.StateQueue(queue, []byte("s3cret"))}, nil)
 	startRouter(t, env, queue, "s3cret", nil)
 	stdout, stderr, code := runCode(t, env.URL, "kill", queue, "--wait", waitFor)
 	assert.Equal(t, 3, code)

@@ -14,6 +14,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -140,11 +141,11 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 				_ = sub.Close()
 			}
 			check("router.NewSubscriber", "router: SubscriberConfig.Connection.URL", err)
-			k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: raw}, PublishTimeout: limit}, nil)
+			k, err := kill.NewKiller(kill.Config{Connection: warren.Connection{URL: raw}, PublishTimeout: limit}, nil)
 			if err == nil {
-				err = k.Kill(context.Background(), "q", router.Stop)
+				err = k.Kill(context.Background(), "q", kill.Stop)
 			}
-			check("router.NewKiller", "router: KillerConfig.Connection.URL", err)
+			check("kill.NewKiller", "kill: Config.Connection.URL", err)
 			b, err := topology.NewBuilder(topology.Config{Timeout: limit}, nil)
 			require.NoError(t, err)
 			check("Builder.Apply", "topology: apply: Connection.URL", b.Apply(context.Background(), warren.Connection{URL: raw, ConnectTimeout: limit}, topology.Topology{}))

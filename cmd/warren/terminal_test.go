@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
-	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -135,7 +135,7 @@ func hostileKillAnswerIsShownEscaped(t *testing.T, url string) {
 	require.NoError(t, err)
 	go func() {
 		for d := range commands {
-			body, _ := json.Marshal(router.Answer{Queue: q, State: "refused", Consuming: true, Error: hostile})
+			body, _ := json.Marshal(kill.Answer{Queue: q, State: "refused", Consuming: true, Error: hostile})
 			_ = ch.PublishWithContext(context.Background(), "", d.ReplyTo, false, false, amqp.Publishing{CorrelationId: d.CorrelationId, Body: body})
 		}
 	}()
@@ -148,7 +148,7 @@ func hostileKillAnswerIsShownEscaped(t *testing.T, url string) {
 	stdout, stderr, code = runCode(t, env.URL, "resume", q, "--wait", waitFor, "--json")
 	assert.Equal(t, 3, code, stderr)
 	assertSafe(t, stdout+stderr, "resume --json")
-	var res router.Result
+	var res kill.Result
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
 	require.Len(t, res.Answers, 1)
 	assert.Equal(t, hostile, res.Answers[0].Error)

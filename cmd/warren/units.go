@@ -39,7 +39,7 @@ func human(d time.Duration) string {
 }
 
 // joinJSON is one JSON object with the fields of a and then those of b, each of which
-// marshals to an object: b adds fields to a type whose MarshalJSON (router.Result's, which
+// marshals to an object: b adds fields to a type whose MarshalJSON (kill.Result's, which
 // writes durations in milliseconds) embedding it would hide them from.
 func joinJSON(a, b any) (json.RawMessage, error) {
 	marshal := func(v any) ([]byte, error) {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
-	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -69,8 +69,8 @@ func TestStatusText(t *testing.T) {
 func TestJSONDurationsInMilliseconds(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	err := report(&out, router.Result{Queue: "q", Action: router.Stop, Heard: true, QueueConsumers: 1, Consumers: 1, Processes: 1,
-		Waited: 1500 * time.Microsecond, Answers: []router.Answer{{Queue: "q", State: "stopped", Consuming: true}}}, nil,
+	err := report(&out, kill.Result{Queue: "q", Action: kill.Stop, Heard: true, QueueConsumers: 1, Consumers: 1, Processes: 1,
+		Waited: 1500 * time.Microsecond, Answers: []kill.Answer{{Queue: "q", State: "stopped", Consuming: true}}}, nil,
 		sendFlags{wait: time.Second, asJSON: true})
 	require.NoError(t, err)
 	var res map[string]any
@@ -80,7 +80,7 @@ func TestJSONDurationsInMilliseconds(t *testing.T) {
 	assert.Equal(t, true, res["confirmed"])
 	assert.Equal(t, "q", res["queue"])
 	assert.Equal(t, 0.0, res["exit_code"])
-	var back router.Result
+	var back kill.Result
 	require.NoError(t, json.Unmarshal(out.Bytes(), &back))
 	assert.Equal(t, 1500*time.Microsecond, back.Waited)
 

@@ -23,6 +23,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 )
 
@@ -145,12 +146,12 @@ func demo(url string) error {
 	}
 	defer pub.Close()
 	// Force: at the clean start below, the queue may not exist yet.
-	killer, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: url}, Force: true}, watermill.NopLogger{})
+	killer, err := kill.NewKiller(kill.Config{Connection: warren.Connection{URL: url}, Force: true}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
 	// A clean start (nobody listens yet: the resume is remembered for the workers).
-	if err := killer.Resume(context.Background(), queue); err != nil && !errors.Is(err, router.ErrNoListener) {
+	if err := killer.Resume(context.Background(), queue); err != nil && !errors.Is(err, kill.ErrNoListener) {
 		return err
 	}
 
@@ -179,7 +180,7 @@ func demo(url string) error {
 	d.say("%d messages processed; sending one kill", d.processed)
 	d.mu.Unlock()
 	sent := time.Now()
-	if err := killer.Kill(context.Background(), queue, router.Stop); err != nil {
+	if err := killer.Kill(context.Background(), queue, kill.Stop); err != nil {
 		return err
 	}
 	d.wait(func() bool { return d.count("stopped") == 12 })
@@ -210,7 +211,7 @@ func demo(url string) error {
 	d.wait(func() bool { d.mu.Lock(); defer d.mu.Unlock(); return d.processed >= n })
 	d.say("resume: 16 consumers consume again; all %d messages processed", n)
 
-	if err := killer.Kill(context.Background(), queue, router.Delete); err != nil {
+	if err := killer.Kill(context.Background(), queue, kill.Delete); err != nil {
 		return err
 	}
 	d.wait(func() bool { return d.count("deleted") == 16 })

@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -115,14 +116,14 @@ func benchKill() {
 	})
 	defer func() { close(stop); pwg.Wait() }()
 
-	killer, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: *url}}, nil)
+	killer, err := kill.NewKiller(kill.Config{Connection: warren.Connection{URL: *url}}, nil)
 	must(err)
 	n := *killProcs * consumers
 	var lat []float64
 	for range *killRuns {
 		time.Sleep(200 * time.Millisecond) // messages flow
 		sent := time.Now()
-		must(killer.Kill(context.Background(), queue, router.Stop))
+		must(killer.Kill(context.Background(), queue, kill.Stop))
 		await(func() bool { return len(since("stopped", sent)) >= n })
 		last := sent
 		for _, t := range since("stopped", sent) {

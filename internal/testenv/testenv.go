@@ -25,6 +25,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -132,7 +133,7 @@ func (e *Env) Queue(what string) string {
 }
 
 // TrackQueue removes work queue q, its poison queue, kill exchange and kill state queue
-// (without a kill secret: with one, register router.KillStateQueue's name too) when the
+// (without a kill secret: with one, register kill.StateQueue's name too) when the
 // test ends.
 func (e *Env) TrackQueue(q string) string {
 	e.Remove(WorkQueueNames(q))
@@ -268,7 +269,7 @@ func DeleteAt(url string, queues, exchanges []string) error {
 // bindings: q, its poison queue, its kill exchange and its kill state queue (the name used
 // without a kill secret).
 func WorkQueueNames(q string) (queues, exchanges []string) {
-	return []string{q, topology.PoisonQueue(q), topology.KillStateQueue(q)}, []string{topology.KillExchange(q)}
+	return []string{q, topology.PoisonQueue(q), kill.StateQueue(q, nil)}, []string{topology.KillExchange(q)}
 }
 
 func deleteAll(conn *amqp.Connection, queues, exchanges []string) error {

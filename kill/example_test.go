@@ -1,4 +1,4 @@
-package router_test
+package kill_test
 
 import (
 	"context"
@@ -9,12 +9,14 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
 // Stop every consumer of a queue, in every process, and let them go on; then have them
-// drain the queue and delete it.
+// drain the queue and delete it. The consumers are a router's (router.Subscriber obeys the
+// kill topic); its OnKill hears what each does.
 func ExampleKiller() {
 	url := os.Getenv("WARREN_AMQP_URL")
 	if url == "" {
@@ -47,12 +49,12 @@ func ExampleKiller() {
 	<-r.Running()
 
 	// In another process, or with `warren kill`: a Killer reaches every consumer of the queue.
-	k, err := router.NewKiller(router.KillerConfig{Connection: warren.Connection{URL: url}}, nil)
+	k, err := kill.NewKiller(kill.Config{Connection: warren.Connection{URL: url}}, nil)
 	if err != nil {
 		panic(err)
 	}
 	// A consumer that is not listening yet (ErrNoListener) obeys the kill when it starts.
-	if err := k.Kill(ctx, queue, router.Stop); err != nil && !errors.Is(err, router.ErrNoListener) {
+	if err := k.Kill(ctx, queue, kill.Stop); err != nil && !errors.Is(err, kill.ErrNoListener) {
 		panic(err)
 	}
 	e := <-events
@@ -63,7 +65,7 @@ func ExampleKiller() {
 	e = <-events
 	fmt.Println(e.Queue, e.State)
 	// Delete: the consumers drain the queue, then delete it, its poison queue and kill exchange.
-	if err := k.Kill(ctx, queue, router.Delete); err != nil {
+	if err := k.Kill(ctx, queue, kill.Delete); err != nil {
 		panic(err)
 	}
 	for e := range events {

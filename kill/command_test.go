@@ -1,4 +1,4 @@
-package router
+package kill
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// verify accepts a command for this queue, correctly signed when there is a secret, dated
+// Verify accepts a command for this queue, correctly signed when there is a secret, dated
 // within maxAge behind and skew ahead of the consumer's clock, and refuses anything else.
 func TestCommandVerify(t *testing.T) {
 	secret := []byte("s3cret")
@@ -61,7 +61,7 @@ func TestCommandVerify(t *testing.T) {
 			if tc.maxAge < 0 {
 				age = 0
 			}
-			err := tc.cmd.verify(queue, key, now, age, skew)
+			err := tc.cmd.Verify(queue, key, now, age, skew)
 			if tc.wantErr == "" {
 				assert.NoError(t, err)
 				return
@@ -85,9 +85,9 @@ func TestCommandSignatureSurvivesJSON(t *testing.T) {
 	var got Command
 	require.NoError(t, json.Unmarshal(body, &got))
 	assert.Equal(t, cmd.Sig, got.Sig)
-	assert.NoError(t, got.verify("orders", secret, at, time.Minute, time.Second))
+	assert.NoError(t, got.Verify("orders", secret, at, time.Minute, time.Second))
 
 	got.At = got.At.UTC()
-	assert.NoError(t, got.verify("orders", secret, at, time.Minute, time.Second), "the signature covers the instant, not the zone")
-	assert.Error(t, got.verify("orders", []byte("other"), at, time.Minute, time.Second))
+	assert.NoError(t, got.Verify("orders", secret, at, time.Minute, time.Second), "the signature covers the instant, not the zone")
+	assert.Error(t, got.Verify("orders", []byte("other"), at, time.Minute, time.Second))
 }

@@ -1,0 +1,98 @@
+package kill
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/topology"
+)
+
+// StateQueue is the name of the durable queue that remembers the last kill command sent to
+// the consumers of work queue queue, for those that start later: queue+".kill.state"
+// without a secret. With a secret, the name carries an HMAC of the queue: RabbitMQ checks a
+// publish against the exchange only, so any user who may publish to the default exchange
+// (every warren application) can publish into a queue it can name, and read permission,
+// which consumers need, is enough to purge it. Nobody without the secret can name this one.
+func StateQueue(queue string, secret []byte) string {
+	name := topology.KillExchange(queue) + ".state"
+	if len(secret) > 0 {
+		m := hmac.New(sha256.New, secret)
+		fmt.Fprintf(m, "warren-kill-state\n%s", queue)
+		name += "." + hex.EncodeToString(m.Sum(nil))[:16]
+	}
+	return name
+}
+
+// LockQueue is the name of the queue whose exclusive consumer holds the kill state of work
+// queue queue while it reads or writes it (queue+".kill.lock"): Killers and consumers take
+// turns. It is auto-deleted; readers of the state need configure and read permissions on it.
+func LockQueue(queue string) string { return topology.KillExchange(queue) + ".lock" }
+
+// stateArgs declare the kill state queue: durable (quorum), and short. A Killer purges it
+// and publishes one command, but x-max-length 1 with reject-publish does not keep it to
+// one (measured on RabbitMQ 3.10.8 and 4.0.5: a quorum queue refuses a publish only once
+// it is over the limit, so two fit, and the messages a reader holds do not count): it only
+// bounds what can be slipped in. Consumers therefore read several messages and take the
+// newest. A refused command that is read is requeued, which counts as a delivery: the
+// limit is the largest that means "unlimited" both on RabbitMQ 3.10 (where -1 drops a
+// message after its first return) and 4.x.
+var stateArgs = amqp.Table{
+	amqp.QueueTypeArg:  amqp.QueueTypeQuorum,
+	"x-max-length":     int64(1),
+	"x-overflow":       "reject-publish",
+	"x-delivery-limit": int64(math.MaxInt32),
+}
+
+// ReadState returns the kill command remembered for the consumers of queue: the newest
+// valid command of its kill state queue (StateQueue, named with secret), and whether there
+// is one (none when the queue was never killed, or its state queue is gone). It reads under
+// the state's lock, as consumers and Killers do, and puts every command back as it found
+// it. A Resume command means the queue is not killed.
+func ReadState(ctx context.Context, conn *amqp.Connection, queue string, secret []byte) (Command, bool, error) {
+	name := StateQueue(queue, secret)
+	unlock, err := killstate.Lock(ctx, conn, LockQueue(queue))
+	if err != nil {
+		return Command{}, false, fmt.Errorf("kill: state of %s: %w", queue, err)
+	}
+	defer unlock()
+	var newest Command
+	found := false
+	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+		ds, err := killstate.Get(ctx, ch, name, killstate.ReadMax)
+		if len(ds) > 0 {
+			last := ds[len(ds)-1].DeliveryTag
+			defer func() { _ = ch.Nack(last, true, true) }()
+		}
+		if err != nil {
+			return err
+		}
+		for _, d := range ds {
+			var c Command
+			if json.Unmarshal(d.Body, &c) != nil ||
+				c.Verify(queue, secret, time.Now(), 0, time.Duration(math.MaxInt64)) != nil {
+				continue // consumers refuse it too
+			}
+			if !found || c.At.After(newest.At) {
+				newest, found = c, true
+			}
+		}
+		return nil
+	})
+	if amqpx.IsNotFound(err) {
+		return Command{}, false, nil
+	}
+	if err != nil {
+		return Command{}, false, fmt.Errorf("kill: state of %s: %w", queue, err)
+	}
+	return newest, found, nil
+}
