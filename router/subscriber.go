@@ -926,11 +926,10 @@ func (e *unreadableError) Error() string { return "the client cannot read its he
 func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Delivery, info warren.Delivery, cause error,
 	cs *channelState) {
 	s := sub.s
-	now := time.Now().UTC().Format(time.RFC3339Nano)
-	reason, text := warren.PoisonReasonUndecoded, "unmarshal: "+cause.Error()
+	reason, failure := warren.PoisonReasonUndecoded, fmt.Errorf("unmarshal: %w", cause)
 	var unreadable *unreadableError
 	if errors.As(cause, &unreadable) {
-		reason, text = warren.PoisonReasonUnreadable, cause.Error()
+		reason, failure = warren.PoisonReasonUnreadable, cause
 	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
@@ -938,29 +937,18 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 			headers[k] = v
 		}
 	}
-	for k, v := range map[string]string{
-		warren.PoisonErrorKey:      text,
-		warren.PoisonErrorTypeKey:  fmt.Sprintf("%T", cause),
-		warren.PoisonReasonKey:     reason,
-		warren.PoisonHandlerKey:    s.cfg.HandlerName,
-		warren.PoisonQueueKey:      sub.queue,
-		warren.PoisonExchangeKey:   info.Exchange,
-		warren.PoisonRoutingKeyKey: info.RoutingKey,
-		warren.PoisonAttemptsKey:   strconv.Itoa(1),
-		warren.PoisonFirstFailKey:  now,
-		warren.PoisonLastFailKey:   now,
-	} {
-		headers[k] = v
-	}
 	// Every property is kept but two (see warren.Marshaler): the user-id, which the broker
 	// refuses from another user, as a header; the expiration, which would expire the copy in
-	// the poison queue, as the poison header a replay restores it from.
+	// the poison queue, in the poison record, which a replay restores it from.
 	if _, ok := headers[warren.MetadataUserID]; !ok && d.UserId != "" {
 		headers[warren.MetadataUserID] = d.UserId
 	}
-	if d.Expiration != "" {
-		headers[warren.PoisonExpirationKey] = d.Expiration
-	}
+	now := time.Now()
+	warren.PoisonRecord{
+		Error: failure.Error(), ErrorType: warren.ErrorType(failure), Reason: reason, Handler: s.cfg.HandlerName,
+		Queue: sub.queue, Origin: &warren.Origin{Exchange: info.Exchange, RoutingKey: info.RoutingKey},
+		Attempts: 1, FirstFailure: now, LastFailure: now, TraceID: traceID(d.Headers), Expiration: d.Expiration,
+	}.EncodeTable(headers)
 	pub := amqp.Publishing{
 		Headers: headers, Body: d.Body, MessageId: d.MessageId, ContentType: d.ContentType,
 		ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent, Timestamp: d.Timestamp,
