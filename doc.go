@@ -132,12 +132,12 @@
 //
 // After the last attempt, or at once for a permanent error (warren.Permanent(err); a
 // payload handlers.JSON cannot decode is one), Poison publishes the message to Q.poison with
-// its body and headers and warren_poison_* headers that say why: the error, the reason, the
-// handler, the attempts, the first and last failure, the trace id, and the stack of a panic.
-// middleware.PoisonReason also explains the messages the broker dead-lettered there itself
-// (past the quorum delivery limit). A retry or poison copy that cannot be published is no
-// failure of the handler: the message goes back to its queue, after
-// router.Config.Subscriber.RequeueDelay (1s).
+// its body and headers and a poison record (PoisonRecord, warren_poison_* headers) that says
+// why: the error, the reason, the handler, the attempts, the first and last failure, the trace
+// id, and the stack of a panic. DecodePoisonRecord reads it, and also explains the messages the
+// broker dead-lettered there itself (past the quorum delivery limit). A retry or poison copy
+// that cannot be published is no failure of the handler: the message goes back to its queue,
+// after router.Config.Subscriber.RequeueDelay (1s).
 //
 // # Copies across processes
 //

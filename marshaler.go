@@ -5,18 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
-
-// watermillUUIDHeader is where watermill-amqp's DefaultMarshaler keeps the message UUID.
-// Marshaler reads it when a message has no AMQP message-id, so messages from plain
-// watermill-amqp publishers keep their UUID.
-const watermillUUIDHeader = "_watermill_message_uuid"
 
 // Marshaler converts between Watermill messages and AMQP publishings and deliveries.
 // It implements watermill-amqp's Marshaler, so it can be used in an amqp.Config too.
@@ -80,7 +73,7 @@ const watermillUUIDHeader = "_watermill_message_uuid"
 // without delay may expire in its work queue, and then reaches its poison queue as
 // dead-lettered by the broker). The DLX publisher carries it (and the priority) in a header
 // through the delay levels, where it would cut the wait short, and the poison middleware
-// keeps it in a poison header (middleware.PoisonExpirationKey) so that a poison copy never
+// keeps it in a poison header (PoisonExpirationKey) so that a poison copy never
 // expires; a replay restores the property.
 type Marshaler struct {
 	// NotPersistent publishes with the transient delivery mode. The default is persistent.
@@ -242,60 +235,6 @@ func DeliveryID(d amqp.Delivery) string {
 	}
 	return HeaderString(d.Headers[watermillUUIDHeader])
 }
-
-// IsBrokerHeader reports whether the header is one RabbitMQ maintains itself (dead-lettering
-// history, the quorum delivery count). Such headers are read but never published again.
-func IsBrokerHeader(name string) bool {
-	return name == "x-delivery-count" ||
-		strings.HasPrefix(name, "x-death") ||
-		strings.HasPrefix(name, "x-first-death-") ||
-		strings.HasPrefix(name, "x-last-death-")
-}
-
-// IsTransportHeader reports whether the header is one of warren's own routing headers
-// (delay digits and the delayed message's destination). They are set by the DLX publisher,
-// never taken from metadata, and dropped on unmarshal.
-func IsTransportHeader(name string) bool {
-	return strings.HasPrefix(name, TransportHeaderPrefix)
-}
-
-// Metadata keys of warren's delay API (dlx.MetadataDelay and dlx.MetadataDeliverAt).
-const (
-	MetadataDelay     = "warren_delay"      // a Go duration, relative to Publish
-	MetadataDeliverAt = "warren_deliver_at" // an RFC 3339 time
-)
-
-// IsDelayMetadata reports whether the metadata key asks a publisher to delay the message:
-// dlx's warren_delay and warren_deliver_at, and Watermill's components/delay keys. They are
-// instructions to a publisher, not part of a message: a delivered message has been delayed
-// already. Unmarshal drops them, so that a message forwarded as it was received goes at once,
-// and a foreign value (a garbage duration, a time in the year 2999) never makes the forward
-// fail.
-func IsDelayMetadata(key string) bool {
-	switch key {
-	case MetadataDelay, MetadataDeliverAt, delay.DelayedForKey, delay.DelayedUntilKey:
-		return true
-	}
-	return false
-}
-
-// TransportHeaderPrefix starts the names of warren's routing headers. The names deliberately
-// do not start with "x-": a headers exchange ignores binding arguments that do.
-const TransportHeaderPrefix = "warren-dlx-"
-
-// PublishIDHeader carries the id the DLX publisher gives each message of a Publish call. It is
-// the same on every copy of that publish (a re-send after a lost confirm, a redelivery after a
-// lost ack) and new on every other publish (a replay, a new message): warren's subscriber
-// recognises copies by it. A publish may ask for its id with MetadataPublishID: warren derives
-// the ids of retries and of a handler's outputs from the message they come from, so that
-// copies of a message make copies of its retry and outputs, which are recognised in turn. A
-// transport header: dropped on unmarshal, never published again.
-const PublishIDHeader = TransportHeaderPrefix + "id"
-
-// MetadataPublishID asks the DLX publisher for the message's PublishIDHeader (instead of a new
-// random one). It is an instruction to the publisher: consumed by Publish, never sent, and
-// dropped on unmarshal.
-const MetadataPublishID = "warren_publish_id"
 
 // HeaderString converts an AMQP header value to the string kept in metadata.
 func HeaderString(v any) string {

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -150,11 +149,11 @@ func get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 // so a handler that forwards what it received sends it at once and never fails on them.
 func TestUnmarshalDropsDelayInstructions(t *testing.T) {
 	msg, err := warren.Marshaler{}.Unmarshal(amqp.Delivery{MessageId: "m", Headers: amqp.Table{
-		dlx.MetadataDelay:     "garbage",
-		dlx.MetadataDeliverAt: "2001-01-01T00:00:00Z",
-		delay.DelayedUntilKey: "2999-01-01T00:00:00Z",
-		delay.DelayedForKey:   "1s",
-		"order":               "42",
+		warren.MetadataDelay:     "garbage",
+		warren.MetadataDeliverAt: "2001-01-01T00:00:00Z",
+		delay.DelayedUntilKey:    "2999-01-01T00:00:00Z",
+		delay.DelayedForKey:      "1s",
+		"order":                  "42",
 	}})
 	require.NoError(t, err)
 	assert.Equal(t, message.Metadata{"order": "42"}, msg.Metadata)

@@ -12,13 +12,6 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Metadata keys of warren's delay API. The publisher reads them and does not send them on,
-// so a message that is consumed and published again is not delayed a second time.
-const (
-	MetadataDelay     = warren.MetadataDelay     // a Go duration, relative to Publish
-	MetadataDeliverAt = warren.MetadataDeliverAt // an RFC 3339 time
-)
-
 // ErrInvalidDelay is wrapped by the error of a message whose delay metadata cannot be
 // planned: not a duration or time, negative, too far in the past, or above the maximum of the
 // delay levels.
@@ -27,14 +20,14 @@ var ErrInvalidDelay = errors.New("invalid delay")
 // Delay asks for msg to be delivered d after it is published. d is rounded up to the unit
 // of the delay levels: a message is never delivered early.
 func Delay(msg *message.Message, d time.Duration) {
-	msg.Metadata.Set(MetadataDelay, d.String())
-	delete(msg.Metadata, MetadataDeliverAt)
+	msg.Metadata.Set(warren.MetadataDelay, d.String())
+	delete(msg.Metadata, warren.MetadataDeliverAt)
 }
 
 // DeliverAt asks for msg to be delivered at t (rounded up to the unit of the delay levels).
 func DeliverAt(msg *message.Message, t time.Time) {
-	msg.Metadata.Set(MetadataDeliverAt, t.UTC().Format(time.RFC3339Nano))
-	delete(msg.Metadata, MetadataDelay)
+	msg.Metadata.Set(warren.MetadataDeliverAt, t.UTC().Format(time.RFC3339Nano))
+	delete(msg.Metadata, warren.MetadataDelay)
 }
 
 // due returns when msg is to be delivered, relative to now (the time Publish was called);
@@ -49,20 +42,20 @@ func DeliverAt(msg *message.Message, t time.Time) {
 // whose until has fully passed was delayed before and is now published again (a handler
 // forwarding what it received): it is sent at once.
 func due(msg *message.Message, now time.Time, tolerance time.Duration) (time.Time, error) {
-	if s := msg.Metadata.Get(MetadataDelay); s != "" {
+	if s := msg.Metadata.Get(warren.MetadataDelay); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("dlx: metadata %s %q is not a duration: %w", MetadataDelay, s, err)
+			return time.Time{}, fmt.Errorf("dlx: metadata %s %q is not a duration: %w", warren.MetadataDelay, s, err)
 		}
 		if d < 0 {
 			return time.Time{}, fmt.Errorf("dlx: delay %s is negative", d)
 		}
 		return now.Add(d), nil
 	}
-	if s := msg.Metadata.Get(MetadataDeliverAt); s != "" {
+	if s := msg.Metadata.Get(warren.MetadataDeliverAt); s != "" {
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return time.Time{}, fmt.Errorf("dlx: metadata %s %q is not an RFC 3339 time: %w", MetadataDeliverAt, s, err)
+			return time.Time{}, fmt.Errorf("dlx: metadata %s %q is not an RFC 3339 time: %w", warren.MetadataDeliverAt, s, err)
 		}
 		if t.Before(now.Add(-tolerance)) {
 			return time.Time{}, fmt.Errorf("dlx: delivery time %s is %s in the past (tolerance %s)", s, now.Sub(t).Round(time.Millisecond), tolerance)
@@ -110,5 +103,5 @@ func due(msg *message.Message, now time.Time, tolerance time.Duration) (time.Tim
 
 // sentMetadata reports whether a metadata key is sent on as a header.
 func sentMetadata(key string) bool {
-	return key != MetadataDelay && key != MetadataDeliverAt && key != warren.MetadataPublishID
+	return key != warren.MetadataDelay && key != warren.MetadataDeliverAt && key != warren.MetadataPublishID
 }

@@ -8,6 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
 )
 
 // due reads every delay metadata form: warren's own first, then Watermill's.
@@ -26,28 +28,28 @@ func TestDue(t *testing.T) {
 	}{
 		{name: "no delay", md: message.Metadata{"other": "x"}},
 
-		{name: "delay", md: message.Metadata{MetadataDelay: "1m30s"}, want: now.Add(90 * time.Second)},
-		{name: "delay zero", md: message.Metadata{MetadataDelay: "0s"}, want: now},
-		{name: "delay negative", md: message.Metadata{MetadataDelay: "-1s"}, wantErr: "delay -1s is negative"},
-		{name: "delay garbage", md: message.Metadata{MetadataDelay: "soon"}, wantErr: `metadata ` + MetadataDelay + ` "soon" is not a duration`},
+		{name: "delay", md: message.Metadata{warren.MetadataDelay: "1m30s"}, want: now.Add(90 * time.Second)},
+		{name: "delay zero", md: message.Metadata{warren.MetadataDelay: "0s"}, want: now},
+		{name: "delay negative", md: message.Metadata{warren.MetadataDelay: "-1s"}, wantErr: "delay -1s is negative"},
+		{name: "delay garbage", md: message.Metadata{warren.MetadataDelay: "soon"}, wantErr: `metadata ` + warren.MetadataDelay + ` "soon" is not a duration`},
 		{name: "delay before deliver-at and Watermill's", md: message.Metadata{
-			MetadataDelay: "2s", MetadataDeliverAt: nano(now.Add(time.Hour)),
+			warren.MetadataDelay: "2s", warren.MetadataDeliverAt: nano(now.Add(time.Hour)),
 			delay.DelayedForKey: "1h", delay.DelayedUntilKey: whole(now.Add(time.Hour)),
 		}, want: now.Add(2 * time.Second)},
 		{name: "delay garbage not rescued by deliver-at", md: message.Metadata{
-			MetadataDelay: "soon", MetadataDeliverAt: nano(now.Add(time.Hour)),
+			warren.MetadataDelay: "soon", warren.MetadataDeliverAt: nano(now.Add(time.Hour)),
 		}, wantErr: "is not a duration"},
 
-		{name: "deliver-at", md: message.Metadata{MetadataDeliverAt: nano(now.Add(1500 * time.Millisecond))}, want: now.Add(1500 * time.Millisecond)},
-		{name: "deliver-at whole seconds, other zone", md: message.Metadata{MetadataDeliverAt: "2024-05-06T09:08:30+02:00"}, want: time.Date(2024, 5, 6, 7, 8, 30, 0, time.UTC)},
+		{name: "deliver-at", md: message.Metadata{warren.MetadataDeliverAt: nano(now.Add(1500 * time.Millisecond))}, want: now.Add(1500 * time.Millisecond)},
+		{name: "deliver-at whole seconds, other zone", md: message.Metadata{warren.MetadataDeliverAt: "2024-05-06T09:08:30+02:00"}, want: time.Date(2024, 5, 6, 7, 8, 30, 0, time.UTC)},
 		{name: "deliver-at before Watermill's", md: message.Metadata{
-			MetadataDeliverAt: nano(now.Add(time.Minute)), delay.DelayedForKey: "1h", delay.DelayedUntilKey: whole(now.Add(time.Hour)),
+			warren.MetadataDeliverAt: nano(now.Add(time.Minute)), delay.DelayedForKey: "1h", delay.DelayedUntilKey: whole(now.Add(time.Hour)),
 		}, want: now.Add(time.Minute)},
-		{name: "deliver-at past within tolerance", md: message.Metadata{MetadataDeliverAt: nano(now.Add(-3 * time.Second))}, want: now.Add(-3 * time.Second)},
-		{name: "deliver-at past at tolerance", md: message.Metadata{MetadataDeliverAt: nano(now.Add(-tolerance))}, want: now.Add(-tolerance)},
-		{name: "deliver-at past beyond tolerance", md: message.Metadata{MetadataDeliverAt: nano(now.Add(-tolerance - time.Millisecond))}, wantErr: "is 5.001s in the past (tolerance 5s)"},
-		{name: "deliver-at garbage", md: message.Metadata{MetadataDeliverAt: "tomorrow"}, wantErr: `metadata ` + MetadataDeliverAt + ` "tomorrow" is not an RFC 3339 time`},
-		{name: "deliver-at not RFC 3339", md: message.Metadata{MetadataDeliverAt: now.Format(time.RFC1123)}, wantErr: "is not an RFC 3339 time"},
+		{name: "deliver-at past within tolerance", md: message.Metadata{warren.MetadataDeliverAt: nano(now.Add(-3 * time.Second))}, want: now.Add(-3 * time.Second)},
+		{name: "deliver-at past at tolerance", md: message.Metadata{warren.MetadataDeliverAt: nano(now.Add(-tolerance))}, want: now.Add(-tolerance)},
+		{name: "deliver-at past beyond tolerance", md: message.Metadata{warren.MetadataDeliverAt: nano(now.Add(-tolerance - time.Millisecond))}, wantErr: "is 5.001s in the past (tolerance 5s)"},
+		{name: "deliver-at garbage", md: message.Metadata{warren.MetadataDeliverAt: "tomorrow"}, wantErr: `metadata ` + warren.MetadataDeliverAt + ` "tomorrow" is not an RFC 3339 time`},
+		{name: "deliver-at not RFC 3339", md: message.Metadata{warren.MetadataDeliverAt: now.Format(time.RFC1123)}, wantErr: "is not an RFC 3339 time"},
 
 		{name: "watermill for", md: message.Metadata{delay.DelayedForKey: "30s"}, want: now.Add(30 * time.Second)},
 		{name: "watermill for garbage", md: message.Metadata{delay.DelayedForKey: "30"}, wantErr: `metadata ` + delay.DelayedForKey + ` "30" is not a duration`},
@@ -110,13 +112,13 @@ func TestDelayAndDeliverAtReadBackByDue(t *testing.T) {
 	assert.True(t, now.Add(1234567*time.Microsecond).Equal(got), "%s", got)
 
 	Delay(msg, 1500*time.Millisecond)
-	assert.NotContains(t, msg.Metadata, MetadataDeliverAt)
+	assert.NotContains(t, msg.Metadata, warren.MetadataDeliverAt)
 	got, err = due(msg, now, 0)
 	require.NoError(t, err)
 	assert.True(t, now.Add(1500*time.Millisecond).Equal(got), "%s", got)
 
 	DeliverAt(msg, now.Add(time.Minute))
-	assert.NotContains(t, msg.Metadata, MetadataDelay)
+	assert.NotContains(t, msg.Metadata, warren.MetadataDelay)
 	got, err = due(msg, now, 0)
 	require.NoError(t, err)
 	assert.True(t, now.Add(time.Minute).Equal(got), "%s", got)

@@ -95,7 +95,7 @@ func TestPermissionRecipeKeepsApplicationsOutOfTheDelayLevels(t *testing.T) {
 	}
 
 	require.NoError(t, publish(exchange, "order.created", nil), "the application publishes to its work exchange")
-	forged := amqp.Table{"x-death": testenv.ForgedXDeath, topology.HeaderDestQueue: queue}
+	forged := amqp.Table{"x-death": testenv.ForgedXDeath, warren.DestQueueHeader: queue}
 	err = publish("", d.LevelQueue(0, 1), forged)
 	refused(err)
 	t.Logf("straight into a level: %v", err)

@@ -528,8 +528,8 @@ func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
 		return err
 	}
 	if plan.Exchange != "" {
-		extra := amqp.Table{topology.HeaderDestQueue: route.RoutingKey, topology.HeaderDestExchange: route.Exchange,
-			topology.HeaderDue: int64(0)}
+		extra := amqp.Table{warren.DestQueueHeader: route.RoutingKey, warren.DestExchangeHeader: route.Exchange,
+			warren.DueHeader: int64(0)}
 		moved := amqp.Publishing{Headers: amqp.Table{}, Expiration: pub.Expiration, Priority: pub.Priority}
 		levelSafe(&moved)
 		for k, v := range moved.Headers {
@@ -659,12 +659,12 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 	for k, v := range plan.Headers {
 		pub.Headers[k] = v
 	}
-	pub.Headers[topology.HeaderDue] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
+	pub.Headers[warren.DueHeader] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
 	levelSafe(&pub)
 	if route.Exchange == "" {
-		pub.Headers[topology.HeaderDestQueue] = route.RoutingKey
+		pub.Headers[warren.DestQueueHeader] = route.RoutingKey
 	} else {
-		pub.Headers[topology.HeaderDestExchange] = route.Exchange
+		pub.Headers[warren.DestExchangeHeader] = route.Exchange
 	}
 	return plan.Exchange, key, pub, nil
 }
@@ -715,7 +715,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 // Parked returns how many delayed messages wait in the parking queue because their
 // destination did not exist when they arrived. The queue's name is
 // topology.Delay.ParkingQueue(); its messages keep their headers, including the
-// destination (topology.HeaderDestExchange or HeaderDestQueue).
+// destination (warren.DestExchangeHeader or warren.DestQueueHeader).
 func (p *Publisher) Parked(ctx context.Context) (int, error) {
 	var n int
 	err := amqpx.RetryLogged(ctx, p.cfg.Connection.ConnectTimeout, "dlx: count parked messages", p.logger, nil, func(ctx context.Context) error {

@@ -244,7 +244,7 @@ func TestParkingWhenDestinationDeleted(t *testing.T) {
 
 	parked := consume(t, env, p.Delay().ParkingQueue(), 1, 5*time.Second)
 	assert.Equal(t, msg.UUID, parked[0].msg.UUID)
-	assert.Equal(t, gone, parked[0].d.Headers[topology.HeaderDestQueue])
+	assert.Equal(t, gone, parked[0].d.Headers[warren.DestQueueHeader])
 	assert.Equal(t, "orphan", string(parked[0].msg.Payload))
 }
 
@@ -535,7 +535,7 @@ func withoutTimes(h amqp.Table) amqp.Table {
 		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
 		case k == warren.PublishIDHeader: // one per publish: replaced, never accumulated
 			out[k] = v != ""
-		case k == topology.HeaderDue: // when it is due: one per publish, replaced
+		case k == warren.DueHeader: // when it is due: one per publish, replaced
 			_, isTime := v.(int64)
 			out[k] = isTime
 		case strings.HasPrefix(k, "warren-dlx-p"):

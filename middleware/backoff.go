@@ -128,10 +128,10 @@ func (c BackoffConfig) Validate() error {
 // An attempt header that is not a number in 1..MaxAttempts (foreign or forged) counts as
 // attempt 1, and is logged.
 //
-// A retry keeps the body, headers and UUID, and records when the first attempt failed and
-// where the message was first published to (FirstFailureKey, OriginalExchangeKey,
-// OriginalRoutingKeyKey), for the poison queue, and the queue it retries in (RetryQueueKey):
-// warren's subscriber believes the attempt number only on a retry of the queue it consumes.
+// A retry keeps the body, headers and UUID, and records in its attempt bookkeeping (see
+// warren.AttemptRecord) when the first attempt failed and where the message was first
+// published to, for the poison queue, and the queue it retries in: warren's subscriber
+// believes the attempt number only on a retry of the queue it consumes.
 type Backoff struct {
 	cfg     BackoffConfig
 	logger  watermill.LoggerAdapter
@@ -204,12 +204,13 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 
 		retry := msg.Copy()
 		retry.SetContext(msg.Context())
-		retry.Metadata.Set(AttemptKey, strconv.Itoa(attempt+1))
-		retry.Metadata.Set(RetryQueueKey, queue)
+		bookkeeping := warren.DecodeAttemptRecord(retry.Metadata)
+		bookkeeping.Attempt, bookkeeping.RetryQueue = attempt+1, queue
+		bookkeeping.RecordFailure(msg.Context(), time.Now())
+		bookkeeping.Encode(retry.Metadata)
 		if id := DerivedPublishID(msg, "/"+strconv.Itoa(attempt+1)); id != "" {
 			retry.Metadata.Set(warren.MetadataPublishID, id) // copies of msg make copies of its retry
 		}
-		recordFirstFailure(retry, time.Now())
 		wait := b.Delay(attempt)
 		dlx.Delay(retry, wait)
 		span.SetAttributes(attribute.Int64("warren.retry.delay_ms", wait.Milliseconds()))
@@ -233,7 +234,7 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // logs it: a foreign or forged header must neither poison a message at its first failure nor
 // buy it more attempts.
 func (b *Backoff) boundAttempt(msg *message.Message) {
-	raw, ok := msg.Metadata[AttemptKey]
+	raw, ok := msg.Metadata[warren.AttemptKey]
 	if !ok {
 		return
 	}
@@ -241,9 +242,9 @@ func (b *Backoff) boundAttempt(msg *message.Message) {
 		return
 	}
 	b.logger.Info("Attempt header out of range, counted as attempt 1", watermill.LogFields{
-		"message_uuid": msg.UUID, AttemptKey: truncate(raw, 64), "max_attempts": b.cfg.MaxAttempts,
+		"message_uuid": msg.UUID, warren.AttemptKey: fmt.Sprintf("%.64s", raw), "max_attempts": b.cfg.MaxAttempts,
 	})
-	msg.Metadata.Set(AttemptKey, "1")
+	msg.Metadata.Set(warren.AttemptKey, "1")
 	msg.SetContext(context.WithValue(msg.Context(), attemptKey{}, 1))
 }
 
@@ -258,20 +259,6 @@ func DerivedPublishID(msg *message.Message, suffix string) string {
 	}
 	root, _, _ := strings.Cut(d.PublishID, "/")
 	return root + suffix
-}
-
-// recordFirstFailure sets, unless a previous attempt did, when the first attempt failed and
-// where the message was first published to.
-func recordFirstFailure(msg *message.Message, now time.Time) {
-	if msg.Metadata.Get(FirstFailureKey) == "" {
-		msg.Metadata.Set(FirstFailureKey, now.UTC().Format(time.RFC3339Nano))
-	}
-	if _, ok := msg.Metadata[OriginalExchangeKey]; !ok {
-		if d, ok := warren.DeliveryFrom(msg.Context()); ok {
-			msg.Metadata.Set(OriginalExchangeKey, d.Exchange)
-			msg.Metadata.Set(OriginalRoutingKeyKey, d.RoutingKey)
-		}
-	}
 }
 
 // ConsumedQueue returns the queue msg was consumed from: the one warren's subscriber

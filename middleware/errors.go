@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
-	"github.com/warrenmq/warren/internal/telemetry"
 )
 
 // PanicError is the error Recoverer makes of a panic. Its stack goes into the poison
@@ -19,10 +17,6 @@ type PanicError struct {
 
 // Error says what the handler panicked with.
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
-
-// errorType names the type of the innermost error of err's chain, as the poison header
-// says it: "*json.SyntaxError", "*middleware.PanicError".
-func errorType(err error) string { return telemetry.ErrorType(err) }
 
 // RequeueError is returned by Backoff and Poison for a message that goes back to its queue as
 // it is, neither retried later nor poisoned: its retry or poison copy could not be published

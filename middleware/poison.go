@@ -1,13 +1,9 @@
 package middleware
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -18,45 +14,6 @@ import (
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
-)
-
-// Headers a poison message gains, besides its own body and headers.
-const (
-	PoisonErrorKey      = "warren_poison_error"       // the error's text
-	PoisonErrorTypeKey  = "warren_poison_error_type"  // the Go type of the innermost error
-	PoisonReasonKey     = "warren_poison_reason"      // why it was given up: see PoisonReason*
-	PoisonHandlerKey    = "warren_poison_handler"     // the Watermill handler's name
-	PoisonQueueKey      = "warren_poison_queue"       // the queue it was consumed from
-	PoisonExchangeKey   = "warren_poison_exchange"    // where it was first published: exchange
-	PoisonRoutingKeyKey = "warren_poison_routing_key" // and routing key
-	PoisonAttemptsKey   = "warren_poison_attempts"    // how many attempts were made
-	PoisonFirstFailKey  = "warren_poison_first_failure"
-	PoisonLastFailKey   = "warren_poison_last_failure"
-	PoisonTraceIDKey    = "warren_poison_trace_id" // the trace the message belongs to
-	PoisonStackKey      = "warren_poison_stack"    // for a panic: the goroutine's stack
-	// PoisonExpirationKey keeps the message's expiration (warren.MetadataExpiration), which
-	// the poison copy does not carry as its property: it would expire in the poison queue. A
-	// replay (ops) restores the property.
-	PoisonExpirationKey = "warren_poison_expiration"
-)
-
-// Values of PoisonReasonKey.
-const (
-	PoisonReasonPermanent = "permanent error"
-	PoisonReasonExhausted = "attempts exhausted"
-	PoisonReasonUndecoded = "cannot be unmarshaled"
-	// PoisonReasonUnreadable: the client library could not read the message's headers (see
-	// amqp091-go's limits in the README); they are replaced by their description.
-	PoisonReasonUnreadable = "headers unreadable"
-)
-
-// PoisonHeaderPrefix starts the names of the Poison* headers.
-const PoisonHeaderPrefix = "warren_poison_"
-
-// Long texts are cut to keep the headers well below the broker's frame size.
-const (
-	maxErrorLen = 4 << 10
-	maxStackLen = 16 << 10
 )
 
 // PoisonConfig configures Poison.
@@ -97,8 +54,8 @@ func (c PoisonConfig) Validate() error {
 
 // Poison sends a message whose handler failed for good (the error Backoff gives up on, or
 // any error when there is no Backoff inside it) to the poison queue of the queue it was
-// consumed from, with its body and headers and the Poison* headers that say why, and then
-// acks it.
+// consumed from, with its body and headers and the poison record that says why (see
+// SetPoisonHeaders and warren.PoisonRecord), and then acks it.
 //
 // What is not the handler's failure is passed on as a *RequeueError, and the message goes
 // back to its queue: a RequeueError from inside (Backoff could not publish the retry), an
@@ -142,9 +99,9 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if queue == "" {
 			return nil, fmt.Errorf("no queue to poison from: %w", err)
 		}
-		reason := PoisonReasonExhausted
+		reason := warren.PoisonReasonExhausted
 		if warren.IsPermanent(err) {
-			reason = PoisonReasonPermanent
+			reason = warren.PoisonReasonPermanent
 		}
 		poison := msg.Copy()
 		poison.SetContext(msg.Context())
@@ -154,7 +111,7 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			perr = fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
 			if errors.Is(perr, dlx.ErrTooLarge) && warren.DeadLetter(msg.Context()) {
 				p.logger.Error("Message too large to poison: rejected into its queue's dead-letter path", perr, fields)
-				p.metrics.Poisoned(msg.Context(), queue, PoisonReasonRejected)
+				p.metrics.Poisoned(msg.Context(), queue, warren.PoisonReasonRejected)
 				return nil, perr
 			}
 			return nil, &RequeueError{Err: perr}
@@ -165,91 +122,28 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// SetPoisonHeaders adds the Poison* headers to msg, which failed with err on the queue
-// queue at now; msg's context gives the handler, the delivery and the trace. It also makes
-// sure the message is published at once, and moves its expiration to PoisonExpirationKey.
+// SetPoisonHeaders writes the poison record (see warren.PoisonRecord) of msg, which failed
+// with err on the queue queue at now, into its metadata; msg's context gives the handler, the
+// delivery and the trace. It records the failure in the attempt bookkeeping too (see
+// warren.AttemptRecord.RecordFailure), makes sure the message is published at once, and moves
+// its expiration into the record: a poison copy never expires.
 func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now time.Time) {
 	ctx := msg.Context()
-	recordFirstFailure(msg, now)
 	md := msg.Metadata
-	for k := range md {
-		if strings.HasPrefix(k, PoisonHeaderPrefix) { // of an earlier poisoning: replaced, never kept
-			delete(md, k)
-		}
-	}
-	if exp, ok := md[warren.MetadataExpiration]; ok { // a poison copy never expires
-		md.Set(PoisonExpirationKey, exp)
-		delete(md, warren.MetadataExpiration)
-	}
-	md.Set(PoisonErrorKey, truncate(err.Error(), maxErrorLen))
-	md.Set(PoisonErrorTypeKey, errorType(err))
-	md.Set(PoisonReasonKey, reason)
-	md.Set(PoisonHandlerKey, message.HandlerNameFromCtx(ctx))
-	md.Set(PoisonQueueKey, queue)
-	if _, known := md[OriginalExchangeKey]; known {
-		md.Set(PoisonExchangeKey, md.Get(OriginalExchangeKey))
-		md.Set(PoisonRoutingKeyKey, md.Get(OriginalRoutingKeyKey))
-	}
-	md.Set(PoisonAttemptsKey, strconv.Itoa(Attempt(msg)))
-	md.Set(PoisonFirstFailKey, md.Get(FirstFailureKey))
-	md.Set(PoisonLastFailKey, now.UTC().Format(time.RFC3339Nano))
-	if id := TraceID(msg); id != "" {
-		md.Set(PoisonTraceIDKey, id)
+	attempts := warren.DecodeAttemptRecord(md)
+	attempts.RecordFailure(ctx, now)
+	attempts.Encode(md)
+	record := warren.PoisonRecord{
+		Error: err.Error(), ErrorType: warren.ErrorType(err), Reason: reason,
+		Handler: message.HandlerNameFromCtx(ctx), Queue: queue, Origin: attempts.Origin,
+		Attempts: Attempt(msg), FirstFailure: attempts.FirstFailure, LastFailure: now,
+		TraceID: TraceID(msg), Expiration: md[warren.MetadataExpiration],
 	}
 	var pe *PanicError
 	if errors.As(err, &pe) {
-		md.Set(PoisonStackKey, truncate(pe.Stack, maxStackLen))
+		record.Stack = pe.Stack
 	}
+	delete(md, warren.MetadataExpiration)
+	record.Encode(md)
 	dlx.Delay(msg, 0) // not again after Watermill's delay metadata it may carry
-}
-
-// truncate cuts s to at most n bytes, and marks the cut with an ellipsis. The cut falls
-// between characters: a text cut inside a UTF-8 sequence would be invalid.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
-}
-
-// Reasons of messages the broker dead-lettered into a poison queue itself (see PoisonReason).
-const (
-	// PoisonReasonDeliveryLimit: a quorum work queue delivered the message as often as its
-	// delivery limit allows, and no consumer settled it (each one crashed, lost its connection
-	// or was stopped while it held the message).
-	PoisonReasonDeliveryLimit = "delivery limit reached"
-	// PoisonReasonRejected: a consumer rejected the message without requeueing it (warren does
-	// for a message too large to publish as a poison copy; see warren.DeadLetter).
-	PoisonReasonRejected = "rejected by its consumer"
-)
-
-// PoisonReason says why a message of a poison queue is there: the PoisonReasonKey header
-// warren wrote or, for a message the broker dead-lettered without warren's headers, the
-// reason of its latest dead-lettering (x-last-death-reason from RabbitMQ 3.13, else the newest
-// entry of x-death). It returns "" for a message that is neither.
-func PoisonReason(md message.Metadata) string {
-	if r := md.Get(PoisonReasonKey); r != "" {
-		return r
-	}
-	reason := md.Get("x-last-death-reason")
-	if reason == "" {
-		var deaths []struct {
-			Reason string `json:"reason"`
-		}
-		if json.Unmarshal([]byte(md.Get("x-death")), &deaths) == nil && len(deaths) > 0 {
-			reason = deaths[0].Reason // the broker keeps the newest first
-		}
-	}
-	switch reason {
-	case "":
-		return ""
-	case "delivery_limit":
-		return PoisonReasonDeliveryLimit
-	case "rejected":
-		return PoisonReasonRejected
-	}
-	return "dead-lettered by the broker: " + reason
 }

@@ -19,14 +19,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 )
 
 // poisonHeaders returns msg's headers named warren_poison_*.
 func poisonHeaders(msg *message.Message) map[string]string {
 	h := map[string]string{}
 	for k, v := range msg.Metadata {
-		if strings.HasPrefix(k, PoisonHeaderPrefix) {
+		if strings.HasPrefix(k, warren.PoisonHeaderPrefix) {
 			h[k] = v
 		}
 	}
@@ -49,33 +48,33 @@ func TestSetPoisonHeaders(t *testing.T) {
 	ctx = warren.WithDelivery(ctx, warren.Delivery{Queue: "orders.q", Exchange: "orders", RoutingKey: "order.created"})
 	msg := message.NewMessage("m1", []byte("{"))
 	msg.Metadata = message.Metadata{
-		"app": "kept", AttemptKey: "3",
-		delay.DelayedForKey: "1m0s", delay.DelayedUntilKey: "2024-05-06T07:09:09Z", dlx.MetadataDeliverAt: "2024-05-06T07:09:09Z",
+		"app": "kept", warren.AttemptKey: "3",
+		delay.DelayedForKey: "1m0s", delay.DelayedUntilKey: "2024-05-06T07:09:09Z", warren.MetadataDeliverAt: "2024-05-06T07:09:09Z",
 	}
 	msg.SetContext(ctx)
 
-	SetPoisonHeaders(msg, err, PoisonReasonPermanent, "orders.q", now)
+	SetPoisonHeaders(msg, err, warren.PoisonReasonPermanent, "orders.q", now)
 
 	at := "2024-05-06T07:08:09.123456789Z"
 	assert.Equal(t, map[string]string{
-		PoisonErrorKey:      "permanent: decode order: unexpected end of JSON input",
-		PoisonErrorTypeKey:  "*json.SyntaxError",
-		PoisonReasonKey:     PoisonReasonPermanent,
-		PoisonHandlerKey:    "", // no Watermill handler in the context (see TestSetPoisonHeadersNamesTheHandler)
-		PoisonQueueKey:      "orders.q",
-		PoisonExchangeKey:   "orders",
-		PoisonRoutingKeyKey: "order.created",
-		PoisonAttemptsKey:   "3",
-		PoisonFirstFailKey:  at,
-		PoisonLastFailKey:   at,
-		PoisonTraceIDKey:    "4bf92f3577b34da6a3ce929d0e0e4736",
+		warren.PoisonErrorKey:      "permanent: decode order: unexpected end of JSON input",
+		warren.PoisonErrorTypeKey:  "*json.SyntaxError",
+		warren.PoisonReasonKey:     warren.PoisonReasonPermanent,
+		warren.PoisonHandlerKey:    "", // no Watermill handler in the context (see TestSetPoisonHeadersNamesTheHandler)
+		warren.PoisonQueueKey:      "orders.q",
+		warren.PoisonExchangeKey:   "orders",
+		warren.PoisonRoutingKeyKey: "order.created",
+		warren.PoisonAttemptsKey:   "3",
+		warren.PoisonFirstFailKey:  at,
+		warren.PoisonLastFailKey:   at,
+		warren.PoisonTraceIDKey:    "4bf92f3577b34da6a3ce929d0e0e4736",
 	}, poisonHeaders(msg))
 	assert.Equal(t, "kept", msg.Metadata.Get("app"))
-	assert.Equal(t, at, msg.Metadata.Get(FirstFailureKey))
-	assert.Equal(t, "orders", msg.Metadata.Get(OriginalExchangeKey))
-	assert.Equal(t, "order.created", msg.Metadata.Get(OriginalRoutingKeyKey))
-	assert.Equal(t, "0s", msg.Metadata.Get(dlx.MetadataDelay), "published at once, whatever delay it carried")
-	assert.NotContains(t, msg.Metadata, dlx.MetadataDeliverAt)
+	assert.Equal(t, at, msg.Metadata.Get(warren.FirstFailureKey))
+	assert.Equal(t, "orders", msg.Metadata.Get(warren.OriginalExchangeKey))
+	assert.Equal(t, "order.created", msg.Metadata.Get(warren.OriginalRoutingKeyKey))
+	assert.Equal(t, "0s", msg.Metadata.Get(warren.MetadataDelay), "published at once, whatever delay it carried")
+	assert.NotContains(t, msg.Metadata, warren.MetadataDeliverAt)
 }
 
 // A message poisoned before (replayed from its poison queue and failed again) keeps none of
@@ -85,47 +84,47 @@ func TestSetPoisonHeadersReplacesEarlierOnes(t *testing.T) {
 	now := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
 	msg := message.NewMessage("m1", nil)
 	msg.Metadata = message.Metadata{
-		FirstFailureKey: "2024-01-01T00:00:00Z", OriginalExchangeKey: "orders", OriginalRoutingKeyKey: "order.created",
-		PoisonErrorKey: "panic: nil map", PoisonErrorTypeKey: "*middleware.PanicError", PoisonReasonKey: PoisonReasonExhausted,
-		PoisonHandlerKey: "old", PoisonQueueKey: "old.q", PoisonExchangeKey: "old-x", PoisonRoutingKeyKey: "old-key",
-		PoisonAttemptsKey: "5", PoisonFirstFailKey: "2023-01-01T00:00:00Z", PoisonLastFailKey: "2023-01-02T00:00:00Z",
-		PoisonTraceIDKey: "0af7651916cd43dd8448eb211c80319c", PoisonStackKey: "goroutine 1 [running]:",
+		warren.FirstFailureKey: "2024-01-01T00:00:00Z", warren.OriginalExchangeKey: "orders", warren.OriginalRoutingKeyKey: "order.created",
+		warren.PoisonErrorKey: "panic: nil map", warren.PoisonErrorTypeKey: "*middleware.PanicError", warren.PoisonReasonKey: warren.PoisonReasonExhausted,
+		warren.PoisonHandlerKey: "old", warren.PoisonQueueKey: "old.q", warren.PoisonExchangeKey: "old-x", warren.PoisonRoutingKeyKey: "old-key",
+		warren.PoisonAttemptsKey: "5", warren.PoisonFirstFailKey: "2023-01-01T00:00:00Z", warren.PoisonLastFailKey: "2023-01-02T00:00:00Z",
+		warren.PoisonTraceIDKey: "0af7651916cd43dd8448eb211c80319c", warren.PoisonStackKey: "goroutine 1 [running]:",
 		"warren_poison_from_a_later_version": "x",
 	}
 	// Replayed by hand from the poison queue, through the default exchange.
 	msg.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{Queue: "orders.q", RoutingKey: "orders.q"}))
 
-	SetPoisonHeaders(msg, errors.New("still failing"), PoisonReasonExhausted, "orders.q", now)
+	SetPoisonHeaders(msg, errors.New("still failing"), warren.PoisonReasonExhausted, "orders.q", now)
 
 	assert.Equal(t, map[string]string{
-		PoisonErrorKey:      "still failing",
-		PoisonErrorTypeKey:  "*errors.errorString",
-		PoisonReasonKey:     PoisonReasonExhausted,
-		PoisonHandlerKey:    "",
-		PoisonQueueKey:      "orders.q",
-		PoisonExchangeKey:   "orders",
-		PoisonRoutingKeyKey: "order.created",
-		PoisonAttemptsKey:   "1",
-		PoisonFirstFailKey:  "2024-01-01T00:00:00Z",
-		PoisonLastFailKey:   "2024-06-01T12:00:00Z",
+		warren.PoisonErrorKey:      "still failing",
+		warren.PoisonErrorTypeKey:  "*errors.errorString",
+		warren.PoisonReasonKey:     warren.PoisonReasonExhausted,
+		warren.PoisonHandlerKey:    "",
+		warren.PoisonQueueKey:      "orders.q",
+		warren.PoisonExchangeKey:   "orders",
+		warren.PoisonRoutingKeyKey: "order.created",
+		warren.PoisonAttemptsKey:   "1",
+		warren.PoisonFirstFailKey:  "2024-01-01T00:00:00Z",
+		warren.PoisonLastFailKey:   "2024-06-01T12:00:00Z",
 	}, poisonHeaders(msg))
-	assert.Equal(t, "2024-01-01T00:00:00Z", msg.Metadata.Get(FirstFailureKey))
+	assert.Equal(t, "2024-01-01T00:00:00Z", msg.Metadata.Get(warren.FirstFailureKey))
 }
 
 // Without a delivery in the context nor an original destination recorded, there is no
 // exchange header; the attempt comes from the context RetryCount set.
 func TestSetPoisonHeadersWithoutDelivery(t *testing.T) {
 	msg := message.NewMessage("m1", nil)
-	msg.Metadata.Set(AttemptKey, "9")
+	msg.Metadata.Set(warren.AttemptKey, "9")
 	msg.SetContext(context.WithValue(context.Background(), attemptKey{}, 2))
-	SetPoisonHeaders(msg, errors.New("boom"), PoisonReasonExhausted, "q", time.Unix(0, 0))
+	SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
 	h := poisonHeaders(msg)
-	assert.NotContains(t, h, PoisonExchangeKey)
-	assert.NotContains(t, h, PoisonRoutingKeyKey)
-	assert.NotContains(t, h, PoisonTraceIDKey)
-	assert.NotContains(t, h, PoisonStackKey)
-	assert.Equal(t, "2", h[PoisonAttemptsKey])
-	assert.Equal(t, "1970-01-01T00:00:00Z", h[PoisonFirstFailKey])
+	assert.NotContains(t, h, warren.PoisonExchangeKey)
+	assert.NotContains(t, h, warren.PoisonRoutingKeyKey)
+	assert.NotContains(t, h, warren.PoisonTraceIDKey)
+	assert.NotContains(t, h, warren.PoisonStackKey)
+	assert.Equal(t, "2", h[warren.PoisonAttemptsKey])
+	assert.Equal(t, "1970-01-01T00:00:00Z", h[warren.PoisonFirstFailKey])
 }
 
 // A panic's stack is kept, even when the error wraps the *PanicError.
@@ -133,34 +132,34 @@ func TestSetPoisonHeadersKeepsPanicStack(t *testing.T) {
 	stack := "goroutine 7 [running]:\nmain.handle(...)\n\t/app/main.go:42 +0x1d\n"
 	msg := message.NewMessage("m1", nil)
 	err := fmt.Errorf("attempt 3: %w", &PanicError{Value: "nil map", Stack: stack})
-	SetPoisonHeaders(msg, err, PoisonReasonExhausted, "q", time.Now())
-	assert.Equal(t, stack, msg.Metadata.Get(PoisonStackKey))
-	assert.Equal(t, "attempt 3: panic: nil map", msg.Metadata.Get(PoisonErrorKey))
-	assert.Equal(t, "*middleware.PanicError", msg.Metadata.Get(PoisonErrorTypeKey))
+	SetPoisonHeaders(msg, err, warren.PoisonReasonExhausted, "q", time.Now())
+	assert.Equal(t, stack, msg.Metadata.Get(warren.PoisonStackKey))
+	assert.Equal(t, "attempt 3: panic: nil map", msg.Metadata.Get(warren.PoisonErrorKey))
+	assert.Equal(t, "*middleware.PanicError", msg.Metadata.Get(warren.PoisonErrorTypeKey))
 }
 
 // Error texts and stacks too long for a header are cut, with an ellipsis, and stay valid
 // UTF-8; texts at the limit are kept whole.
 func TestSetPoisonHeadersCutsLongTexts(t *testing.T) {
-	long := strings.Repeat("x", maxErrorLen+100)
+	long := strings.Repeat("x", warren.MaxPoisonErrorLen+100)
 	msg := message.NewMessage("m1", nil)
-	SetPoisonHeaders(msg, errors.New(long), PoisonReasonExhausted, "q", time.Now())
-	assert.Equal(t, long[:maxErrorLen]+"…", msg.Metadata.Get(PoisonErrorKey))
+	SetPoisonHeaders(msg, errors.New(long), warren.PoisonReasonExhausted, "q", time.Now())
+	assert.Equal(t, long[:warren.MaxPoisonErrorLen]+"…", msg.Metadata.Get(warren.PoisonErrorKey))
 
-	atLimit := strings.Repeat("y", maxErrorLen)
-	SetPoisonHeaders(msg, errors.New(atLimit), PoisonReasonExhausted, "q", time.Now())
-	assert.Equal(t, atLimit, msg.Metadata.Get(PoisonErrorKey))
+	atLimit := strings.Repeat("y", warren.MaxPoisonErrorLen)
+	SetPoisonHeaders(msg, errors.New(atLimit), warren.PoisonReasonExhausted, "q", time.Now())
+	assert.Equal(t, atLimit, msg.Metadata.Get(warren.PoisonErrorKey))
 
-	stack := strings.Repeat("s", maxStackLen*2)
-	SetPoisonHeaders(msg, &PanicError{Value: 1, Stack: stack}, PoisonReasonExhausted, "q", time.Now())
-	assert.Equal(t, stack[:maxStackLen]+"…", msg.Metadata.Get(PoisonStackKey))
+	stack := strings.Repeat("s", warren.MaxPoisonStackLen*2)
+	SetPoisonHeaders(msg, &PanicError{Value: 1, Stack: stack}, warren.PoisonReasonExhausted, "q", time.Now())
+	assert.Equal(t, stack[:warren.MaxPoisonStackLen]+"…", msg.Metadata.Get(warren.PoisonStackKey))
 
 	// A cut that would fall inside a multi-byte character falls before it.
-	wide := "x" + strings.Repeat("é", maxErrorLen) // 'é' is 2 bytes: byte maxErrorLen is inside one
-	SetPoisonHeaders(msg, errors.New(wide), PoisonReasonExhausted, "q", time.Now())
-	got := msg.Metadata.Get(PoisonErrorKey)
+	wide := "x" + strings.Repeat("é", warren.MaxPoisonErrorLen) // 'é' is 2 bytes: byte warren.MaxPoisonErrorLen is inside one
+	SetPoisonHeaders(msg, errors.New(wide), warren.PoisonReasonExhausted, "q", time.Now())
+	got := msg.Metadata.Get(warren.PoisonErrorKey)
 	assert.True(t, utf8.ValidString(got), "invalid UTF-8 at the end: %q", got[len(got)-8:])
-	assert.True(t, got == wide[:maxErrorLen-1]+"…", "cut at %d bytes, want %d", len(got)-len("…"), maxErrorLen-1)
+	assert.True(t, got == wide[:warren.MaxPoisonErrorLen-1]+"…", "cut at %d bytes, want %d", len(got)-len("…"), warren.MaxPoisonErrorLen-1)
 }
 
 // The handler header names the Watermill handler that failed (the router puts its name in
@@ -172,7 +171,7 @@ func TestSetPoisonHeadersNamesTheHandler(t *testing.T) {
 	require.NoError(t, err)
 	got := make(chan message.Metadata, 1)
 	r.AddConsumerHandler("orders-handler", "orders", pubSub, func(msg *message.Message) error {
-		SetPoisonHeaders(msg, errors.New("boom"), PoisonReasonExhausted, "orders.q", time.Now())
+		SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "orders.q", time.Now())
 		got <- msg.Metadata
 		return nil
 	})
@@ -189,7 +188,7 @@ func TestSetPoisonHeadersNamesTheHandler(t *testing.T) {
 
 	select {
 	case md := <-got:
-		assert.Equal(t, "orders-handler", md.Get(PoisonHandlerKey))
+		assert.Equal(t, "orders-handler", md.Get(warren.PoisonHandlerKey))
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "the handler was not called")
 	}
@@ -204,10 +203,10 @@ func TestSetPoisonHeadersNamesTheHandler(t *testing.T) {
 func TestSetPoisonHeadersMovesTheExpiration(t *testing.T) {
 	msg := message.NewMessage("m1", nil)
 	msg.Metadata = message.Metadata{warren.MetadataExpiration: "60000", warren.MetadataPriority: "9",
-		warren.MetadataCorrelationID: "c", PoisonExpirationKey: "1"}
-	SetPoisonHeaders(msg, errors.New("boom"), PoisonReasonExhausted, "q", time.Unix(0, 0))
+		warren.MetadataCorrelationID: "c", warren.PoisonExpirationKey: "1"}
+	SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
 	assert.NotContains(t, msg.Metadata, warren.MetadataExpiration)
-	assert.Equal(t, "60000", msg.Metadata.Get(PoisonExpirationKey))
+	assert.Equal(t, "60000", msg.Metadata.Get(warren.PoisonExpirationKey))
 	assert.Equal(t, "9", msg.Metadata.Get(warren.MetadataPriority))
 	assert.Equal(t, "c", msg.Metadata.Get(warren.MetadataCorrelationID))
 	pub, err := warren.Marshaler{}.Marshal(msg)
@@ -215,7 +214,7 @@ func TestSetPoisonHeadersMovesTheExpiration(t *testing.T) {
 	assert.Empty(t, pub.Expiration)
 
 	msg = message.NewMessage("m2", nil)
-	msg.Metadata.Set(PoisonExpirationKey, "1")
-	SetPoisonHeaders(msg, errors.New("boom"), PoisonReasonExhausted, "q", time.Unix(0, 0))
-	assert.NotContains(t, msg.Metadata, PoisonExpirationKey)
+	msg.Metadata.Set(warren.PoisonExpirationKey, "1")
+	SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
+	assert.NotContains(t, msg.Metadata, warren.PoisonExpirationKey)
 }

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 )
 
 // Attributes of warren's own, next to the messaging semantic conventions.
@@ -151,12 +150,12 @@ func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error
 			semconv.MessagingMessageID(msg.UUID),
 			semconv.MessagingMessageBodySize(len(msg.Payload)),
 		}
-		if _, ok := msg.Metadata[AttemptKey]; ok {
+		if _, ok := msg.Metadata[warren.AttemptKey]; ok {
 			// From the metadata, not Attempt: a retry keeps the context, and so the attempt
 			// number, of the message it was copied from.
 			attrs = append(attrs, attemptAttr.Int(readAttempt(msg)))
 		}
-		if d, ok := msg.Metadata[dlx.MetadataDelay]; ok {
+		if d, ok := msg.Metadata[warren.MetadataDelay]; ok {
 			attrs = append(attrs, delayAttr.String(d))
 		}
 		ctx, span := p.t.tracer.Start(msg.Context(), "send "+topic,
@@ -198,7 +197,7 @@ func TraceID(msg *message.Message) string {
 func setError(span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
-	span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
+	span.SetAttributes(semconv.ErrorTypeKey.String(warren.ErrorType(err)))
 }
 
 // metadataCarrier is a propagation.TextMapCarrier over message metadata.

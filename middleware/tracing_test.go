@@ -80,7 +80,7 @@ func TestTracingPublisherStartsProducerSpan(t *testing.T) {
 
 	m1 := message.NewMessage("id-1", []byte("hello"))
 	m1.SetContext(ctx)
-	m1.Metadata.Set(middleware.AttemptKey, "2")
+	m1.Metadata.Set(warren.AttemptKey, "2")
 	dlx.Delay(m1, 1500*time.Millisecond)
 	m1.Metadata.Set("traceparent", "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01") // stale
 	m1.Metadata.Set("tracestate", "stale=1")
@@ -149,7 +149,7 @@ func TestTracingMiddlewareContinuesTrace(t *testing.T) {
 	for k, v := range pub.msgs[0].Metadata {
 		in.Metadata.Set(k, v)
 	}
-	in.Metadata.Set(middleware.AttemptKey, "3")
+	in.Metadata.Set(warren.AttemptKey, "3")
 	in.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{
 		Queue: "orders.q", Exchange: "orders", RoutingKey: "order.created",
 	}))
@@ -215,7 +215,7 @@ func TestTracingChainSharesTrace(t *testing.T) {
 	consume(func(msg *message.Message) ([]*message.Message, error) {
 		retry := msg.Copy() // carries the consumed traceparent
 		retry.SetContext(msg.Context())
-		retry.Metadata.Set(middleware.AttemptKey, "2")
+		retry.Metadata.Set(warren.AttemptKey, "2")
 		return nil, publisher.Publish("work", retry)
 	})
 	consume(func(*message.Message) ([]*message.Message, error) { return nil, nil })

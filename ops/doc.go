@@ -50,7 +50,7 @@
 // every attempt again), the broker's dead-lettering headers and delivery count, and warren's
 // transport headers. It gains warren_replays, the number of times it was replayed, and a new
 // publish id (warren's subscriber recognises copies of one publish by it). Its expiration,
-// which the poison copy kept in middleware.PoisonExpirationKey so as not to expire in the
+// which the poison copy kept in warren.PoisonExpirationKey so as not to expire in the
 // poison queue, is its property again; a user-id property (of a message the broker
 // dead-lettered itself) becomes the header warren.MetadataUserID, since the broker refuses
 // another user's id (see warren.Marshaler).

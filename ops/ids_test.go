@@ -12,7 +12,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -25,9 +24,9 @@ var longID = strings.Repeat("order-42/", 40)
 func poisonLong(t *testing.T, env *testenv.Env, queue, id string) {
 	t.Helper()
 	msg := message.NewMessage(id, []byte("long"))
-	msg.Metadata.Set(middleware.PoisonReasonKey, middleware.PoisonReasonPermanent)
-	msg.Metadata.Set(middleware.PoisonQueueKey, queue)
-	msg.Metadata.Set(middleware.PoisonHandlerKey, "charge")
+	msg.Metadata.Set(warren.PoisonReasonKey, warren.PoisonReasonPermanent)
+	msg.Metadata.Set(warren.PoisonQueueKey, queue)
+	msg.Metadata.Set(warren.PoisonHandlerKey, "charge")
 	p, err := warren.Marshaler{}.Marshal(msg)
 	require.NoError(t, err)
 	require.Empty(t, p.MessageId, "the id does not fit the message-id")

@@ -8,13 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/middleware"
-	"github.com/warrenmq/warren/topology"
 )
 
 // Message is a message of a poison or parking queue, as Poisoned and Parked read it.
@@ -24,10 +20,10 @@ type Message struct {
 	// ID is the message id (Watermill's UUID): the AMQP message-id, or the header that
 	// carries an id too long for it (see warren.DeliveryID).
 	ID string `json:"id"`
-	// Reason says why it is there: a middleware.PoisonReason* for a poison message;
+	// Reason says why it is there: a warren.PoisonReason* for a poison message;
 	// ParkedReasonGone or ParkedReasonUnroutable for a parked one.
 	Reason string `json:"reason"`
-	// Error, ErrorType and Handler: the failure, from the poison headers.
+	// Error, ErrorType and Handler: the failure, from the poison record (warren.PoisonRecord).
 	Error     string `json:"error,omitempty"`
 	ErrorType string `json:"error_type,omitempty"`
 	Handler   string `json:"handler,omitempty"`
@@ -70,30 +66,26 @@ func fromDelivery(pos int, d amqp.Delivery, queue string, withBody bool) Message
 	if withBody {
 		m.Body = d.Body
 	}
-	_, m.Unreadable = d.Headers[amqpx.UnreadableHeader]
+	_, m.Unreadable = d.Headers[warren.UnreadableHeader]
 	h := m.Headers
 	if queue == "" {
 		switch {
-		case h[topology.HeaderDestQueue] != "":
-			m.Destination, m.Reason = h[topology.HeaderDestQueue], ParkedReasonGone
-		case h[topology.HeaderDestExchange] != "":
-			m.Destination, m.Reason = "exchange "+h[topology.HeaderDestExchange], ParkedReasonGone
+		case h[warren.DestQueueHeader] != "":
+			m.Destination, m.Reason = h[warren.DestQueueHeader], ParkedReasonGone
+		case h[warren.DestExchangeHeader] != "":
+			m.Destination, m.Reason = "exchange "+h[warren.DestExchangeHeader], ParkedReasonGone
 		default:
 			m.Reason = ParkedReasonUnroutable
 		}
 		return m
 	}
-	md := message.Metadata(h)
-	m.Reason = middleware.PoisonReason(md)
-	m.Error, m.ErrorType, m.Handler = h[middleware.PoisonErrorKey], h[middleware.PoisonErrorTypeKey], h[middleware.PoisonHandlerKey]
+	record := warren.DecodePoisonRecord(h)
+	m.Reason, m.Error, m.ErrorType, m.Handler = record.Reason, record.Error, record.ErrorType, record.Handler
 	m.Destination = queue
-	m.Attempts, _ = strconv.Atoi(h[middleware.PoisonAttemptsKey])
-	m.FirstFailure, _ = time.Parse(time.RFC3339Nano, h[middleware.PoisonFirstFailKey])
-	m.LastFailure, _ = time.Parse(time.RFC3339Nano, h[middleware.PoisonLastFailKey])
-	m.TraceID = h[middleware.PoisonTraceIDKey]
+	m.Attempts, m.FirstFailure, m.LastFailure, m.TraceID = record.Attempts, record.FirstFailure, record.LastFailure, record.TraceID
 	m.Group = groupID(m.Handler, m.ErrorType, Normalize(m.Error))
 	if m.Reason == "" && m.Unreadable {
-		m.Reason = middleware.PoisonReasonUnreadable
+		m.Reason = warren.PoisonReasonUnreadable
 	}
 	return m
 }
@@ -208,10 +200,10 @@ func groupID(handler, errorType, normalized string) string {
 }
 
 // replayHeaders are the headers of the copy of d a replay publishes, and its expiration
-// property: d's headers without the bookkeeping of its deliveries (middleware.IsBookkeeping:
+// property: d's headers without the bookkeeping of its deliveries (warren.IsBookkeeping:
 // a replay is a new hop and starts a fresh round of attempts) or a delay instruction, with
-// warren_replays counted up. The expiration is d's, else the one the poison middleware kept
-// (middleware.PoisonExpirationKey), which goes back to the header warren.MetadataExpiration
+// warren.ReplaysKey counted up. The expiration is d's, else the one its poison record kept
+// (warren.PoisonRecord.Expiration), which goes back to the header warren.MetadataExpiration
 // if RabbitMQ would refuse it as the property. A user-id property (of a message the broker
 // dead-lettered) becomes the header warren.MetadataUserID: the broker refuses a publish with
 // another user's id.
@@ -219,16 +211,16 @@ func replayHeaders(d amqp.Delivery) (amqp.Table, string) {
 	h := d.Headers
 	out := make(amqp.Table, len(h)+2)
 	for k, v := range h {
-		if middleware.IsBookkeeping(k) || warren.IsDelayMetadata(k) {
+		if warren.IsBookkeeping(k) || warren.IsDelayMetadata(k) {
 			continue
 		}
 		out[k] = v
 	}
-	n, _ := strconv.Atoi(warren.HeaderString(h[ReplaysHeader]))
-	out[ReplaysHeader] = strconv.Itoa(n + 1)
+	n, _ := strconv.Atoi(warren.HeaderString(h[warren.ReplaysKey]))
+	out[warren.ReplaysKey] = strconv.Itoa(n + 1)
 	keepUserID(out, d)
 	expiration := d.Expiration
-	if kept := warren.HeaderString(h[middleware.PoisonExpirationKey]); expiration == "" && kept != "" {
+	if kept := warren.DecodePoisonTable(h).Expiration; expiration == "" && kept != "" {
 		if warren.ValidExpiration(kept) {
 			expiration = kept
 		} else {
@@ -245,6 +237,3 @@ func keepUserID(h amqp.Table, d amqp.Delivery) {
 		h[warren.MetadataUserID] = d.UserId
 	}
 }
-
-// ReplaysHeader counts how many times a message was replayed.
-const ReplaysHeader = "warren_replays"

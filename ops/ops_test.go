@@ -14,7 +14,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -52,22 +51,22 @@ func poisonMessage(i int, queue string) amqp.Publishing {
 		ContentType: "application/json",
 		Body:        []byte(fmt.Sprintf(`{"order":%d}`, i)),
 		Headers: amqp.Table{
-			middleware.PoisonErrorKey:     errs[i%3],
-			middleware.PoisonErrorTypeKey: "*errors.errorString",
-			middleware.PoisonReasonKey:    middleware.PoisonReasonExhausted,
-			middleware.PoisonHandlerKey:   "charge",
-			middleware.PoisonQueueKey:     queue,
-			middleware.PoisonAttemptsKey:  "4",
-			middleware.PoisonLastFailKey:  at.Format(time.RFC3339Nano),
-			middleware.PoisonFirstFailKey: at.Add(-time.Second).Format(time.RFC3339Nano),
-			middleware.AttemptKey:         "3",
+			warren.PoisonErrorKey:     errs[i%3],
+			warren.PoisonErrorTypeKey: "*errors.errorString",
+			warren.PoisonReasonKey:    warren.PoisonReasonExhausted,
+			warren.PoisonHandlerKey:   "charge",
+			warren.PoisonQueueKey:     queue,
+			warren.PoisonAttemptsKey:  "4",
+			warren.PoisonLastFailKey:  at.Format(time.RFC3339Nano),
+			warren.PoisonFirstFailKey: at.Add(-time.Second).Format(time.RFC3339Nano),
+			warren.AttemptKey:         "3",
 			// the rest of the bookkeeping a poison copy of a retried message carries
-			middleware.FirstFailureKey:       at.Add(-time.Second).Format(time.RFC3339Nano),
-			middleware.OriginalExchangeKey:   "orders",
-			middleware.OriginalRoutingKeyKey: "order.created",
-			middleware.RetryQueueKey:         queue,
-			"tenant":                         "t" + strconv.Itoa(i%2),
-			"nested":                         amqp.Table{"a": int32(i), "b": []any{"x", int64(i)}},
+			warren.FirstFailureKey:       at.Add(-time.Second).Format(time.RFC3339Nano),
+			warren.OriginalExchangeKey:   "orders",
+			warren.OriginalRoutingKeyKey: "order.created",
+			warren.RetryQueueKey:         queue,
+			"tenant":                     "t" + strconv.Itoa(i%2),
+			"nested":                     amqp.Table{"a": int32(i), "b": []any{"x", int64(i)}},
 		},
 	}
 }
@@ -124,7 +123,7 @@ func TestBrowseLeavesTheQueueAsItWas(t *testing.T) {
 		assert.Equal(t, q, m.Destination)
 		assert.Equal(t, "charge", m.Handler)
 		assert.Equal(t, 4, m.Attempts)
-		assert.Equal(t, middleware.PoisonReasonExhausted, m.Reason)
+		assert.Equal(t, warren.PoisonReasonExhausted, m.Reason)
 		assert.Nil(t, m.Body, "no bodies unless asked")
 	}
 	some, err := o.Poisoned(context.Background(), q, ops.Browse{
@@ -155,7 +154,7 @@ func TestGroup(t *testing.T) {
 	for i := range 7 {
 		m := poisonMessage(i, "q")
 		msgs = append(msgs, ops.Message{ID: m.MessageId, Handler: "charge", ErrorType: "*errors.errorString",
-			Error: m.Headers[middleware.PoisonErrorKey].(string)})
+			Error: m.Headers[warren.PoisonErrorKey].(string)})
 	}
 	groups := ops.Group(msgs)
 	require.Len(t, groups, 3)

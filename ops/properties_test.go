@@ -121,7 +121,7 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assertProperties(t, d, "")
-	assert.Equal(t, "3600000", d.Headers[middleware.PoisonExpirationKey])
+	assert.Equal(t, "3600000", d.Headers[warren.PoisonExpirationKey])
 	assert.NotContains(t, d.Headers, warren.MetadataExpiration)
 	for k := range propertyMetadata {
 		if k != warren.MetadataUserID && k != "tenant" {
@@ -146,7 +146,7 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 	assertProperties(t, d, "3600000")
 	assert.Equal(t, msg.UUID, d.MessageId)
 	for k := range d.Headers {
-		assert.False(t, strings.HasPrefix(k, middleware.PoisonHeaderPrefix), "poison header %s left", k)
+		assert.False(t, strings.HasPrefix(k, warren.PoisonHeaderPrefix), "poison header %s left", k)
 	}
 	back, err := warren.Marshaler{}.Unmarshal(d)
 	require.NoError(t, err)
@@ -163,7 +163,7 @@ func TestReplayKeepsWhatThePropertyCannotTake(t *testing.T) {
 	ch := env.Channel()
 	for i, exp := range []string{"abc", "600000"} {
 		p := poisonMessage(i, q)
-		p.Headers[middleware.PoisonExpirationKey] = exp
+		p.Headers[warren.PoisonExpirationKey] = exp
 		p.UserId = "guest" // as the broker keeps it on a message it dead-letters
 		require.NoError(t, ch.Publish("", topology.PoisonQueue(q), false, false, p))
 	}

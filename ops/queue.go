@@ -358,8 +358,8 @@ func routeOf(m Message, d amqp.Delivery, to string) (route, string) {
 		return route{}, "headers unreadable: it cannot be replayed as it was"
 	case to != "":
 		return route{key: to}, ""
-	case d.Headers[topology.HeaderDestExchange] != nil && m.Destination != "":
-		return route{exchange: warren.HeaderString(d.Headers[topology.HeaderDestExchange]), key: d.RoutingKey}, ""
+	case d.Headers[warren.DestExchangeHeader] != nil && m.Destination != "":
+		return route{exchange: warren.HeaderString(d.Headers[warren.DestExchangeHeader]), key: d.RoutingKey}, ""
 	case m.Destination != "":
 		if why := notDestination(m.Destination); why != "" {
 			return route{}, "queue " + m.Destination + " " + why
@@ -413,7 +413,7 @@ func identity(d amqp.Delivery) string {
 	fmt.Fprintf(h, "%q\x00%q\x00", d.MessageId, d.Body)
 	keys := slices.Sorted(maps.Keys(d.Headers))
 	for _, k := range keys {
-		if k != "x-delivery-count" {
+		if k != warren.XDeliveryCountHeader {
 			fmt.Fprintf(h, "%q=%q\x00", k, warren.HeaderString(d.Headers[k]))
 		}
 	}

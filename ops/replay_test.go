@@ -20,7 +20,6 @@ import (
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -76,7 +75,7 @@ func TestReplayGroup(t *testing.T) {
 		assert.Equal(t, want.Body, d.Body)
 		assert.Equal(t, want.ContentType, d.ContentType)
 		assert.Equal(t, uint8(amqp.Persistent), d.DeliveryMode)
-		assert.Equal(t, "1", d.Headers[ops.ReplaysHeader])
+		assert.Equal(t, "1", d.Headers[warren.ReplaysKey])
 		assert.Equal(t, want.Headers["nested"], d.Headers["nested"])
 		assert.Equal(t, want.Headers["tenant"], d.Headers["tenant"])
 		for k := range d.Headers {
@@ -84,7 +83,7 @@ func TestReplayGroup(t *testing.T) {
 		}
 		for k := range d.Headers { // a fresh round of attempts (the delivery's own: its publish id, its count in q)
 			own := k == warren.PublishIDHeader || k == "x-delivery-count"
-			assert.False(t, middleware.IsBookkeeping(k) && !own, "bookkeeping %s left", k)
+			assert.False(t, warren.IsBookkeeping(k) && !own, "bookkeeping %s left", k)
 		}
 		assert.NotEmpty(t, d.Headers[warren.PublishIDHeader], "a new publish id")
 	}
@@ -275,7 +274,7 @@ func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 	_, err := ch.QueueDeclare(delay.ParkingQueue(), true, false, false, false, nil)
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(ctx, "", delay.ParkingQueue(), true, false, amqp.Publishing{
-		MessageId: "to-poison", Headers: amqp.Table{topology.HeaderDestQueue: topology.PoisonQueue(q)}}))
+		MessageId: "to-poison", Headers: amqp.Table{warren.DestQueueHeader: topology.PoisonQueue(q)}}))
 	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
 	require.NoError(t, err)

@@ -17,7 +17,6 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
-	"github.com/warrenmq/warren/rpc"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -200,12 +199,12 @@ func TestReplyCarriesNoBookkeeping(t *testing.T) {
 	assert.Empty(t, bookkeeping(reply.Headers), "reply")
 
 	errReply := got["c-doomed"]
-	assert.Equal(t, "fails again", errReply.Headers[rpc.ErrorKey])
-	assert.Equal(t, middleware.PoisonReasonExhausted, errReply.Headers[middleware.PoisonReasonKey])
-	assert.Equal(t, "3", errReply.Headers[middleware.PoisonAttemptsKey])
+	assert.Equal(t, "fails again", errReply.Headers[warren.RPCErrorKey])
+	assert.Equal(t, warren.PoisonReasonExhausted, errReply.Headers[warren.PoisonReasonKey])
+	assert.Equal(t, "3", errReply.Headers[warren.PoisonAttemptsKey])
 	var record []string
 	for _, k := range bookkeeping(errReply.Headers) {
-		if !strings.HasPrefix(k, middleware.PoisonHeaderPrefix) {
+		if !strings.HasPrefix(k, warren.PoisonHeaderPrefix) {
 			record = append(record, k)
 		}
 	}
@@ -217,7 +216,7 @@ func TestReplyCarriesNoBookkeeping(t *testing.T) {
 func bookkeeping(h amqp.Table) []string {
 	var out []string
 	for k, v := range h {
-		if middleware.IsBookkeeping(k) && k != warren.PublishIDHeader && k != "x-delivery-count" {
+		if warren.IsBookkeeping(k) && k != warren.PublishIDHeader && k != "x-delivery-count" {
 			out = append(out, fmt.Sprintf("%s=%v", k, v))
 		}
 	}

@@ -117,17 +117,17 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	parked := "warren.delay.parked{warren.queue=" + delay.ParkingQueue() + "}"
 	want := map[string]float64{
 		// Publisher and retries (to the queue, through the default exchange); poison copies.
-		"messaging.client.sent.messages{" + send(queue) + "}":                                                                published + retried,
-		"messaging.client.sent.messages{" + send(poison) + "}":                                                               always,
-		"messaging.client.operation.duration{" + sendOp(queue) + "}":                                                         published + retried,
-		"messaging.client.operation.duration{" + sendOp(poison) + "}":                                                        always,
-		"messaging.client.consumed.messages{" + process + "}":                                                                handled,
-		"messaging.process.duration{" + process + "}":                                                                        handled - failed,
-		"messaging.process.duration{error.type=*errors.errorString," + process + "}":                                         failed,
-		"warren.retries.scheduled{warren.attempt=2,warren.queue=" + queue + "}":                                              once + always,
-		"warren.retries.scheduled{warren.attempt=3,warren.queue=" + queue + "}":                                              always,
-		"warren.messages.poisoned{warren.poison.reason=" + middleware.PoisonReasonExhausted + ",warren.queue=" + queue + "}": always,
-		"warren.delay.lateness{warren.queue=" + queue + "}":                                                                  retried + 1, // every retry is delayed
+		"messaging.client.sent.messages{" + send(queue) + "}":                                                            published + retried,
+		"messaging.client.sent.messages{" + send(poison) + "}":                                                           always,
+		"messaging.client.operation.duration{" + sendOp(queue) + "}":                                                     published + retried,
+		"messaging.client.operation.duration{" + sendOp(poison) + "}":                                                    always,
+		"messaging.client.consumed.messages{" + process + "}":                                                            handled,
+		"messaging.process.duration{" + process + "}":                                                                    handled - failed,
+		"messaging.process.duration{error.type=*errors.errorString," + process + "}":                                     failed,
+		"warren.retries.scheduled{warren.attempt=2,warren.queue=" + queue + "}":                                          once + always,
+		"warren.retries.scheduled{warren.attempt=3,warren.queue=" + queue + "}":                                          always,
+		"warren.messages.poisoned{warren.poison.reason=" + warren.PoisonReasonExhausted + ",warren.queue=" + queue + "}": always,
+		"warren.delay.lateness{warren.queue=" + queue + "}":                                                              retried + 1, // every retry is delayed
 		parked: 0,
 	}
 	require.Eventually(t, func() bool {

@@ -91,8 +91,8 @@ func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 	require.NoError(t, newPublisherFor(t, env).Publish(queue, message.NewMessage("m", []byte("x"))))
 	d := poisoned(t, env, queue, 10*time.Second)
 	assert.Equal(t, "m", d.MessageId)
-	assert.Equal(t, middleware.PoisonReasonPermanent, d.Headers[middleware.PoisonReasonKey])
-	assert.Contains(t, d.Headers[middleware.PoisonErrorKey], "NO_ROUTE")
+	assert.Equal(t, warren.PoisonReasonPermanent, d.Headers[warren.PoisonReasonKey])
+	assert.Contains(t, d.Headers[warren.PoisonErrorKey], "NO_ROUTE")
 	assert.Never(t, func() bool { return n.get("m") > 1 }, time.Second, 20*time.Millisecond, "the input came back")
 	assert.Equal(t, 1, n.get("m"), "handler calls")
 }
@@ -168,8 +168,8 @@ func TestForeignDelayMetadataIsNotADelay(t *testing.T) {
 	foreign := map[string]amqp.Table{
 		"until-2999":      {delay.DelayedUntilKey: "2999-01-01T00:00:00Z", delay.DelayedForKey: "1h"},
 		"garbage-for":     {delay.DelayedForKey: "soon"},
-		"garbage-delay":   {dlx.MetadataDelay: "a while"},
-		"deliver-at-past": {dlx.MetadataDeliverAt: "2001-09-09T01:46:40Z"},
+		"garbage-delay":   {warren.MetadataDelay: "a while"},
+		"deliver-at-past": {warren.MetadataDeliverAt: "2001-09-09T01:46:40Z"},
 	}
 	for id, h := range foreign {
 		publishRaw(t, env, "", queue, amqp.Publishing{MessageId: id, Headers: h})
@@ -247,7 +247,7 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 	msg, err := warren.Marshaler{}.Unmarshal(d)
 	require.NoError(t, err)
 	assert.Equal(t, "big", msg.UUID)
-	assert.Equal(t, middleware.PoisonReasonRejected, middleware.PoisonReason(msg.Metadata))
+	assert.Equal(t, warren.PoisonReasonRejected, warren.DecodePoisonRecord(msg.Metadata).Reason)
 	handledOnce := func(pred func(calls int) bool) bool { // pred holds for big and every small one
 		if !pred(n.get("big")) {
 			return false
@@ -375,7 +375,7 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	got := drain(t, env, queue)
 	require.Len(t, got, 1, "the message is back in its queue exactly once")
 	assert.Equal(t, "m", got[0].MessageId)
-	assert.NotContains(t, got[0].Headers, middleware.AttemptKey, "not a retry")
+	assert.NotContains(t, got[0].Headers, warren.AttemptKey, "not a retry")
 	assert.Zero(t, env.Messages(topology.PoisonQueue(queue)), "not poisoned")
 }
 
@@ -398,17 +398,17 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 		}))
 	start(t, r)
 	forged := amqp.Table{
-		middleware.AttemptKey:            "9223372036854775807",
-		middleware.OriginalExchangeKey:   "forged-exchange",
-		middleware.FirstFailureKey:       "1999-01-01T00:00:00Z",
-		middleware.PoisonStackKey:        "forged stack",
-		topology.HeaderDestExchange:      "forged-dest",
-		middleware.OriginalRoutingKeyKey: "forged-key",
+		warren.AttemptKey:            "9223372036854775807",
+		warren.OriginalExchangeKey:   "forged-exchange",
+		warren.FirstFailureKey:       "1999-01-01T00:00:00Z",
+		warren.PoisonStackKey:        "forged stack",
+		warren.DestExchangeHeader:    "forged-dest",
+		warren.OriginalRoutingKeyKey: "forged-key",
 	}
 	publishRaw(t, env, events, "order.created", amqp.Publishing{MessageId: "via-exchange", Headers: forged})
-	two := amqp.Table{middleware.AttemptKey: "2"}
+	two := amqp.Table{warren.AttemptKey: "2"}
 	publishRaw(t, env, events, "order.created", amqp.Publishing{MessageId: "two-via-exchange", Headers: two})
-	huge := amqp.Table{middleware.AttemptKey: "9223372036854775807"}
+	huge := amqp.Table{warren.AttemptKey: "9223372036854775807"}
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "huge-direct", Headers: huge})
 
 	poison := map[string]amqp.Delivery{}
@@ -420,13 +420,13 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 	}, 15*time.Second, 20*time.Millisecond)
 	for id, d := range poison {
 		assert.Equal(t, 3, n.get(id), "%s: every attempt, no more", id)
-		assert.Equal(t, "3", d.Headers[middleware.PoisonAttemptsKey], id)
-		assert.NotContains(t, d.Headers, middleware.PoisonStackKey, id)
-		assert.NotEqual(t, "1999-01-01T00:00:00Z", d.Headers[middleware.PoisonFirstFailKey], id)
+		assert.Equal(t, "3", d.Headers[warren.PoisonAttemptsKey], id)
+		assert.NotContains(t, d.Headers, warren.PoisonStackKey, id)
+		assert.NotEqual(t, "1999-01-01T00:00:00Z", d.Headers[warren.PoisonFirstFailKey], id)
 	}
 	d := poison["via-exchange"]
-	assert.Equal(t, events, d.Headers[middleware.PoisonExchangeKey])
-	assert.Equal(t, "order.created", d.Headers[middleware.PoisonRoutingKeyKey])
+	assert.Equal(t, events, d.Headers[warren.PoisonExchangeKey])
+	assert.Equal(t, "order.created", d.Headers[warren.PoisonRoutingKeyKey])
 	for k := range d.Headers { // (its own publish id is warren's)
 		assert.False(t, warren.IsTransportHeader(k) && k != warren.PublishIDHeader, "transport header %s copied", k)
 	}
@@ -460,8 +460,8 @@ func TestUnreadableHeadersArePoisonedAndTheQueueFlows(t *testing.T) {
 		return len(got) == len(hostile)
 	}, 10*time.Second, 20*time.Millisecond)
 	for _, d := range got {
-		assert.Equal(t, middleware.PoisonReasonUnreadable, d.Headers[middleware.PoisonReasonKey], string(d.Body))
-		assert.Contains(t, d.Headers[middleware.PoisonErrorKey], "cannot read its headers", string(d.Body))
+		assert.Equal(t, warren.PoisonReasonUnreadable, d.Headers[warren.PoisonReasonKey], string(d.Body))
+		assert.Contains(t, d.Headers[warren.PoisonErrorKey], "cannot read its headers", string(d.Body))
 		assert.Contains(t, hostile, string(d.Body), "body kept")
 	}
 	assert.Zero(t, n.get("hostile"))
@@ -487,7 +487,7 @@ func TestDeliveryLimitPoisonSaysWhy(t *testing.T) {
 	d := poisoned(t, env, queue, 5*time.Second)
 	msg, err := warren.Marshaler{}.Unmarshal(d)
 	require.NoError(t, err)
-	assert.Equal(t, middleware.PoisonReasonDeliveryLimit, middleware.PoisonReason(msg.Metadata))
+	assert.Equal(t, warren.PoisonReasonDeliveryLimit, warren.DecodePoisonRecord(msg.Metadata).Reason)
 }
 
 // A copy of a message that this subscriber acked already (the same publish: a publisher's

@@ -9,7 +9,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
 )
 
@@ -24,7 +23,7 @@ func TestUndecodablePoisonCopyKeepsProperties(t *testing.T) {
 
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"encoding": "rot13"}))
 	d := poisoned(t, env, queue, 10*time.Second)
-	assert.Equal(t, middleware.PoisonReasonUndecoded, d.Headers[middleware.PoisonReasonKey])
+	assert.Equal(t, warren.PoisonReasonUndecoded, d.Headers[warren.PoisonReasonKey])
 	assertPoisonCopyProperties(t, d)
 }
 
@@ -37,7 +36,7 @@ func TestUnreadablePoisonCopyKeepsProperties(t *testing.T) {
 	subscribe(t, env, queue, router.SubscriberConfig{HandlerName: "h"})
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"deep": testenv.NestedTable(33)}))
 	d := poisoned(t, env, queue, 10*time.Second)
-	assert.Equal(t, middleware.PoisonReasonUnreadable, d.Headers[middleware.PoisonReasonKey])
+	assert.Equal(t, warren.PoisonReasonUnreadable, d.Headers[warren.PoisonReasonKey])
 	assertPoisonCopyProperties(t, d)
 }
 
@@ -64,7 +63,7 @@ func assertPoisonCopyProperties(t *testing.T, d amqp.Delivery) {
 	assert.Equal(t, propertiesAt, d.Timestamp.UTC())
 	assert.Equal(t, uint8(3), d.Priority)
 	assert.Empty(t, d.Expiration)
-	assert.Equal(t, "600000", d.Headers[middleware.PoisonExpirationKey])
+	assert.Equal(t, "600000", d.Headers[warren.PoisonExpirationKey])
 	assert.Empty(t, d.UserId)
 	assert.Equal(t, "guest", d.Headers[warren.MetadataUserID])
 }

@@ -108,7 +108,7 @@ func (r *Router) directPublisher() (message.Publisher, error) {
 // given up. An error reply that cannot be published is logged; the request stays poisoned.
 // The error reply is a new message: its content is the request's poison record (what
 // rpc.RemoteError reads), and it carries none of the rest of the request's bookkeeping
-// (see middleware.IsBookkeeping).
+// (see warren.IsBookkeeping).
 type errorReplying struct {
 	r    *Router
 	next message.Publisher

@@ -388,21 +388,21 @@ func retryRoute(topic string) dlx.Route {
 
 // Publisher publishes through warren's DLX publisher (delays, confirms), traced, to the
 // destinations of Config.Publisher.Route. Like a handler's outputs, what it publishes carries
-// none of a delivery's bookkeeping (middleware.IsBookkeeping): a copy of a message being
+// none of a delivery's bookkeeping (warren.IsBookkeeping): a copy of a message being
 // handled starts at attempt 1 where it goes. Closing it does nothing: the router closes it.
 func (r *Router) Publisher() message.Publisher { return freshPublisher{r.pub} }
 
-// fresh returns m without bookkeeping (see middleware.IsBookkeeping), the same message when
+// fresh returns m without bookkeeping (see warren.IsBookkeeping), the same message when
 // it has none, else a copy of it (in its context): every message a handler sends on (its
 // outputs and replies, a copy of the message it got, what it publishes through Publisher)
 // is a new hop and starts at attempt 1, and the caller's m is left as it is (it may be the
 // message being handled, whose bookkeeping its retry needs).
 func fresh(m *message.Message) *message.Message {
 	for k := range m.Metadata {
-		if middleware.IsBookkeeping(k) {
+		if warren.IsBookkeeping(k) {
 			c := m.Copy()
 			c.SetContext(m.Context())
-			middleware.StripBookkeeping(c.Metadata)
+			warren.StripBookkeeping(c.Metadata)
 			return c
 		}
 	}

@@ -191,21 +191,21 @@ func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
 	assert.Equal(t, msg.UUID, d.MessageId)
 	assert.Equal(t, `{"id":"o-1"}`, string(d.Body))
 	assert.Equal(t, "acme", h["tenant"], "the message's own headers are kept")
-	assert.Equal(t, "charging card: order o-1 is not payable", h[middleware.PoisonErrorKey])
-	assert.Equal(t, "*router_test.orderError", h[middleware.PoisonErrorTypeKey])
-	assert.Equal(t, middleware.PoisonReasonExhausted, h[middleware.PoisonReasonKey])
-	assert.Equal(t, "pay", h[middleware.PoisonHandlerKey])
-	assert.Equal(t, queue, h[middleware.PoisonQueueKey])
-	assert.Equal(t, events, h[middleware.PoisonExchangeKey])
-	assert.Equal(t, "order.created", h[middleware.PoisonRoutingKeyKey])
-	assert.Equal(t, "4", h[middleware.PoisonAttemptsKey])
-	first, err := time.Parse(time.RFC3339Nano, h[middleware.PoisonFirstFailKey].(string))
+	assert.Equal(t, "charging card: order o-1 is not payable", h[warren.PoisonErrorKey])
+	assert.Equal(t, "*router_test.orderError", h[warren.PoisonErrorTypeKey])
+	assert.Equal(t, warren.PoisonReasonExhausted, h[warren.PoisonReasonKey])
+	assert.Equal(t, "pay", h[warren.PoisonHandlerKey])
+	assert.Equal(t, queue, h[warren.PoisonQueueKey])
+	assert.Equal(t, events, h[warren.PoisonExchangeKey])
+	assert.Equal(t, "order.created", h[warren.PoisonRoutingKeyKey])
+	assert.Equal(t, "4", h[warren.PoisonAttemptsKey])
+	first, err := time.Parse(time.RFC3339Nano, h[warren.PoisonFirstFailKey].(string))
 	require.NoError(t, err)
-	last, err := time.Parse(time.RFC3339Nano, h[middleware.PoisonLastFailKey].(string))
+	last, err := time.Parse(time.RFC3339Nano, h[warren.PoisonLastFailKey].(string))
 	require.NoError(t, err)
 	assert.WithinDuration(t, got[0].at, first, 100*time.Millisecond)
 	assert.WithinDuration(t, got[3].at, last, 100*time.Millisecond)
-	assert.Equal(t, root.SpanContext().TraceID().String(), h[middleware.PoisonTraceIDKey])
+	assert.Equal(t, root.SpanContext().TraceID().String(), h[warren.PoisonTraceIDKey])
 
 	// One trace: the root, 1 publish, 4 processings, 3 retry publishes, 1 poison publish.
 	require.NoError(t, tp.ForceFlush(context.Background()))
@@ -300,10 +300,10 @@ func TestPanicIsRetriedThenPoisoned(t *testing.T) {
 
 	d := poisoned(t, env, queue, 10*time.Second)
 	assert.EqualValues(t, 2, calls.Load())
-	assert.Equal(t, "*middleware.PanicError", d.Headers[middleware.PoisonErrorTypeKey])
-	assert.Contains(t, d.Headers[middleware.PoisonErrorKey], "assignment to entry in nil map")
-	assert.Contains(t, d.Headers[middleware.PoisonStackKey], "router_test.TestPanicIsRetriedThenPoisoned")
-	assert.Equal(t, "2", d.Headers[middleware.PoisonAttemptsKey])
+	assert.Equal(t, "*middleware.PanicError", d.Headers[warren.PoisonErrorTypeKey])
+	assert.Contains(t, d.Headers[warren.PoisonErrorKey], "assignment to entry in nil map")
+	assert.Contains(t, d.Headers[warren.PoisonStackKey], "router_test.TestPanicIsRetriedThenPoisoned")
+	assert.Equal(t, "2", d.Headers[warren.PoisonAttemptsKey])
 }
 
 type payment struct {
@@ -325,9 +325,9 @@ func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
 	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{"amount":`))))
 
 	d := poisoned(t, env, queue, 10*time.Second)
-	assert.Equal(t, middleware.PoisonReasonPermanent, d.Headers[middleware.PoisonReasonKey])
-	assert.Equal(t, "1", d.Headers[middleware.PoisonAttemptsKey])
-	assert.Equal(t, "*json.SyntaxError", d.Headers[middleware.PoisonErrorTypeKey])
+	assert.Equal(t, warren.PoisonReasonPermanent, d.Headers[warren.PoisonReasonKey])
+	assert.Equal(t, "1", d.Headers[warren.PoisonAttemptsKey])
+	assert.Equal(t, "*json.SyntaxError", d.Headers[warren.PoisonErrorTypeKey])
 	assert.Zero(t, decoded.Load())
 	assert.Zero(t, env.Messages(queue), "no retry is waiting")
 }
@@ -481,9 +481,9 @@ func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
 	}
 	d := poisoned(t, env, queue, 5*time.Second)
 	assert.Equal(t, "bad", d.MessageId)
-	assert.Equal(t, middleware.PoisonReasonUndecoded, d.Headers[middleware.PoisonReasonKey])
-	assert.Equal(t, "unmarshal: unknown encoding rot13", d.Headers[middleware.PoisonErrorKey])
-	assert.Equal(t, "picky", d.Headers[middleware.PoisonHandlerKey])
+	assert.Equal(t, warren.PoisonReasonUndecoded, d.Headers[warren.PoisonReasonKey])
+	assert.Equal(t, "unmarshal: unknown encoding rot13", d.Headers[warren.PoisonErrorKey])
+	assert.Equal(t, "picky", d.Headers[warren.PoisonHandlerKey])
 	assert.Equal(t, "x", string(d.Body))
 }
 

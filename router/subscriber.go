@@ -22,7 +22,6 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/telemetry"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -168,10 +167,10 @@ func (c SubscriberConfig) Validate() error {
 // store the processes share: see Config.CopyStore.
 //
 // A message is handed out with warren.Delivery and warren.DeadLetter in its context. warren's
-// bookkeeping headers (see middleware.IsBookkeeping) are believed only where warren put them:
-// the attempt bookkeeping (middleware.IsAttemptBookkeeping) only on a retry of this queue,
+// bookkeeping headers (see warren.IsBookkeeping) are believed only where warren put them:
+// the attempt bookkeeping (warren.IsAttemptBookkeeping) only on a retry of this queue,
 // that is a message that came straight to the queue through the default exchange, or through
-// the delay levels addressed to the queue, and whose middleware.RetryQueueKey names the queue
+// the delay levels addressed to the queue, and whose warren.RetryQueueKey names the queue
 // (Backoff sets it on every retry); the poison record only on a message that came straight to
 // the queue (a poison queue's consumer reads it). On any other message they are dropped, so
 // that a copy forwarded from another queue (by any publisher), or a foreign or forged attempt
@@ -877,10 +876,10 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id stri
 	info := warren.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
 	info.PublishID = id
 	if viaDelay { // its destination: an exchange, or the queue through the default exchange
-		info.Exchange, _ = d.Headers[topology.HeaderDestExchange].(string)
+		info.Exchange, _ = d.Headers[warren.DestExchangeHeader].(string)
 	}
 	var err error
-	if why, unreadable := d.Headers[amqpx.UnreadableHeader].(string); unreadable {
+	if why, unreadable := d.Headers[warren.UnreadableHeader].(string); unreadable {
 		err = &unreadableError{why}
 	} else {
 		msg, err = sub.s.cfg.Marshaler.Unmarshal(d)
@@ -891,11 +890,11 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id stri
 	}
 	// warren's bookkeeping is believed only where warren put it: see Subscriber.
 	direct := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
-		(viaDelay && d.Headers[topology.HeaderDestQueue] == sub.queue)
-	retry := direct && msg.Metadata.Get(middleware.RetryQueueKey) == sub.queue
+		(viaDelay && d.Headers[warren.DestQueueHeader] == sub.queue)
+	retry := direct && msg.Metadata.Get(warren.RetryQueueKey) == sub.queue
 	for k := range msg.Metadata {
-		if k == wamqp.MetadataRedeliveredKey || !retry && middleware.IsAttemptBookkeeping(k) ||
-			!direct && strings.HasPrefix(k, middleware.PoisonHeaderPrefix) {
+		if k == warren.MetadataRedelivered || !retry && warren.IsAttemptBookkeeping(k) ||
+			!direct && warren.IsPoisonBookkeeping(k) {
 			delete(msg.Metadata, k)
 		}
 	}
@@ -903,15 +902,15 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id stri
 	ctx, done := context.WithCancel(warren.WithDeadLetter(warren.WithDelivery(cs.hardStop, info), deadLetter))
 	msg.SetContext(ctx)
 	if d.Redelivered {
-		msg.Metadata.Set(wamqp.MetadataRedeliveredKey, "true")
+		msg.Metadata.Set(warren.MetadataRedelivered, "true")
 	}
 	return msg, done, deadLetter
 }
 
 // recordLateness records how late a delivery that came through the delay levels arrived
-// after the time it was due (topology.HeaderDue).
+// after the time it was due (warren.DueHeader).
 func (sub *subscription) recordLateness(d amqp.Delivery) {
-	if due, ok := d.Headers[topology.HeaderDue].(int64); ok && strings.HasPrefix(d.Exchange, sub.s.viaDelay) {
+	if due, ok := d.Headers[warren.DueHeader].(int64); ok && strings.HasPrefix(d.Exchange, sub.s.viaDelay) {
 		sub.s.metrics.Late(context.Background(), sub.lateness, time.UnixMicro(due), time.Now())
 	}
 }
@@ -927,41 +926,29 @@ func (e *unreadableError) Error() string { return "the client cannot read its he
 func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Delivery, info warren.Delivery, cause error,
 	cs *channelState) {
 	s := sub.s
-	now := time.Now().UTC().Format(time.RFC3339Nano)
-	reason, text := middleware.PoisonReasonUndecoded, "unmarshal: "+cause.Error()
+	reason, failure := warren.PoisonReasonUndecoded, fmt.Errorf("unmarshal: %w", cause)
 	var unreadable *unreadableError
 	if errors.As(cause, &unreadable) {
-		reason, text = middleware.PoisonReasonUnreadable, cause.Error()
+		reason, failure = warren.PoisonReasonUnreadable, cause
 	}
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
-		if !middleware.IsBookkeeping(k) {
+		if !warren.IsBookkeeping(k) {
 			headers[k] = v
 		}
 	}
-	for k, v := range map[string]string{
-		middleware.PoisonErrorKey:      text,
-		middleware.PoisonErrorTypeKey:  fmt.Sprintf("%T", cause),
-		middleware.PoisonReasonKey:     reason,
-		middleware.PoisonHandlerKey:    s.cfg.HandlerName,
-		middleware.PoisonQueueKey:      sub.queue,
-		middleware.PoisonExchangeKey:   info.Exchange,
-		middleware.PoisonRoutingKeyKey: info.RoutingKey,
-		middleware.PoisonAttemptsKey:   strconv.Itoa(1),
-		middleware.PoisonFirstFailKey:  now,
-		middleware.PoisonLastFailKey:   now,
-	} {
-		headers[k] = v
-	}
 	// Every property is kept but two (see warren.Marshaler): the user-id, which the broker
 	// refuses from another user, as a header; the expiration, which would expire the copy in
-	// the poison queue, as the poison header a replay restores it from.
+	// the poison queue, in the poison record, which a replay restores it from.
 	if _, ok := headers[warren.MetadataUserID]; !ok && d.UserId != "" {
 		headers[warren.MetadataUserID] = d.UserId
 	}
-	if d.Expiration != "" {
-		headers[middleware.PoisonExpirationKey] = d.Expiration
-	}
+	now := time.Now()
+	warren.PoisonRecord{
+		Error: failure.Error(), ErrorType: warren.ErrorType(failure), Reason: reason, Handler: s.cfg.HandlerName,
+		Queue: sub.queue, Origin: &warren.Origin{Exchange: info.Exchange, RoutingKey: info.RoutingKey},
+		Attempts: 1, FirstFailure: now, LastFailure: now, TraceID: traceID(d.Headers), Expiration: d.Expiration,
+	}.EncodeTable(headers)
 	pub := amqp.Publishing{
 		Headers: headers, Body: d.Body, MessageId: d.MessageId, ContentType: d.ContentType,
 		ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent, Timestamp: d.Timestamp,
@@ -971,7 +958,7 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 	if size, err := amqpx.HeaderFrameSize(pub); err != nil || size > amqpx.MaxHeaderFrame {
 		s.logger.Error("Undecodable message too large to poison: rejected into its queue's dead-letter path", cause, fields)
 		cs.acks.settle(d.DeliveryTag, reject)
-		s.metrics.Poisoned(context.Background(), sub.queue, middleware.PoisonReasonRejected)
+		s.metrics.Poisoned(context.Background(), sub.queue, warren.PoisonReasonRejected)
 		return
 	}
 	if err := sub.publishPoison(conn, pub); err != nil {

@@ -3,19 +3,13 @@ package rpc
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/middleware"
 )
-
-// ErrorKey marks an error reply: its value is the error text of the request's failure. The
-// error reply also carries the request's poison headers (middleware.PoisonReasonKey, ...).
-const ErrorKey = "warren_rpc_error"
 
 // IsDirectReplyTo reports whether replyTo is an address of RabbitMQ's direct reply-to.
 func IsDirectReplyTo(replyTo string) bool {
@@ -27,7 +21,7 @@ func IsDirectReplyTo(replyTo string) bool {
 type RemoteError struct {
 	// Err is the text of the request's last error.
 	Err string
-	// Reason is why the request was poisoned (middleware.PoisonReasonPermanent, ...).
+	// Reason is why the request was poisoned (warren.PoisonReasonPermanent, ...).
 	Reason string
 	// Queue and Handler are where it failed; Attempts how many times it was tried.
 	Queue, Handler string
@@ -42,19 +36,20 @@ func (e *RemoteError) Error() string {
 		e.Handler, e.Queue, e.Reason, e.Attempts, e.Err)
 }
 
-// remoteError returns the error of reply, or nil when it is no error reply.
+// remoteError returns the error of reply, or nil when it is no error reply (it has no
+// warren.RPCErrorKey). The rest comes from the request's poison record that it carries.
 func remoteError(reply *message.Message) error {
-	text, ok := reply.Metadata[ErrorKey]
+	text, ok := reply.Metadata[warren.RPCErrorKey]
 	if !ok {
 		return nil
 	}
-	attempts, _ := strconv.Atoi(reply.Metadata.Get(middleware.PoisonAttemptsKey))
+	record := warren.DecodePoisonRecord(reply.Metadata)
 	return &RemoteError{
 		Err:      text,
-		Reason:   reply.Metadata.Get(middleware.PoisonReasonKey),
-		Queue:    reply.Metadata.Get(middleware.PoisonQueueKey),
-		Handler:  reply.Metadata.Get(middleware.PoisonHandlerKey),
-		Attempts: attempts,
+		Reason:   record.Reason,
+		Queue:    record.Queue,
+		Handler:  record.Handler,
+		Attempts: record.Attempts,
 		Metadata: reply.Metadata,
 	}
 }
@@ -81,9 +76,9 @@ func PrepareReply(request, reply *message.Message) (replyTo string) {
 }
 
 // ErrorReply returns the error reply to the request whose poison copy is poisoned (a
-// message with the middleware.Poison* headers), and its reply-to; nil and "" when the
-// request has no reply-to. The error reply has an empty body, the request's correlation id,
-// ErrorKey and the poison headers.
+// message with a poison record, see warren.PoisonRecord), and its reply-to; nil and "" when
+// the request has no reply-to. The error reply has an empty body, the request's correlation
+// id, warren.RPCErrorKey (the error text) and the request's poison record without the stack.
 func ErrorReply(poisoned *message.Message) (*message.Message, string) {
 	replyTo, correlationID := ReplyTo(poisoned)
 	if replyTo == "" {
@@ -91,16 +86,14 @@ func ErrorReply(poisoned *message.Message) (*message.Message, string) {
 	}
 	reply := message.NewMessage(watermill.NewUUID(), nil)
 	reply.SetContext(poisoned.Context())
-	for k, v := range poisoned.Metadata {
-		if strings.HasPrefix(k, middleware.PoisonHeaderPrefix) && k != middleware.PoisonStackKey {
-			reply.Metadata.Set(k, v)
-		}
-	}
-	text := poisoned.Metadata.Get(middleware.PoisonErrorKey)
+	record := warren.DecodePoisonRecord(poisoned.Metadata)
+	record.Stack = ""
+	record.Encode(reply.Metadata)
+	text := record.Error
 	if text == "" {
 		text = "request poisoned"
 	}
-	reply.Metadata.Set(ErrorKey, text)
+	reply.Metadata.Set(warren.RPCErrorKey, text)
 	reply.Metadata.Set(warren.MetadataCorrelationID, correlationID)
 	return reply, replyTo
 }

@@ -191,7 +191,7 @@ func TestPoisonedRequestGetsErrorReply(t *testing.T) {
 			_, err := rpc.Call[request, response](context.Background(), c, permanent, request{N: 1})
 			var remote *rpc.RemoteError
 			require.ErrorAs(t, err, &remote)
-			assert.Equal(t, middleware.PoisonReasonPermanent, remote.Reason)
+			assert.Equal(t, warren.PoisonReasonPermanent, remote.Reason)
 			assert.Contains(t, remote.Err, "no such account")
 			assert.Equal(t, permanent, remote.Queue)
 			assert.Equal(t, 1, remote.Attempts)
@@ -200,7 +200,7 @@ func TestPoisonedRequestGetsErrorReply(t *testing.T) {
 			attempts.Store(0)
 			_, err = rpc.Call[request, response](context.Background(), c, flaky, request{N: 2})
 			require.ErrorAs(t, err, &remote)
-			assert.Equal(t, middleware.PoisonReasonExhausted, remote.Reason)
+			assert.Equal(t, warren.PoisonReasonExhausted, remote.Reason)
 			assert.Contains(t, remote.Err, "ledger unavailable")
 			assert.Equal(t, 3, remote.Attempts)
 			assert.EqualValues(t, 3, attempts.Load())
@@ -208,7 +208,7 @@ func TestPoisonedRequestGetsErrorReply(t *testing.T) {
 			// An undecodable request is a permanent error too.
 			_, err = c.Call(context.Background(), flaky, message.NewMessage(watermill.NewUUID(), []byte("{not json")))
 			require.ErrorAs(t, err, &remote)
-			assert.Equal(t, middleware.PoisonReasonPermanent, remote.Reason)
+			assert.Equal(t, warren.PoisonReasonPermanent, remote.Reason)
 		})
 	}
 	assert.Equal(t, 2, env.Messages(topology.PoisonQueue(permanent)))

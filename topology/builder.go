@@ -203,13 +203,13 @@ func (b *Builder) delayObjects() []object {
 			args: amqp.Table{"alternate-exchange": d.ParkingExchange()}})
 	}
 	for p := 0; p < d.Levels; p++ {
-		zero := Binding{Exchange: d.LevelExchange(p), ToExchange: d.next(p), Headers: map[string]string{DigitHeader(p): "0"}}
+		zero := Binding{Exchange: d.LevelExchange(p), ToExchange: d.next(p), Headers: map[string]string{warren.DigitHeader(p): "0"}}
 		objs = append(objs, object{what: "binding", name: zero.String(), binding: zero})
 		for digit := 1; digit < d.Radix; digit++ {
 			q := d.LevelQueue(p, digit)
 			objs = append(objs, object{what: "queue", name: q, args: d.levelArgs(d.TTL(p, digit).Milliseconds(), d.next(p)),
 				role: levelQueue, typ: d.QueueType})
-			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{DigitHeader(p): fmt.Sprint(digit)}}
+			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{warren.DigitHeader(p): fmt.Sprint(digit)}}
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 		}
 	}
@@ -230,7 +230,7 @@ func (b *Builder) exchangeObjects(e Exchange) []object {
 	}
 	objs := []object{{what: "exchange", name: e.Name, kind: kind, internal: e.Internal, args: args}}
 	if !b.cfg.Delay.Disabled {
-		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), ToExchange: e.Name, Headers: map[string]string{HeaderDestExchange: e.Name}}
+		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), ToExchange: e.Name, Headers: map[string]string{warren.DestExchangeHeader: e.Name}}
 		objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 	}
 	return objs
@@ -308,7 +308,7 @@ func (b *Builder) queueObjects(q Queue) []object {
 		{what: "exchange", name: KillExchange(q.Name), kind: Fanout},
 	}
 	if !b.cfg.Delay.Disabled {
-		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: q.Name, Headers: map[string]string{HeaderDestQueue: q.Name}}
+		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: q.Name, Headers: map[string]string{warren.DestQueueHeader: q.Name}}
 		objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 	}
 	return objs

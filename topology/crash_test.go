@@ -50,7 +50,7 @@ func crashWhileDelayed(t *testing.T, cfg topology.Config, n int, at time.Duratio
 	for i := range n {
 		plan, err := b.Delay().Plan(time.Second + rand.N(7*time.Second))
 		require.NoError(t, err)
-		plan.Headers[topology.HeaderDestQueue] = q
+		plan.Headers[warren.DestQueueHeader] = q
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), plan.Exchange, q, false, false, amqp.Publishing{
 			Headers: plan.Headers, Body: []byte(strconv.Itoa(i)), DeliveryMode: amqp.Persistent,
 		})

@@ -13,21 +13,6 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// Headers of the delay levels. They are warren transport headers (see
-// warren.IsTransportHeader): set by the DLX publisher, dropped on unmarshal.
-const (
-	// HeaderDestExchange names the exchange a delayed message is delivered to.
-	HeaderDestExchange = warren.TransportHeaderPrefix + "exchange"
-	// HeaderDestQueue names the queue a delayed message is delivered to (default exchange).
-	HeaderDestQueue = warren.TransportHeaderPrefix + "queue"
-	// HeaderDue is when a delayed message is due, in microseconds since the Unix epoch (an
-	// int64), by the publisher's clock: its consumer measures how late it arrived.
-	HeaderDue = warren.TransportHeaderPrefix + "due"
-)
-
-// DigitHeader is the header that carries the digit of delay position p.
-func DigitHeader(p int) string { return warren.TransportHeaderPrefix + "p" + strconv.Itoa(p) }
-
 // maxTTL is the largest x-message-ttl RabbitMQ accepts, in milliseconds.
 const maxTTL = 1<<32 - 1
 
@@ -295,7 +280,7 @@ func (d Delay) Plan(delay time.Duration) (Plan, error) {
 	for p := 0; units > 0; p++ {
 		digit := int(units % int64(d.Radix))
 		units /= int64(d.Radix)
-		plan.Headers[DigitHeader(p)] = strconv.Itoa(digit)
+		plan.Headers[warren.DigitHeader(p)] = strconv.Itoa(digit)
 		if digit != 0 {
 			plan.Hops++
 		}

@@ -49,7 +49,7 @@ func TestForgedXDeathInALevel(t *testing.T) {
 	require.NoError(t, ch.Confirm(false))
 	plan, err := d.Plan(300 * time.Millisecond)
 	require.NoError(t, err)
-	plan.Headers[topology.HeaderDestQueue] = dest
+	plan.Headers[warren.DestQueueHeader] = dest
 	dc, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), plan.Exchange, dest, true, false, amqp.Publishing{
 		Headers: plan.Headers, Body: []byte("delayed"), DeliveryMode: amqp.Persistent,
 	})

@@ -25,7 +25,7 @@ func TestPlanRoundsUpAndWritesDigits(t *testing.T) {
 	assert.Equal(t, 0x1204*time.Millisecond, plan.Delay)
 	assert.Equal(t, d.LevelExchange(3), plan.Exchange)
 	assert.Equal(t, amqp.Table{
-		topology.DigitHeader(0): "4", topology.DigitHeader(1): "0", topology.DigitHeader(2): "2", topology.DigitHeader(3): "1",
+		warren.DigitHeader(0): "4", warren.DigitHeader(1): "0", warren.DigitHeader(2): "2", warren.DigitHeader(3): "1",
 	}, plan.Headers)
 	assert.Equal(t, 3, plan.Hops)
 
@@ -295,7 +295,7 @@ func TestDelayLevelsDeliver(t *testing.T) {
 			plan, err := b.Delay().Plan(333 * time.Millisecond) // 333 = 11031 in base 4: four hops
 			require.NoError(t, err)
 			require.Equal(t, 4, plan.Hops)
-			plan.Headers[topology.HeaderDestQueue] = q
+			plan.Headers[warren.DestQueueHeader] = q
 			start := time.Now()
 			publish(t, ch, plan.Exchange, q, plan.Headers, "late")
 			var d amqp.Delivery

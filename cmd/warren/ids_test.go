@@ -12,7 +12,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -28,8 +27,8 @@ func poisonQueue(t *testing.T, env *testenv.Env, queue string, msgs ...*message.
 	ch := env.Channel()
 	require.NoError(t, ch.Confirm(false))
 	for _, msg := range msgs {
-		for k, v := range map[string]string{middleware.PoisonReasonKey: middleware.PoisonReasonPermanent,
-			middleware.PoisonQueueKey: queue, middleware.PoisonHandlerKey: "charge"} {
+		for k, v := range map[string]string{warren.PoisonReasonKey: warren.PoisonReasonPermanent,
+			warren.PoisonQueueKey: queue, warren.PoisonHandlerKey: "charge"} {
 			if msg.Metadata.Get(k) == "" {
 				msg.Metadata.Set(k, v)
 			}

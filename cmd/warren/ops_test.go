@@ -88,8 +88,8 @@ func TestPoisonCommands(t *testing.T) {
 	t.Log("\n" + out)
 	assert.Contains(t, out, "8 messages")
 	assert.Contains(t, out, "order 100: card service unavailable")
-	assert.Contains(t, out, middleware.PoisonReasonPermanent)
-	assert.Contains(t, out, middleware.PoisonReasonExhausted)
+	assert.Contains(t, out, warren.PoisonReasonPermanent)
+	assert.Contains(t, out, warren.PoisonReasonExhausted)
 
 	out = run(t, env.URL, "poison", "list", q, "--group")
 	t.Log("\n" + out)
@@ -119,7 +119,7 @@ func TestPoisonCommands(t *testing.T) {
 	var m ops.Message
 	require.NoError(t, json.Unmarshal([]byte(lines[0]), &m))
 	assert.Equal(t, "101", string(m.Body))
-	assert.Equal(t, middleware.PoisonReasonPermanent, m.Reason)
+	assert.Equal(t, warren.PoisonReasonPermanent, m.Reason)
 
 	_, err = cliErr(env.URL, "poison", "purge", q)
 	assert.ErrorContains(t, err, "holds 4 messages: purge them with --yes")

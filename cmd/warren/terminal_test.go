@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
-	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -68,9 +68,9 @@ func hostileValuesAreShownEscaped(t *testing.T, url string) {
 	env := testenv.NewAt(t, url)
 	q := env.Queue("hostile")
 	msg := message.NewMessage(hostile, []byte("body"))
-	msg.Metadata.Set(middleware.PoisonErrorKey, hostile+" and bad UTF-8: \xff")
-	msg.Metadata.Set(middleware.PoisonHandlerKey, hostile)
-	msg.Metadata.Set(middleware.PoisonTraceIDKey, hostile)
+	msg.Metadata.Set(warren.PoisonErrorKey, hostile+" and bad UTF-8: \xff")
+	msg.Metadata.Set(warren.PoisonHandlerKey, hostile)
+	msg.Metadata.Set(warren.PoisonTraceIDKey, hostile)
 	msg.Metadata.Set("tenant", hostile)
 	poisonQueue(t, env, q, msg)
 
@@ -111,7 +111,7 @@ func hostileValuesAreShownEscaped(t *testing.T, url string) {
 	_, err := ch.QueueDeclare(delay.ParkingQueue(), true, false, false, false, nil)
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(context.Background(), "", delay.ParkingQueue(), true, false, amqp.Publishing{
-		MessageId: hostile, ContentType: hostile, Headers: amqp.Table{topology.HeaderDestQueue: hostile}}))
+		MessageId: hostile, ContentType: hostile, Headers: amqp.Table{warren.DestQueueHeader: hostile}}))
 	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
 	out := text(append([]string{"parked", "list"}, delayFlags...)...)
 	assert.Contains(t, out, hostileShown[:36])

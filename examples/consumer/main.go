@@ -43,6 +43,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +52,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/middleware"
@@ -275,16 +277,16 @@ func printMessage(now time.Time, n int, msg *message.Message) {
 	}
 }
 
-// bookkeeping tells the metadata keys that are not the message's own: the demo's headers
-// shown apart, warren's retry and poison bookkeeping, Watermill's and the trace context.
+// bookkeeping tells the metadata keys that are not shown as the message's own: the demo's
+// headers shown apart, a delivery's bookkeeping (warren's retry and poison records, the
+// broker's x-death and others: hops prints what x-death says), the replay count and the trace
+// context.
 func bookkeeping(k string) bool {
 	switch k {
-	case headerPublished, headerDue, headerRequested, "traceparent", "tracestate":
+	case headerPublished, headerDue, headerRequested, warren.ReplaysKey:
 		return true
 	}
-	// x-death, x-first-death-*, ...: the broker's (hops prints what x-death says).
-	return strings.HasPrefix(k, "warren_") || strings.HasPrefix(k, "warren-") || strings.HasPrefix(k, "_watermill") ||
-		strings.HasPrefix(k, "x-")
+	return warren.IsBookkeeping(k) || slices.Contains(propagation.TraceContext{}.Fields(), k)
 }
 
 // hops lists the delay level queues a message waited in, from its x-death header (the
@@ -295,7 +297,7 @@ func hops(msg *message.Message) []string {
 		Queue  string `json:"queue"`
 		Reason string `json:"reason"`
 	}
-	if json.Unmarshal([]byte(msg.Metadata.Get("x-death")), &deaths) != nil {
+	if json.Unmarshal([]byte(msg.Metadata.Get(warren.XDeathHeader)), &deaths) != nil {
 		return nil
 	}
 	levels := topology.Config{}.WithDefaults().Delay // the router's: the default delay levels

@@ -107,7 +107,7 @@ func run(url string, delays []time.Duration) error {
 	fmt.Printf("%7.3fs  in %s, with:\n", time.Since(start).Seconds(), topology.PoisonQueue(queue))
 	var keys []string
 	for k := range d.Headers {
-		if strings.HasPrefix(k, "warren_poison_") {
+		if warren.IsPoisonBookkeeping(k) {
 			keys = append(keys, k)
 		}
 	}

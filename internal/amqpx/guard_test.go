@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 )
@@ -37,9 +38,9 @@ func publishRaw(t *testing.T, env *testenv.Env, queue string, headers amqp.Table
 	require.True(t, ok, "broker confirmed %s", id)
 }
 
-// Every hostile header reaches a guarded consumer as a delivery with UnreadableHeader and its
-// body and message id, and the connection stays open for the messages behind it; an unguarded
-// amqp091-go connection is closed by the same message.
+// Every hostile header reaches a guarded consumer as a delivery with warren.UnreadableHeader
+// and its body and message id, and the connection stays open for the messages behind it; an
+// unguarded amqp091-go connection is closed by the same message.
 func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -76,8 +77,8 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			require.True(t, ok)
 			assert.Equal(t, "hostile", d.MessageId)
 			assert.Equal(t, name, string(d.Body))
-			assert.NotEmpty(t, d.Headers[amqpx.UnreadableHeader])
-			t.Logf("%s: %s", name, d.Headers[amqpx.UnreadableHeader])
+			assert.NotEmpty(t, d.Headers[warren.UnreadableHeader])
+			t.Logf("%s: %s", name, d.Headers[warren.UnreadableHeader])
 			require.NoError(t, d.Ack(false))
 
 			d, ok, err = ch.Get(queue, false)
@@ -112,7 +113,7 @@ func TestGuardedConnectionKeepsReadableHeaders(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, strconv.Itoa(i), d.MessageId)
-		assert.NotContains(t, d.Headers, amqpx.UnreadableHeader)
+		assert.NotContains(t, d.Headers, warren.UnreadableHeader)
 		assert.Equal(t, len(want), len(d.Headers))
 	}
 }

@@ -817,7 +817,7 @@ func (h *harness) drainPoison() (stream map[string]string, copies int, others []
 				if _, seen := stream[d.MessageId]; seen {
 					copies++
 				}
-				stream[d.MessageId] = fmt.Sprintf("%v", d.Headers[middleware.PoisonReasonKey])
+				stream[d.MessageId] = fmt.Sprintf("%v", d.Headers[warren.PoisonReasonKey])
 			} else {
 				others = append(others, d.MessageId)
 			}

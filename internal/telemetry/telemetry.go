@@ -23,6 +23,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/semconv/v1.40.0/messagingconv"
+
+	"github.com/warrenmq/warren"
 )
 
 // ScopeName is the instrumentation scope of every instrument warren creates.
@@ -42,7 +44,7 @@ const (
 const (
 	QueueKey   = attribute.Key("warren.queue")          // the work queue (or parking queue) concerned
 	AttemptKey = attribute.Key("warren.attempt")        // the attempt a retry is scheduled for (2 for the first retry)
-	ReasonKey  = attribute.Key("warren.poison.reason")  // middleware.PoisonReason* values
+	ReasonKey  = attribute.Key("warren.poison.reason")  // warren.PoisonReason* values
 	ActionKey  = attribute.Key("warren.kill.action")    // stop, delete, resume
 	StateKey   = attribute.Key("warren.kill.state")     // stopped, resumed, draining, deleted, refused
 	SourceKey  = attribute.Key("warren.redrive.source") // where redriven messages come from: poison, parked
@@ -125,18 +127,6 @@ func New(mp metric.MeterProvider) (*Instruments, error) {
 	return i, nil
 }
 
-// ErrorType is the error.type recorded for err: the Go type of the innermost error of its
-// chain, as on warren's spans and in the poison headers.
-func ErrorType(err error) string {
-	for {
-		next := errors.Unwrap(err)
-		if next == nil {
-			return fmt.Sprintf("%T", err)
-		}
-		err = next
-	}
-}
-
 // Publish holds the attributes of one publish destination, and the options that record
 // them without an error, built ahead: passing a slice made once allocates nothing.
 type Publish struct {
@@ -182,7 +172,7 @@ func (i *Instruments) Published(ctx context.Context, p *Publish, start time.Time
 		i.operation.Record(ctx, elapsed, p.operation...)
 		return
 	}
-	e := semconv.ErrorTypeKey.String(ErrorType(err))
+	e := semconv.ErrorTypeKey.String(warren.ErrorType(err))
 	if failed > 0 {
 		i.sent.Add(ctx, int64(failed), metric.WithAttributes(with(p.attrs, e)...))
 	}
@@ -227,7 +217,7 @@ func (i *Instruments) Processed(ctx context.Context, c *Consume, start time.Time
 		i.process.Record(ctx, elapsed, c.process...)
 		return
 	}
-	i.process.Record(ctx, elapsed, metric.WithAttributes(with(c.attrs, semconv.ErrorTypeKey.String(ErrorType(err)))...))
+	i.process.Record(ctx, elapsed, metric.WithAttributes(with(c.attrs, semconv.ErrorTypeKey.String(warren.ErrorType(err)))...))
 }
 
 // Consumes caches the Consume of each (queue, exchange); safe for concurrent use.
@@ -262,7 +252,7 @@ func (i *Instruments) RetryScheduled(ctx context.Context, queue string, attempt 
 	i.retries.Add(ctx, 1, metric.WithAttributes(QueueKey.String(queue), AttemptKey.Int(attempt)))
 }
 
-// Poisoned records a message of queue given up on for reason (a middleware.PoisonReason*).
+// Poisoned records a message of queue given up on for reason (a warren.PoisonReason*).
 func (i *Instruments) Poisoned(ctx context.Context, queue, reason string) {
 	i.poisoned.Add(ctx, 1, metric.WithAttributes(QueueKey.String(queue), ReasonKey.String(reason)))
 }

@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/topology"
+	"github.com/warrenmq/warren"
 )
 
 // HostileHeaders returns header tables that RabbitMQ accepts from a publisher and amqp091-go
@@ -92,10 +92,10 @@ func (e *Env) InjectHostile(queue string, only ...string) []string {
 
 // ForgedXDeath is the x-death header that stops dead-lettering on RabbitMQ 3.10.8 (see
 // amqpx.DeadLetterWarning): an array of strings where the broker expects tables.
-var ForgedXDeath = []any{"forged", "x-death"}
+var ForgedXDeath = []any{"forged", warren.XDeathHeader}
 
 // BreakDeadLettering publishes one persistent message with ForgedXDeath into queue q of the
-// node, straight through the default exchange, confirmed, with topology.HeaderDestQueue set
+// node, straight through the default exchange, confirmed, with warren.DestQueueHeader set
 // to dest; q is a delay level whose short TTL dead-letters it at once towards dest (such as
 // LevelQueue(0, 1)), and dest an empty queue. It then waits, for up to a minute, until
 // either the node refuses to declare a quorum queue that dead-letters at least once (541
@@ -119,7 +119,7 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 	}
 	dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp.Publishing{
 		MessageId: "forged", Body: []byte("forged x-death"), DeliveryMode: amqp.Persistent,
-		Headers: amqp.Table{"x-death": ForgedXDeath, topology.HeaderDestQueue: dest},
+		Headers: amqp.Table{warren.XDeathHeader: ForgedXDeath, warren.DestQueueHeader: dest},
 	})
 	if err != nil {
 		n.t.Fatalf("forge into %s: %v", q, err)

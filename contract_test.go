@@ -1,0 +1,78 @@
+package warren_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+)
+
+// Every header and metadata key is declared in the root package: no other package's code
+// spells one (or a name under one of the contract's prefixes) as a string literal. Tests may.
+func TestNoOtherPackageDeclaresAKey(t *testing.T) {
+	keys := map[string]bool{}
+	for _, k := range []string{
+		warren.MetadataContentType, warren.MetadataContentEncoding, warren.MetadataCorrelationID, warren.MetadataReplyTo,
+		warren.MetadataType, warren.MetadataAppID, warren.MetadataUserID, warren.MetadataTimestamp, warren.MetadataPriority,
+		warren.MetadataExpiration, warren.MetadataRedelivered, warren.MetadataDelay, warren.MetadataDeliverAt,
+		warren.MetadataPublishID, warren.PublishIDHeader, warren.DestExchangeHeader, warren.DestQueueHeader, warren.DueHeader,
+		warren.UnreadableHeader, warren.XDeathHeader, warren.XLastDeathReasonHeader, warren.XDeliveryCountHeader,
+		warren.AttemptKey, warren.FirstFailureKey, warren.OriginalExchangeKey, warren.OriginalRoutingKeyKey, warren.RetryQueueKey,
+		warren.ReplaysKey, warren.RPCErrorKey,
+	} {
+		keys[k] = true
+	}
+	prefixes := []string{warren.PoisonHeaderPrefix, warren.TransportHeaderPrefix, "_watermill_", "x-death", "x-first-death-", "x-last-death-"}
+	fset := token.NewFileSet()
+	var checked int
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if filepath.Dir(path) == "." || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		checked++
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			if keys[s] {
+				t.Errorf("%s: %q is a key of the root package's contract: use its name", fset.Position(lit.Pos()), s)
+			}
+			for _, p := range prefixes {
+				if strings.HasPrefix(s, p) {
+					t.Errorf("%s: %q starts with %q, a prefix of the root package's contract", fset.Position(lit.Pos()), s, p)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Greater(t, checked, 50, "the packages were found")
+}
