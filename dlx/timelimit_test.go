@@ -51,8 +51,8 @@ func connectionLost(t *testing.T, p *dlx.Publisher) {
 	require.Eventually(t, p.ConnectionClosed, 5*time.Second, 5*time.Millisecond, "the client does not see its connection closed")
 }
 
-// Issue 8 case 6: a stopped broker. cenkalti's MaxElapsedTime returned 6–42% early; the
-// limit is now kept and named.
+// A stopped broker: every limit is kept and named in the error (cenkalti's MaxElapsedTime
+// alone returns 6–42% early).
 func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
 	env := testenv.New(t)
 	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 2*time.Second)
@@ -74,9 +74,9 @@ func TestTimeLimitsWithAStoppedBroker(t *testing.T) {
 	assert.Contains(t, err.Error(), "connection refused")
 }
 
-// Issue 8 case 6: a broker that accepts TCP and never answers. The dial was bounded by
-// ConnectTimeout alone, not by the call's limit: Publish with PublishTimeout 2s returned
-// after the default ConnectTimeout, 30s.
+// A broker that accepts TCP and never answers: the dial is bounded by the call's limit, not
+// by ConnectTimeout alone (Publish with PublishTimeout 2s must not wait for the default
+// ConnectTimeout, 30s).
 func TestTimeLimitsWithABlackHole(t *testing.T) {
 	start := time.Now()
 	_, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: "amqp://guest:guest@" + testenv.BlackHole(t) + "/", ConnectTimeout: 2 * time.Second}}, nil)
@@ -95,9 +95,9 @@ func TestTimeLimitsWithABlackHole(t *testing.T) {
 	assert.Regexp(t, `dlx: publish to "`+q+`": gave up after 2s: dial: amqp://guest:xxxxx@127\.0\.0\.1:\d+/: AMQP handshake with 127\.0\.0\.1:`, err.Error())
 }
 
-// Issue 8 case 6: four concurrent Publish calls that all need a connection, against a
-// broker that never answers. The dial held the publisher's mutex: they returned after 6, 9,
-// 12 and 15 s. Each now returns at its own limit.
+// Four concurrent Publish calls that all need a connection, against a broker that never
+// answers: each returns at its own limit (a dial that held the publisher's mutex would
+// serialise them: 6, 9, 12 and 15 s).
 func TestConcurrentPublishesKeepTheirLimits(t *testing.T) {
 	env := testenv.New(t)
 	p, proxy, q := proxiedPublisher(t, env, 2*time.Second, 2*time.Second)

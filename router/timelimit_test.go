@@ -23,10 +23,10 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// Issue 8 case 6: every call with a limit returns within it, against a broker that accepts
-// TCP and never answers, from the start or once it has refused connections for a while (a
-// dial that began late ran its full timeout past the call's limit), and for concurrent
-// callers (the subscriber dialled holding its mutex).
+// Every call with a limit returns within it, against a broker that accepts TCP and never
+// answers, from the start or once it has refused connections for a while (a dial that begins
+// late must not run its full timeout past the call's limit), and for concurrent callers (no
+// dial holds the subscriber's mutex).
 func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 	// Not parallel with other tests (its cases are, with each other): it measures wall-clock limits.
 	testenv.Slow(t)
@@ -92,8 +92,8 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 	}
 }
 
-// Issue 8 case 6: Close on a router that was never run blocked for ShutdownTimeout+5s and
-// failed (Watermill waited for handlers that never started). It returns at once, and nil.
+// Close on a router that was never run returns at once, and nil (Watermill alone would wait
+// ShutdownTimeout+5s for handlers that never started, and fail).
 func TestCloseWithoutRun(t *testing.T) {
 	// Not parallel: it measures a wall-clock limit.
 	env := testenv.New(t)
@@ -154,7 +154,7 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 	}
 }
 
-// Issue 8: all config is validated in the constructors, and the error names the field as
+// All config is validated in the constructors, and the error names the field as
 // the user wrote it.
 func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	t.Parallel()

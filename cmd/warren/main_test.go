@@ -124,7 +124,7 @@ func TestKillWithoutConsumerWarns(t *testing.T) {
 		run(t, env.URL, "resume", queue))
 }
 
-// Issue 11: warren kill and resume of a queue that does not exist exit 2 and declare
+// warren kill and resume of a queue that does not exist exit 2 and declare
 // nothing; with --force the command is sent (nobody listens: a warning, exit 0) and
 // remembered.
 func TestKillOfAMissingQueueExits2(t *testing.T) {
@@ -159,7 +159,7 @@ func TestKillOfAMissingQueueExits2(t *testing.T) {
 	assert.NoError(t, killExchange(), "sent with --force")
 }
 
-// Issue 11: two routers (each with a connection of its own) confirm a kill: 2 consumers in 1
+// Two routers (each with a connection of its own) confirm a kill: 2 consumers in 1
 // process (this one), as many as the queue had; --json prints the same as JSON.
 func TestKillConfirmedByTwoRouters(t *testing.T) {
 	t.Parallel()
@@ -203,7 +203,7 @@ func TestKillConfirmedByTwoRouters(t *testing.T) {
 	assert.Regexp(t, `^resume confirmed by 2 consumers in 1 process`, res.Report[0])
 }
 
-// Issue 11: exit 3 when not every consumer confirmed: one refused the command (it requires
+// Exit 3 when not every consumer confirmed: one refused the command (it requires
 // a secret the CLI does not have), or the queue has a consumer that is not warren's (it does
 // not answer, and does not stop).
 func TestKillNotConfirmedByEveryConsumerExits3(t *testing.T) {

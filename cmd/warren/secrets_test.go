@@ -104,9 +104,9 @@ func cli(args ...string) (string, error) {
 	return out.String(), err
 }
 
-// Issue 8 case 7: 16 of 44 connection errors contained the password (url.Error quotes the
-// whole URL), and `warren --help` printed $WARREN_AMQP_URL with it. No error, output or help
-// text shows it now, and a malformed URL's error still names the field.
+// No error, output or help text shows a password of the URL (url.Error quotes the whole URL,
+// and `warren --help` shows $WARREN_AMQP_URL's default), and a malformed URL's error still
+// names the field.
 func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 	t.Parallel()
 	testenv.Slow(t)
