@@ -55,7 +55,7 @@ func (c PoisonConfig) Validate() error {
 // Poison sends a message whose handler failed for good (the error Backoff gives up on, or
 // any error when there is no Backoff inside it) to the poison queue of the queue it was
 // consumed from, with its body and headers and the poison record that says why (see
-// SetPoisonHeaders and warren.PoisonRecord), and then acks it.
+// setPoisonHeaders and warren.PoisonRecord), and then acks it.
 //
 // What is not the handler's failure is passed on as a *RequeueError, and the message goes
 // back to its queue: a RequeueError from inside (Backoff could not publish the retry), an
@@ -105,7 +105,7 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		poison := msg.Copy()
 		poison.SetContext(msg.Context())
-		SetPoisonHeaders(poison, err, reason, queue, time.Now())
+		setPoisonHeaders(poison, err, reason, queue, time.Now())
 		fields := watermill.LogFields{"message_uuid": msg.UUID, "queue": queue, "reason": reason, "attempts": Attempt(msg)}
 		if perr := p.cfg.Publisher.Publish(p.cfg.Topic(queue), poison); perr != nil {
 			perr = fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
@@ -122,12 +122,12 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// SetPoisonHeaders writes the poison record (see warren.PoisonRecord) of msg, which failed
+// setPoisonHeaders writes the poison record (see warren.PoisonRecord) of msg, which failed
 // with err on the queue queue at now, into its metadata; msg's context gives the handler, the
 // delivery and the trace. It records the failure in the attempt bookkeeping too (see
 // warren.AttemptRecord.RecordFailure), makes sure the message is published at once, and moves
 // its expiration into the record: a poison copy never expires.
-func SetPoisonHeaders(msg *message.Message, err error, reason, queue string, now time.Time) {
+func setPoisonHeaders(msg *message.Message, err error, reason, queue string, now time.Time) {
 	ctx := msg.Context()
 	md := msg.Metadata
 	attempts := warren.DecodeAttemptRecord(md)

@@ -53,7 +53,7 @@ func TestSetPoisonHeaders(t *testing.T) {
 	}
 	msg.SetContext(ctx)
 
-	SetPoisonHeaders(msg, err, warren.PoisonReasonPermanent, "orders.q", now)
+	setPoisonHeaders(msg, err, warren.PoisonReasonPermanent, "orders.q", now)
 
 	at := "2024-05-06T07:08:09.123456789Z"
 	assert.Equal(t, map[string]string{
@@ -94,7 +94,7 @@ func TestSetPoisonHeadersReplacesEarlierOnes(t *testing.T) {
 	// Replayed by hand from the poison queue, through the default exchange.
 	msg.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{Queue: "orders.q", RoutingKey: "orders.q"}))
 
-	SetPoisonHeaders(msg, errors.New("still failing"), warren.PoisonReasonExhausted, "orders.q", now)
+	setPoisonHeaders(msg, errors.New("still failing"), warren.PoisonReasonExhausted, "orders.q", now)
 
 	assert.Equal(t, map[string]string{
 		warren.PoisonErrorKey:      "still failing",
@@ -117,7 +117,7 @@ func TestSetPoisonHeadersWithoutDelivery(t *testing.T) {
 	msg := message.NewMessage("m1", nil)
 	msg.Metadata.Set(warren.AttemptKey, "9")
 	msg.SetContext(context.WithValue(context.Background(), attemptKey{}, 2))
-	SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
+	setPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
 	h := poisonHeaders(msg)
 	assert.NotContains(t, h, warren.PoisonExchangeKey)
 	assert.NotContains(t, h, warren.PoisonRoutingKeyKey)
@@ -132,7 +132,7 @@ func TestSetPoisonHeadersKeepsPanicStack(t *testing.T) {
 	stack := "goroutine 7 [running]:\nmain.handle(...)\n\t/app/main.go:42 +0x1d\n"
 	msg := message.NewMessage("m1", nil)
 	err := fmt.Errorf("attempt 3: %w", &PanicError{Value: "nil map", Stack: stack})
-	SetPoisonHeaders(msg, err, warren.PoisonReasonExhausted, "q", time.Now())
+	setPoisonHeaders(msg, err, warren.PoisonReasonExhausted, "q", time.Now())
 	assert.Equal(t, stack, msg.Metadata.Get(warren.PoisonStackKey))
 	assert.Equal(t, "attempt 3: panic: nil map", msg.Metadata.Get(warren.PoisonErrorKey))
 	assert.Equal(t, "*middleware.PanicError", msg.Metadata.Get(warren.PoisonErrorTypeKey))
@@ -143,20 +143,20 @@ func TestSetPoisonHeadersKeepsPanicStack(t *testing.T) {
 func TestSetPoisonHeadersCutsLongTexts(t *testing.T) {
 	long := strings.Repeat("x", warren.MaxPoisonErrorLen+100)
 	msg := message.NewMessage("m1", nil)
-	SetPoisonHeaders(msg, errors.New(long), warren.PoisonReasonExhausted, "q", time.Now())
+	setPoisonHeaders(msg, errors.New(long), warren.PoisonReasonExhausted, "q", time.Now())
 	assert.Equal(t, long[:warren.MaxPoisonErrorLen]+"…", msg.Metadata.Get(warren.PoisonErrorKey))
 
 	atLimit := strings.Repeat("y", warren.MaxPoisonErrorLen)
-	SetPoisonHeaders(msg, errors.New(atLimit), warren.PoisonReasonExhausted, "q", time.Now())
+	setPoisonHeaders(msg, errors.New(atLimit), warren.PoisonReasonExhausted, "q", time.Now())
 	assert.Equal(t, atLimit, msg.Metadata.Get(warren.PoisonErrorKey))
 
 	stack := strings.Repeat("s", warren.MaxPoisonStackLen*2)
-	SetPoisonHeaders(msg, &PanicError{Value: 1, Stack: stack}, warren.PoisonReasonExhausted, "q", time.Now())
+	setPoisonHeaders(msg, &PanicError{Value: 1, Stack: stack}, warren.PoisonReasonExhausted, "q", time.Now())
 	assert.Equal(t, stack[:warren.MaxPoisonStackLen]+"…", msg.Metadata.Get(warren.PoisonStackKey))
 
 	// A cut that would fall inside a multi-byte character falls before it.
 	wide := "x" + strings.Repeat("é", warren.MaxPoisonErrorLen) // 'é' is 2 bytes: byte warren.MaxPoisonErrorLen is inside one
-	SetPoisonHeaders(msg, errors.New(wide), warren.PoisonReasonExhausted, "q", time.Now())
+	setPoisonHeaders(msg, errors.New(wide), warren.PoisonReasonExhausted, "q", time.Now())
 	got := msg.Metadata.Get(warren.PoisonErrorKey)
 	assert.True(t, utf8.ValidString(got), "invalid UTF-8 at the end: %q", got[len(got)-8:])
 	assert.True(t, got == wide[:warren.MaxPoisonErrorLen-1]+"…", "cut at %d bytes, want %d", len(got)-len("…"), warren.MaxPoisonErrorLen-1)
@@ -171,7 +171,7 @@ func TestSetPoisonHeadersNamesTheHandler(t *testing.T) {
 	require.NoError(t, err)
 	got := make(chan message.Metadata, 1)
 	r.AddConsumerHandler("orders-handler", "orders", pubSub, func(msg *message.Message) error {
-		SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "orders.q", time.Now())
+		setPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "orders.q", time.Now())
 		got <- msg.Metadata
 		return nil
 	})
@@ -204,7 +204,7 @@ func TestSetPoisonHeadersMovesTheExpiration(t *testing.T) {
 	msg := message.NewMessage("m1", nil)
 	msg.Metadata = message.Metadata{warren.MetadataExpiration: "60000", warren.MetadataPriority: "9",
 		warren.MetadataCorrelationID: "c", warren.PoisonExpirationKey: "1"}
-	SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
+	setPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
 	assert.NotContains(t, msg.Metadata, warren.MetadataExpiration)
 	assert.Equal(t, "60000", msg.Metadata.Get(warren.PoisonExpirationKey))
 	assert.Equal(t, "9", msg.Metadata.Get(warren.MetadataPriority))
@@ -215,6 +215,6 @@ func TestSetPoisonHeadersMovesTheExpiration(t *testing.T) {
 
 	msg = message.NewMessage("m2", nil)
 	msg.Metadata.Set(warren.PoisonExpirationKey, "1")
-	SetPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
+	setPoisonHeaders(msg, errors.New("boom"), warren.PoisonReasonExhausted, "q", time.Unix(0, 0))
 	assert.NotContains(t, msg.Metadata, warren.PoisonExpirationKey)
 }
