@@ -148,7 +148,9 @@ func (c SubscriberConfig) Validate() error {
 // Subscriber is a Watermill message.Subscriber for RabbitMQ work queues. Unlike
 // watermill-amqp's, it hands out up to Concurrency messages at once, so a Watermill router
 // processes them concurrently; it closes gracefully; and it keeps consuming after the broker
-// drops its connection. The topic of Subscribe is the name of the queue to consume.
+// drops its connection. The topic of Subscribe is the name of the queue to consume. Its
+// subscriptions share one connection, each on channels of its own (a Router's handlers share
+// the router's: see the package doc).
 //
 // Closing (or cancelling Subscribe's context) stops taking messages: the consumer is
 // cancelled, the messages handed out are waited for, up to ShutdownTimeout, to be acked or
