@@ -12,9 +12,9 @@ import (
 )
 
 // NewPublisher returns a *dlx.Publisher of config (a dlx.Config, validated as
-// dlx.NewPublisher does, whose Connection configures nothing but the publish time limits)
-// that publishes on conn: it never closes conn, which its owner closes once every publisher
-// on it is closed. With declare set it connects and declares the delay levels and
+// dlx.NewPublisher does; its Connection's ConnectTimeout bounds declaring, while dialing is
+// conn's) that publishes on conn: it never closes conn, which its owner closes once every
+// publisher on it is closed. With declare set it connects and declares the delay levels and
 // config.Declare now, and reports the warren.delay.parked gauge, as dlx.NewPublisher does;
 // without, it does neither and connects at its first publish: for the publishers that share
 // the connection of one that declared. Set by package dlx when it is initialised.
