@@ -29,6 +29,20 @@ import (
 // nodes share their users and vhosts), while a certificate, which is one node's, lets the
 // other nodes be tried. Once a component has connected, a connection closed without a word
 // after the login is taken for a node that stopped during the handshake, and retried.
+//
+// Connections belong to a component and a role in it, and are never shared between
+// components. A router.Router holds two, whatever its number of handlers: one it consumes on
+// ("warren subscriber": every handler on channels of its own) and one it publishes on
+// ("warren publisher": Router.Publisher, what handlers return, retries, poison copies,
+// replies), plus a third ("warren subscriber (isolated)") only while a handler's consume is
+// refused with an error that closes the whole connection. Every other component opens its
+// own when it is made on its own (a dlx.Publisher, an rpc.Client, a router.Subscriber, a
+// router.Killer, another Router), even from the same Connection value in the same process.
+// The reasons: Close of one component ends its own connections only; a connection that the
+// broker blocks (flow control, an alarm: it blocks connections that publish) or closes (a
+// refusal) stalls only its own component; and a Connection is a value (copied, holding
+// functions) with no identity that components could share a connection by. To publish from
+// a process where a Router runs without another connection, use Router.Publisher.
 type Connection struct {
 	// URL of the broker, e.g. amqp://guest:guest@127.0.0.1:5672/ (amqps:// for TLS), or the
 	// URLs of a cluster's nodes separated by commas (a password may hold commas: a new URL
@@ -105,8 +119,9 @@ const (
 // ConnectionEvent tells Connection.OnEvent about one connection of a warren component.
 type ConnectionEvent struct {
 	State ConnectionState
-	// Name of the connection, as the broker's connection list shows it ("warren dlx
-	// publisher", "warren subscriber <handler>", ...).
+	// Name of the connection, as the broker's connection list shows it: a Router's "warren
+	// subscriber", "warren publisher" and "warren subscriber (isolated)", "warren dlx
+	// publisher", "warren subscriber <handler>" (a Subscriber of its own), ...
 	Name string
 	// Node is the address (host:port) connected to, or the one lost.
 	Node string

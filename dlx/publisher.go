@@ -19,6 +19,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
@@ -144,7 +145,8 @@ type Publisher struct {
 	cfg     Config
 	logger  watermill.LoggerAdapter
 	builder *topology.Builder
-	dialer  *amqpx.Dialer
+	conns   *amqpx.Conn // the connection: the publisher's own, or one it shares (see newPublisher)
+	ownConn bool        // Close closes conns
 	delay   topology.Delay
 	metrics *telemetry.Instruments
 	parked  metric.Registration // of warren.delay.parked; nil without delay levels
@@ -155,19 +157,19 @@ type Publisher struct {
 	mu        sync.Mutex                   // guards the fields below
 	queues    map[string]topology.Queue    // listed in Config.Declare or Declare, by name
 	exchanges map[string]topology.Exchange // likewise
-	conn      *amqp.Connection
+	conn      *amqp.Connection             // the connection conf and declared belong to
 	conf      *amqpx.Confirmer
-	declared  map[Route]bool // destinations declared on this connection
+	declared  map[Route]bool // destinations declared on conn
 	closed    bool
 
-	dialing   chan struct{} // one slot: held while connecting, waited for until the caller's deadline
+	opening   chan struct{} // one slot: held while connecting, waited for until the caller's deadline
 	declaring chan struct{} // one slot: serialises declarations (on their own channel)
 }
 
 var _ message.Publisher = (*Publisher)(nil)
 
 // NewPublisher connects to the broker and declares the delay levels and Config.Declare,
-// retrying until Config.Connection.ConnectTimeout.
+// retrying until Config.Connection.ConnectTimeout. The publisher has a connection of its own.
 func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
@@ -176,6 +178,32 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	conns := amqpx.NewConn(amqpx.NewDialer(config.Connection, "warren dlx publisher", logger))
+	return newPublisher(config, conns, true, true, logger)
+}
+
+func init() {
+	shared.NewPublisher = func(config any, conn *amqpx.Conn, declare bool, logger watermill.LoggerAdapter) (message.Publisher, error) {
+		c, ok := config.(Config)
+		if !ok {
+			return nil, fmt.Errorf("dlx: shared.NewPublisher: config is a %T, not a dlx.Config", config)
+		}
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		if logger == nil {
+			logger = watermill.NopLogger{}
+		}
+		return newPublisher(c.WithDefaults(), conn, false, declare, logger)
+	}
+}
+
+// newPublisher returns a publisher of config (validated, defaulted) that publishes on conns,
+// each publisher on a confirm channel of its own, and closes conns when it closes if own is
+// set. With declare set it connects and declares the delay levels and Config.Declare now, and
+// reports warren.delay.parked; without, it does neither (a publisher that shares the
+// connection of one that did, see package shared) and connects at its first publish.
+func newPublisher(config Config, conns *amqpx.Conn, own, declare bool, logger watermill.LoggerAdapter) (*Publisher, error) {
 	builder, err := topology.NewBuilder(config.Topology, logger)
 	if err != nil {
 		return nil, err
@@ -188,15 +216,20 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 		cfg:       config,
 		logger:    logger,
 		builder:   builder,
-		dialer:    amqpx.NewDialer(config.Connection, "warren dlx publisher", logger),
+		conns:     conns,
+		ownConn:   own,
 		delay:     builder.Delay(),
 		metrics:   metrics,
 		attrs:     map[destination]*telemetry.Publish{},
 		queues:    map[string]topology.Queue{},
 		exchanges: map[string]topology.Exchange{},
 		declared:  map[Route]bool{},
-		dialing:   make(chan struct{}, 1),
+		opening:   make(chan struct{}, 1),
 		declaring: make(chan struct{}, 1),
+	}
+	if !declare {
+		p.list(config.Declare)
+		return p, nil
 	}
 	if err := p.declareWith(context.Background(), config.Declare, builder.Declare); err != nil {
 		_ = p.Close()
@@ -245,14 +278,14 @@ func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
 	})
 }
 
-// connect returns the open confirm channel, dialling and opening it when needed. One call
-// at a time dials, without holding p.mu; the others wait for it, each until its own ctx
-// ends.
+// connect returns the open confirm channel, dialling (see amqpx.Conn.Get) and opening it
+// when needed. One call at a time connects, without holding p.mu; the others wait for it,
+// each until its own ctx ends.
 func (p *Publisher) connect(ctx context.Context) (*amqpx.Confirmer, error) {
 	if conf, err := p.current(); conf != nil || err != nil {
 		return conf, err
 	}
-	release, err := take(ctx, p.dialing, "dial")
+	release, err := take(ctx, p.opening, "dial")
 	if err != nil {
 		return nil, err
 	}
@@ -260,23 +293,22 @@ func (p *Publisher) connect(ctx context.Context) (*amqpx.Confirmer, error) {
 	if conf, err := p.current(); conf != nil || err != nil { // connected while we waited
 		return conf, err
 	}
-	p.mu.Lock()
-	conn := p.conn
-	p.mu.Unlock()
-	if conn == nil || conn.IsClosed() {
-		c, err := p.dialer.Dial(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("dial: %w", err)
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			_ = c.Close()
-			return nil, errPublisherClosed
-		}
-		p.conn, p.declared, conn = c, map[Route]bool{}, c
-		p.mu.Unlock()
+	conn, err := p.conns.Get(ctx)
+	if errors.Is(err, amqpx.ErrConnClosed) {
+		return nil, errPublisherClosed
 	}
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errPublisherClosed
+	}
+	if conn != p.conn { // a new connection: nothing is declared on it yet
+		p.conn, p.declared = conn, map[Route]bool{}
+	}
+	p.mu.Unlock()
 	stop := amqpx.Watch(ctx, conn)
 	defer stop()
 	ch, err := conn.Channel()
@@ -764,7 +796,7 @@ func (p *Publisher) Delay() topology.Delay { return p.delay }
 // amqpx.CloseTimeout (5s). Publishes in flight fail.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
-	conn, closed := p.conn, p.closed
+	closed := p.closed
 	p.closed = true
 	p.mu.Unlock()
 	if closed {
@@ -774,5 +806,8 @@ func (p *Publisher) Close() error {
 	if p.parked != nil {
 		err = p.parked.Unregister()
 	}
-	return errors.Join(amqpx.Close(conn), err)
+	if p.ownConn {
+		err = errors.Join(p.conns.Close(), err)
+	}
+	return err
 }

@@ -136,7 +136,7 @@ func TestRouterFailsOverToAnotherNode(t *testing.T) {
 	}
 	await("before")
 
-	const sub = "warren subscriber h"
+	const sub = "warren subscriber" // the router's consuming connection, every handler's
 	first, ok := seen(sub, warren.Connected)
 	if !ok {
 		mu.Lock()

@@ -250,14 +250,15 @@ const replyPrefix = "amq.gen-"
 // answer publishes a kill.Answer to the reply address of d, a live command, if it has one,
 // saying the subscription is in mode now (or refused it, when refusal is set) and was in
 // before when the command came. It never blocks: the publish runs in a goroutine of its own,
-// on a channel of its own, without confirmation, and a failure is only logged (debug).
+// on a channel of its own of the publishing connection (see consumerConns), without
+// confirmation, and a failure is only logged (debug).
 func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error) {
 	if d.ReplyTo == "" { // a command without a reply address, or read from the state
 		return
 	}
 	s := sub.s
 	fields := watermill.LogFields{"queue": sub.queue, "handler": s.cfg.HandlerName, "reply_to": d.ReplyTo}
-	if !strings.HasPrefix(d.ReplyTo, replyPrefix) || sub.conn == nil {
+	if !strings.HasPrefix(d.ReplyTo, replyPrefix) {
 		s.logger.Debug("Kill command not answered: its reply address is not a server-named queue", fields)
 		return
 	}
@@ -289,17 +290,20 @@ func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error
 	if err != nil {
 		return
 	}
-	conn, replyTo, correlationID := sub.conn, d.ReplyTo, d.CorrelationId
+	replyTo, correlationID := d.ReplyTo, d.CorrelationId
 	s.answering.Add(1)
 	go func() {
 		defer s.answering.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), replyTimeout)
 		defer cancel()
-		err := killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-			return ch.PublishWithContext(ctx, "", replyTo, false, false, amqp.Publishing{
-				ContentType: "application/json", CorrelationId: correlationID, Body: body, Timestamp: time.Now(),
+		conn, err := s.conns.publish.Get(ctx) // a router's publishing connection: see consumerConns
+		if err == nil {
+			err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+				return ch.PublishWithContext(ctx, "", replyTo, false, false, amqp.Publishing{
+					ContentType: "application/json", CorrelationId: correlationID, Body: body, Timestamp: time.Now(),
+				})
 			})
-		})
+		}
 		if err != nil {
 			s.logger.Debug("Kill answer not published", fields.Add(watermill.LogFields{"err": err.Error()}))
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/rpc"
-	"github.com/warrenmq/warren/topology"
 )
 
 // publishReplies publishes the messages a replying handler (HandlerConfig.Reply) returns to
@@ -53,10 +52,7 @@ func (r *Router) publishReplies(h message.HandlerFunc) message.HandlerFunc {
 func (r *Router) publishReply(replyTo, correlationID string, msgs ...*message.Message) error {
 	pub := r.retryPub
 	if rpc.IsDirectReplyTo(replyTo) {
-		var err error
-		if pub, err = r.directPublisher(); err != nil {
-			return err
-		}
+		pub = r.directPub
 	}
 	err := pub.Publish(replyTo, msgs...)
 	var ret *dlx.ReturnedError
@@ -66,41 +62,6 @@ func (r *Router) publishReply(replyTo, correlationID string, msgs ...*message.Me
 		return nil
 	}
 	return err
-}
-
-// directPublisher returns the publisher of replies to direct reply-to addresses (without
-// the mandatory flag). There is one per router, made once: Run makes it before the router is
-// Running when a handler has HandlerConfig.Reply, so that a Running server answers its first
-// calls at once: making it dials and declares the delay levels, which the first replies would
-// otherwise wait for (and, made by whichever reply came first, as many times over as replies
-// came at once). A call that finds it being made waits for it. AddHandler never touches the
-// broker: it only records that a handler replies.
-func (r *Router) directPublisher() (message.Publisher, error) {
-	r.directMu.Lock() // held while it is made: the others wait for it
-	defer r.directMu.Unlock()
-	r.mu.Lock()
-	pub, closed := r.directPub, r.closed
-	r.mu.Unlock()
-	switch {
-	case pub != nil:
-		return pub, nil
-	case closed:
-		return nil, fmt.Errorf("router is %w", warren.ErrClosed)
-	}
-	pcfg := r.cfg.Publisher
-	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, true
-	direct, err := dlx.NewPublisher(pcfg, r.logger) // not under r.mu: it connects
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed { // Close did not see it
-		_ = direct.Close()
-		return nil, fmt.Errorf("router is %w", warren.ErrClosed)
-	}
-	r.direct, r.directPub = direct, r.tracing.Publisher(direct)
-	return r.directPub, nil
 }
 
 // errorReplying publishes poison copies with next and then, for a request with a reply-to,

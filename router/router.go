@@ -21,6 +21,8 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
@@ -277,16 +279,23 @@ type HandlerConfig struct {
 // caused by the shutdown, are no failures of the handler: the message goes back to its queue
 // (see middleware.RequeueError), after Config.Subscriber.RequeueDelay.
 type Router struct {
-	cfg      Config
-	logger   watermill.LoggerAdapter
-	wm       *message.Router
-	tracing  *middleware.Tracing
-	out      *dlx.Publisher // Publisher and handler outputs, routed by Config.Publisher.Route
-	retries  *dlx.Publisher // retries and poison messages, routed to queues
-	pub      message.Publisher
-	retryPub message.Publisher
-	metrics  *telemetry.Instruments
-	consumes telemetry.Consumes // attribute sets of messaging.process.duration
+	cfg     Config
+	logger  watermill.LoggerAdapter
+	wm      *message.Router
+	tracing *middleware.Tracing
+	// pubConn is the router's publishing connection, which its DLX publishers share (each on
+	// a confirm channel of its own), and where its subscribers publish (see consumerConns);
+	// subConns are the connections every handler's subscriber consumes on.
+	pubConn   *amqpx.Conn
+	subConns  *consumerConns
+	out       *dlx.Publisher // Publisher and handler outputs, routed by Config.Publisher.Route
+	retries   *dlx.Publisher // retries and poison messages, routed to queues
+	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory
+	pub       message.Publisher
+	retryPub  message.Publisher
+	directPub message.Publisher
+	metrics   *telemetry.Instruments
+	consumes  telemetry.Consumes // attribute sets of messaging.process.duration
 
 	mu        sync.Mutex
 	topo      topology.Topology // the handlers' queues, exchanges and bindings
@@ -298,10 +307,6 @@ type Router struct {
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
 	closeErr  error
-	replies   bool           // a handler has HandlerConfig.Reply
-	directMu  sync.Mutex     // held while direct is made (see directPublisher)
-	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory: made once
-	directPub message.Publisher
 }
 
 // New connects the router's publishers and declares Config.Declare.
@@ -327,20 +332,38 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	r.pubConn = amqpx.NewConn(amqpx.NewDialer(config.Connection, "warren publisher", logger))
+	r.subConns = newConsumerConns(config.Connection, "warren subscriber", r.pubConn, logger)
 	pcfg := config.Publisher
-	out, err := dlx.NewPublisher(pcfg, logger)
+	out, err := publisherOn(r.pubConn, pcfg, true, logger)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.pubConn.Close())
 	}
 	pcfg.Route, pcfg.Declare, pcfg.AllowUnroutable = retryRoute, topology.Topology{}, false
-	retries, err := dlx.NewPublisher(pcfg, logger)
+	retries, err := publisherOn(r.pubConn, pcfg, false, logger)
 	if err != nil {
-		_ = out.Close()
+		return nil, errors.Join(err, out.Close(), r.pubConn.Close())
+	}
+	// Replies to direct reply-to addresses: without the mandatory flag (see publishReply).
+	pcfg.AllowUnroutable = true
+	direct, err := publisherOn(r.pubConn, pcfg, false, logger)
+	if err != nil {
+		return nil, errors.Join(err, out.Close(), retries.Close(), r.pubConn.Close())
+	}
+	r.wm, r.tracing, r.metrics, r.out, r.retries, r.direct = wm, tracing, metrics, out, retries, direct
+	r.pub, r.retryPub, r.directPub = tracing.Publisher(out), tracing.Publisher(retries), tracing.Publisher(direct)
+	return r, nil
+}
+
+// publisherOn returns a DLX publisher of config (the router's shared fields set) that
+// publishes on conn, the router's publishing connection, on a confirm channel of its own;
+// with declare set, it connects now and declares the delay levels and Config.Declare.
+func publisherOn(conn *amqpx.Conn, config dlx.Config, declare bool, logger watermill.LoggerAdapter) (*dlx.Publisher, error) {
+	p, err := shared.NewPublisher(config, conn, declare, logger)
+	if err != nil {
 		return nil, err
 	}
-	r.wm, r.tracing, r.metrics, r.out, r.retries = wm, tracing, metrics, out, retries
-	r.pub, r.retryPub = tracing.Publisher(out), tracing.Publisher(retries)
-	return r, nil
+	return p.(*dlx.Publisher), nil
 }
 
 // allStopped is what Watermill's router logs, as an error, when every handler has stopped
@@ -449,7 +472,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	scfg := r.cfg.Subscriber
 	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
-	sub, err := NewSubscriber(scfg, r.logger)
+	sub, err := newSubscriber(scfg, r.logger, r.subConns)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
 	}
@@ -464,7 +487,6 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	})
 
 	r.names[h.Name] = true
-	r.replies = r.replies || h.Reply
 	r.subs = append(r.subs, sub)
 	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
 	if h.Exchange != "" {
@@ -636,7 +658,7 @@ func (r *Router) Run(ctx context.Context) error {
 	}
 	runDone := make(chan struct{})
 	r.runDone = runDone
-	topo, subs, replies := r.topo, r.subs, r.replies
+	topo, subs := r.topo, r.subs
 	r.mu.Unlock()
 
 	declareCtx, cancel := context.WithCancel(ctx)
@@ -649,9 +671,6 @@ func (r *Router) Run(ctx context.Context) error {
 		}
 	}()
 	err := r.out.Declare(declareCtx, topo) // retries go to queues that exist
-	if err == nil && replies {
-		_, err = r.directPublisher() // before Running: see directPublisher
-	}
 	select {
 	case <-r.closing: // closed before the handlers ran
 		close(runDone)
@@ -727,13 +746,8 @@ func (r *Router) Close() error {
 				err = errors.Join(err, sub.Close())
 			}
 		}
-		r.mu.Lock()
-		direct := r.direct
-		r.mu.Unlock()
-		if direct != nil {
-			err = errors.Join(err, direct.Close())
-		}
-		r.closeErr = errors.Join(err, r.out.Close(), r.retries.Close())
+		// The subscribers are closed: their connections go, then the publishers' one.
+		r.closeErr = errors.Join(err, r.subConns.close(), r.out.Close(), r.retries.Close(), r.direct.Close(), r.pubConn.Close())
 	})
 	return r.closeErr
 }

@@ -147,7 +147,9 @@ func (c SubscriberConfig) Validate() error {
 // Subscriber is a Watermill message.Subscriber for RabbitMQ work queues. Unlike
 // watermill-amqp's, it hands out up to Concurrency messages at once, so a Watermill router
 // processes them concurrently; it closes gracefully; and it keeps consuming after the broker
-// drops its connection. The topic of Subscribe is the name of the queue to consume.
+// drops its connection. The topic of Subscribe is the name of the queue to consume. Its
+// subscriptions share one connection, each on channels of its own (a Router's handlers share
+// the router's: see the package doc).
 //
 // Closing (or cancelling Subscribe's context) stops taking messages: the consumer is
 // cancelled, the messages handed out are waited for, up to ShutdownTimeout, to be acked or
@@ -192,16 +194,15 @@ type Subscriber struct {
 	cfg     SubscriberConfig
 	logger  watermill.LoggerAdapter
 	builder *topology.Builder
-	dialer  *amqpx.Dialer
+	conns   *consumerConns // its own, or its router's
+	ownConn bool           // Close closes conns
 	listed  map[string]topology.Queue
 	// viaDelay starts the name of every delay level exchange: a delivery from one came
 	// through the delay levels.
 	viaDelay string
 
-	mu      sync.Mutex
-	conn    *amqp.Connection
-	closed  bool
-	dialing chan struct{} // one slot: held while dialling
+	mu     sync.Mutex
+	closed bool
 
 	closing  chan struct{} // closed by Close
 	hardStop context.Context
@@ -231,14 +232,25 @@ var errShutdownTimeout = errors.New("shutdown timeout: the message goes back to 
 
 var _ message.Subscriber = (*Subscriber)(nil)
 
-// NewSubscriber returns a Subscriber; it connects on the first Subscribe.
+// NewSubscriber returns a Subscriber; it connects on the first Subscribe. Its subscriptions
+// share a connection of its own (see consumerConns), which Close closes.
 func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	return newSubscriber(config, logger, nil)
+}
+
+// newSubscriber is NewSubscriber on conns, which the Subscriber does not close, or, when
+// conns is nil, on connections of its own.
+func newSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter, conns *consumerConns) (*Subscriber, error) {
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
 	config = config.WithDefaults()
 	if logger == nil {
 		logger = watermill.NopLogger{}
+	}
+	own := conns == nil
+	if own {
+		conns = newConsumerConns(config.Connection, "warren subscriber "+config.HandlerName, nil, logger)
 	}
 	builder, err := topology.NewBuilder(config.Topology, logger)
 	if err != nil {
@@ -249,11 +261,9 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	s := &Subscriber{
-		cfg: config, logger: logger, builder: builder, metrics: metrics,
-		dialer:  amqpx.NewDialer(config.Connection, "warren subscriber "+config.HandlerName, logger).OwnerReportsLoss(),
+		cfg: config, logger: logger, builder: builder, metrics: metrics, conns: conns, ownConn: own,
 		listed:  map[string]topology.Queue{},
 		closing: make(chan struct{}),
-		dialing: make(chan struct{}, 1),
 	}
 	for _, q := range config.Queues {
 		s.listed[q.Name] = q
@@ -273,39 +283,76 @@ func (s *Subscriber) queue(name string) topology.Queue {
 	return q
 }
 
-// connection returns the open connection, dialling when there is none. One call at a time
-// dials, without holding s.mu (Close is never held up by a dial); the others wait for it,
-// each until its own ctx ends. A dial is bounded by ctx and ConnectTimeout.
-func (s *Subscriber) connection(ctx context.Context) (*amqp.Connection, error) {
-	select {
-	case s.dialing <- struct{}{}:
-		defer func() { <-s.dialing }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for another call's dial: %w", context.Cause(ctx))
+// consumerConns are the connections that subscriptions consume on: a router's, which all its
+// handlers' Subscribers share, or a Subscriber's own. Each subscription consumes on main, on a
+// channel of its own, and listens to its kill topic and reads its kill state on channels of
+// main too; a failure of its channel (a deleted queue, a consumer cancelled, a refusal that
+// closes the channel) is its own, and the others go on.
+//
+// A refusal that closes the whole connection is not: RabbitMQ answers basic.consume on a
+// quorum queue that is down with 541 INTERNAL_ERROR, a connection error. The subscription
+// whose consume was refused so moves to isolated, a connection that only such subscriptions
+// use (dialed when the first one needs it), and consumes there, so that its retries, once a
+// second, never cut the other subscriptions' deliveries short; once it has consumed there, its
+// next session (after that connection or its channel is lost) is on main again. To tell whose
+// consume the refusal was, consumes on one connection are made one at a time (consuming).
+type consumerConns struct {
+	main, isolated *consumeConn
+	// publish is where subscriptions publish what they publish themselves (the poison copy
+	// of an undecodable delivery, answers to kill commands): the router's publishing
+	// connection, or main for a Subscriber of its own.
+	publish *amqpx.Conn
+}
+
+// consumeConn is a connection that subscriptions consume on.
+type consumeConn struct {
+	*amqpx.Conn
+	consuming sync.Mutex // held around basic.consume, see consumerConns
+}
+
+// newConsumerConns returns the connections of name (main; isolated, dialed when needed, is
+// name + " (isolated)"), which publish on publish, or on main when publish is nil. The
+// subscriptions log a lost connection, once per retry: the Dialers log it at Debug only.
+func newConsumerConns(c warren.Connection, name string, publish *amqpx.Conn, logger watermill.LoggerAdapter) *consumerConns {
+	cc := &consumerConns{
+		main:     &consumeConn{Conn: amqpx.NewConn(amqpx.NewDialer(c, name, logger).OwnerReportsLoss())},
+		isolated: &consumeConn{Conn: amqpx.NewConn(amqpx.NewDialer(c, name+" (isolated)", logger).OwnerReportsLoss())},
+		publish:  publish,
 	}
+	if cc.publish == nil {
+		cc.publish = cc.main.Conn
+	}
+	return cc
+}
+
+// close closes the consuming connections (not publish, unless it is main).
+func (cc *consumerConns) close() error {
+	return errors.Join(cc.main.Close(), cc.isolated.Close())
+}
+
+// connection returns the open main consuming connection, dialling when there is none (see
+// connectionOn).
+func (s *Subscriber) connection(ctx context.Context) (*amqp.Connection, error) {
+	return s.connectionOn(ctx, s.conns.main.Conn)
+}
+
+// connectionOn returns c's open connection, dialling when there is none: one call at a time
+// dials, without holding s.mu (Close is never held up by a dial); the others wait for it, each
+// until its own ctx ends. A dial and the wait for it are bounded by ctx and ConnectTimeout.
+func (s *Subscriber) connectionOn(ctx context.Context, c *amqpx.Conn) (*amqp.Connection, error) {
 	s.mu.Lock()
-	conn, closed := s.conn, s.closed
+	closed := s.closed
 	s.mu.Unlock()
 	if closed {
 		return nil, errSubscriberClosed
 	}
-	if conn != nil && !conn.IsClosed() {
-		return conn, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Connection.ConnectTimeout)
 	defer cancel()
-	conn, err := s.dialer.Dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("dial: %w", err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		_ = conn.Close()
+	conn, err := c.Get(ctx)
+	if errors.Is(err, amqpx.ErrConnClosed) {
 		return nil, errSubscriberClosed
 	}
-	s.conn = conn
-	return conn, nil
+	return conn, err
 }
 
 // Subscribe declares queue (a work queue, with its poison queue) and consumes it until ctx
@@ -361,7 +408,8 @@ func (s *Subscriber) SubscribeInitialize(queue string) error {
 	})
 }
 
-// Close stops every subscription as described on Subscriber, then closes the connection.
+// Close stops every subscription as described on Subscriber, then closes its connections (a
+// router's Subscriber leaves them to the router).
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -375,12 +423,10 @@ func (s *Subscriber) Close() error {
 	s.subs.Wait()
 	s.hardFn(errShutdownTimeout)
 	var err error
-	s.mu.Lock()
-	if s.conn != nil && !s.conn.IsClosed() {
-		err = s.conn.Close()
+	if s.ownConn {
+		err = s.conns.close()
 	}
-	s.mu.Unlock()
-	s.answering.Wait() // their connection is closed: they end at once
+	s.answering.Wait() // bounded by replyTimeout; on a Subscriber's own connection, closed: at once
 	return err
 }
 
@@ -476,9 +522,12 @@ type subscription struct {
 	out       chan *message.Message
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once
-	id        string           // in answers to kill commands (kill.Answer.Instance)
-	conn      *amqp.Connection // the session's, for answers
-	steady    bool             // the session consumed (or listened, paused by a kill)
+	id        string // in answers to kill commands (kill.Answer.Instance)
+	steady    bool   // the session consumed (or listened, paused by a kill)
+	// isolated makes the next session consume on consumerConns.isolated: a consume of this
+	// subscription closed the main connection.
+	isolated   bool
+	onIsolated bool // the session is on consumerConns.isolated
 
 	// Set by the kill topic; they outlive a lost connection.
 	mode mode
@@ -552,6 +601,9 @@ func (sub *subscription) run(ctx context.Context) {
 		if sub.steady {
 			retry.Reset()
 		}
+		if sub.steady && sub.onIsolated { // consumed there: back to the main connection
+			sub.isolated = false
+		}
 		wait := retry.NextBackOff()
 		s.logger.Error("Consumer lost its channel, reconnecting", err, fields.Add(watermill.LogFields{"in": wait}))
 		select {
@@ -564,18 +616,23 @@ func (sub *subscription) run(ctx context.Context) {
 	}
 }
 
-// session lasts as long as a connection: it listens to the kill topic and consumes the queue
-// as the mode says. It returns nil once closed, errQueueGone once the queue is gone, or the
-// error that lost the connection; sub.steady tells whether it got as far as consuming (or
-// listening, paused by a kill).
+// session lasts as long as the subscription's channels on a connection (the main one, or the
+// isolated one, see consumerConns): it listens to the kill topic and consumes the queue as
+// the mode says. It returns nil once closed, errQueueGone once the queue is gone, or the error
+// that lost a channel or the connection; sub.steady tells whether it got as far as consuming
+// (or listening, paused by a kill).
 func (sub *subscription) session(ctx context.Context) error {
 	s := sub.s
 	sub.steady = false
-	conn, err := s.connection(ctx)
+	cc := s.conns.main
+	if sub.isolated {
+		cc = s.conns.isolated
+	}
+	sub.onIsolated = sub.isolated
+	conn, err := s.connectionOn(ctx, cc.Conn)
 	if err != nil {
 		return err
 	}
-	sub.conn = conn
 	commands, stopListening, err := sub.listen(conn)
 	if err != nil {
 		return err
@@ -601,7 +658,7 @@ func (sub *subscription) session(ctx context.Context) error {
 			}
 			continue
 		}
-		out, err := sub.consume(ctx, conn, commands)
+		out, err := sub.consume(ctx, cc, conn, commands)
 		if err != nil {
 			return err
 		}
@@ -617,9 +674,10 @@ func (sub *subscription) session(ctx context.Context) error {
 	}
 }
 
-// consume consumes the queue until closed, killed or drained, or until an error: the
-// channel or connection is lost, or the queue is deleted (errQueueGone).
-func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, commands <-chan amqp.Delivery) (outcome, error) {
+// consume consumes the queue on a channel of its own of conn, cc's connection, until closed,
+// killed or drained, or until an error: the channel or connection is lost, or the queue is
+// deleted (errQueueGone).
+func (sub *subscription) consume(ctx context.Context, cc *consumeConn, conn *amqp.Connection, commands <-chan amqp.Delivery) (outcome, error) {
 	s := sub.s
 	ch, err := conn.Channel()
 	if err != nil {
@@ -631,7 +689,15 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 	}
 	cancelled := ch.NotifyCancel(make(chan string, 1))
 	tag := fmt.Sprintf("warren-%s-%d", s.cfg.HandlerName, consumerSeq.Add(1))
+	cc.consuming.Lock() // one at a time: a refusal that closes conn is this consume's (see consumerConns)
 	deliveries, err := ch.Consume(sub.queue, tag, false, false, false, false, nil)
+	cc.consuming.Unlock()
+	if closesConnection(err) && cc == s.conns.main {
+		sub.isolated = true
+		// The failure itself is logged once, by run.
+		s.logger.Info("Consumer refused with a connection error: it retries on a connection of its own until it is served",
+			watermill.LogFields{"queue": sub.queue})
+	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code != amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
 		return closed, fmt.Errorf("%w: %v", errRefused, err)
@@ -696,7 +762,7 @@ func (sub *subscription) consume(ctx context.Context, conn *amqp.Connection, com
 				cs.acks.settle(d.DeliveryTag, ack)
 				continue
 			}
-			msg, done, deadLetter := sub.message(conn, d, id, cs)
+			msg, done, deadLetter := sub.message(d, id, cs)
 			if msg == nil {
 				cs.dups.release(id, false) // poisoned, or put back: never taken for done
 				continue
@@ -850,6 +916,14 @@ func (sub *subscription) requeueLater(tag uint64, cs *channelState) {
 	cs.acks.settle(tag, requeue)
 }
 
+// closesConnection reports whether err is the broker's refusal that closes the whole
+// connection (an AMQP connection exception, such as 541 INTERNAL_ERROR), not only a channel.
+// 320 CONNECTION_FORCED is no refusal: the broker stops, or an operator closed the connection.
+func closesConnection(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && ae.Server && !ae.Recover && ae.Code != amqp.ConnectionForced
+}
+
 // goneOr returns errQueueGone (wrapping err) if the queue no longer exists, and err otherwise:
 // a cancelled consumer, or a queue reported "down or inaccessible", is consumed again.
 func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
@@ -870,7 +944,7 @@ func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
 // message is settled), or when the subscriber has closed. A delivery that cannot be
 // unmarshaled, or whose headers the client could not read, goes to the poison queue and nil
 // is returned.
-func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id string, cs *channelState) (
+func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 	msg *message.Message, done context.CancelFunc, deadLetter *atomic.Bool) {
 	viaDelay := strings.HasPrefix(d.Exchange, sub.s.viaDelay)
 	info := warren.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
@@ -885,7 +959,7 @@ func (sub *subscription) message(conn *amqp.Connection, d amqp.Delivery, id stri
 		msg, err = sub.s.cfg.Marshaler.Unmarshal(d)
 	}
 	if err != nil {
-		sub.poisonUndecodable(conn, d, info, err, cs)
+		sub.poisonUndecodable(d, info, err, cs)
 		return nil, nil, nil
 	}
 	// warren's bookkeeping is believed only where warren put it: see Subscriber.
@@ -923,7 +997,7 @@ func (e *unreadableError) Error() string { return "the client cannot read its he
 // poisonUndecodable publishes d as it is to the poison queue, with the reason, and settles
 // it: acked once the poison copy is confirmed; rejected into the queue's dead-letter path if
 // the copy is too large to publish; else requeued after RequeueDelay. It is never dropped.
-func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Delivery, info warren.Delivery, cause error,
+func (sub *subscription) poisonUndecodable(d amqp.Delivery, info warren.Delivery, cause error,
 	cs *channelState) {
 	s := sub.s
 	reason, failure := warren.PoisonReasonUndecoded, fmt.Errorf("unmarshal: %w", cause)
@@ -961,7 +1035,7 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 		s.metrics.Poisoned(context.Background(), sub.queue, warren.PoisonReasonRejected)
 		return
 	}
-	if err := sub.publishPoison(conn, pub); err != nil {
+	if err := sub.publishPoison(pub); err != nil {
 		s.logger.Error("Cannot poison an undecodable message: requeued", err, fields)
 		cs.inflight.add()
 		go func() {
@@ -975,12 +1049,17 @@ func (sub *subscription) poisonUndecodable(conn *amqp.Connection, d amqp.Deliver
 	s.metrics.Poisoned(context.Background(), sub.queue, reason)
 }
 
-// publishPoison publishes pub to the queue's poison queue on a confirm channel of its own,
-// declaring the queue's topology first (its poison queue may have been deleted), and returns
-// nil once the broker has confirmed it and not returned it.
-func (sub *subscription) publishPoison(conn *amqp.Connection, pub amqp.Publishing) error {
+// publishPoison publishes pub to the queue's poison queue on a confirm channel of its own of
+// the publishing connection (see consumerConns), declaring the queue's topology first (its
+// poison queue may have been deleted), and returns nil once the broker has confirmed it and
+// not returned it.
+func (sub *subscription) publishPoison(pub amqp.Publishing) error {
 	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
 	defer cancel()
+	conn, err := sub.s.conns.publish.Get(ctx)
+	if err != nil {
+		return err
+	}
 	pc, err := conn.Channel()
 	if err != nil {
 		return err

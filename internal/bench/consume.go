@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/middleware/redisstore"
 	"github.com/warrenmq/warren/router"
@@ -67,6 +68,9 @@ func benchConsume() {
 		{"idem-redis", contender{"warren+idem(Redis)", func(q string) (time.Duration, error) {
 			return consumeWarrenIdempotent(q, delay, idemRedis)
 		}}},
+		{"handlers20", contender{"warren 20 handlers", func(q string) (time.Duration, error) {
+			return consumeWarrenHandlers(q, delay, 20)
+		}}},
 	} {
 		if want(c.key) {
 			index[c.key] = len(contenders)
@@ -74,7 +78,7 @@ func benchConsume() {
 		}
 	}
 	cmp := compare(*consume, contenders)
-	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis)\n", *redisAddr)
+	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis; warren 20 handlers: the same messages spread over 20 queues, one handler each in one router, which consumes them all on one connection)\n", *redisAddr)
 	ratio := func(name, a, b string) {
 		i, okA := index[a]
 		j, okB := index[b]
@@ -89,6 +93,8 @@ func benchConsume() {
 	ratio("consume_metrics_vs_warren", "metrics", "warren")
 	ratio("consume_idem_memory_vs_warren", "idem-memory", "warren")
 	ratio("consume_idem_redis_vs_warren", "idem-redis", "warren")
+	ratio("consume_20handlers_vs_warren", "handlers20", "warren")
+	ratio("consume_20handlers_vs_raw", "handlers20", "raw")
 }
 
 // consumeWarrenMetrics is consumeWarren with metrics recorded into an SDK MeterProvider, as a
@@ -128,6 +134,11 @@ func deleteKeys(rdb *redis.Client, prefix string) {
 // fill publishes *consume messages to queue (declared by declare) with pipelined confirms,
 // each with a publish id (warren.PublishIDHeader) as warren's publisher gives it.
 func fill(queue string, declare func(ch *amqp.Channel) error) error {
+	return fillN(queue, *consume, declare)
+}
+
+// fillN is fill with n messages.
+func fillN(queue string, n int, declare func(ch *amqp.Channel) error) error {
 	conn, ch, err := confirmChannel(declare)
 	if err != nil {
 		return err
@@ -135,7 +146,7 @@ func fill(queue string, declare func(ch *amqp.Channel) error) error {
 	defer conn.Close()
 	body := make([]byte, 256)
 	var last *amqp.DeferredConfirmation
-	for i := 0; i < *consume; i++ {
+	for i := 0; i < n; i++ {
 		id := watermill.NewUUID()
 		last, err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, amqp.Publishing{
 			Body: body, DeliveryMode: amqp.Persistent, MessageId: id,
@@ -240,6 +251,59 @@ func consumeWarren(queue string, delay topology.Delay, opts warrenOptions) (time
 	})
 	if err != nil {
 		return 0, err
+	}
+	start := time.Now()
+	go func() { _ = r.Run(context.Background()) }()
+	<-done
+	return time.Since(start), nil
+}
+
+// consumeWarrenHandlers is consumeWarren with the *consume messages spread over handlers
+// queues (named after queue), one handler each (the default chain and concurrency) in one
+// router: its handlers share the router's consuming connection, a channel each.
+func consumeWarrenHandlers(queue string, delay topology.Delay, handlers int) (time.Duration, error) {
+	tcfg := config(delay)
+	b, err := topology.NewBuilder(tcfg, nil)
+	if err != nil {
+		return 0, err
+	}
+	queues := make([]string, handlers)
+	defer func() {
+		for _, q := range queues {
+			cleanup(testenv.WorkQueueNames(q))
+		}
+	}()
+	for i := range queues {
+		queues[i] = fmt.Sprintf("%s.h%02d", queue, i)
+		n := *consume / handlers
+		if i < *consume%handlers {
+			n++
+		}
+		if err := fillN(queues[i], n, func(ch *amqp.Channel) error {
+			return b.DeclareQueue(context.Background(), ch, topology.Queue{Name: queues[i]})
+		}); err != nil {
+			return 0, err
+		}
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	r, err := router.New(router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	var n atomic.Int64
+	done := make(chan struct{})
+	for _, q := range queues {
+		err := r.AddConsumerHandler(router.HandlerConfig{Queue: q}, func(msg *message.Message) error {
+			if n.Add(1) == int64(*consume) {
+				close(done)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
 	}
 	start := time.Now()
 	go func() { _ = r.Run(context.Background()) }()

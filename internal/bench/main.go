@@ -35,7 +35,7 @@ var (
 	radix     = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
 	dpubs     = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
 	only      = flag.String("only", "", "comma-separated sections to run: publish,consume,rpc,delay,kill (default all)")
-	consumers = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis (default all)")
+	consumers = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20 (default all)")
 	qtype     = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
 	dclassic  = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
 	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")

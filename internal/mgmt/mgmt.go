@@ -1,6 +1,7 @@
 // Package mgmt reads RabbitMQ's management HTTP API (the rabbitmq_management plugin) for
 // what AMQP 0-9-1 does not tell: a queue's state, its unacknowledged messages, the messages
-// a quorum queue is dead-lettering, the hosts of its consumers, and the list of queues.
+// a quorum queue is dead-lettering, the hosts of its consumers, the list of queues, and the
+// client connections.
 package mgmt
 
 import (
@@ -160,6 +161,26 @@ func (c *Client) Queue(ctx context.Context, vhost, name string) (Queue, bool, er
 	var q Queue
 	found, err := c.get(ctx, "/api/queues/"+url.PathEscape(vhost)+"/"+url.PathEscape(name), nil, &q)
 	return q, found, err
+}
+
+// Connection is one client connection to the broker.
+type Connection struct {
+	// Name is the broker's name of the connection: "127.0.0.1:40102 -> 127.0.0.1:5672".
+	Name string `json:"name"`
+	// ClientProperties holds connection_name, the name the client gave it (warren's, with
+	// the prefix of warren.Connection.AMQP.Properties["connection_name"]).
+	ClientProperties struct {
+		ConnectionName string `json:"connection_name"`
+	} `json:"client_properties"`
+	// State is "running", "blocked", "blocking", "flow", ...
+	State string `json:"state"`
+}
+
+// Connections lists the broker's client connections, of every virtual host.
+func (c *Client) Connections(ctx context.Context) ([]Connection, error) {
+	var cs []Connection
+	_, err := c.get(ctx, "/api/connections", url.Values{"columns": {"name,client_properties.connection_name,state"}}, &cs)
+	return cs, err
 }
 
 // get decodes the JSON answer to GET path into v, and reports false for a 404.
