@@ -108,11 +108,11 @@
 // Every consumer of a queue, in any process, competes for its messages;
 // HandlerConfig.Exchange and Keys bind the queue to an exchange, which makes it a consumer
 // group of that exchange's topic. A handler processes up to 64 messages at once by default
-// (router.Config.Subscriber.Concurrency, or HandlerConfig.Concurrency). AddHandler takes a
+// (router.Config.Concurrency, or HandlerConfig.Concurrency). AddHandler takes a
 // handler that returns messages, which are published to HandlerConfig.PublishTopic, and
 // Router.Publisher publishes through the router's DLX publisher. [DeliveryFrom] tells a
 // handler, from its message's context, where the message came from. Shutting down stops
-// taking messages, waits up to router.Config.Subscriber.ShutdownTimeout (30s) for those in
+// taking messages, waits up to router.Config.ShutdownTimeout (30s) for those in
 // flight to be processed and acked, and returns the rest to their queue.
 //
 // Every handler runs inside warren's middleware chain: retry counting, tracing, the poison
@@ -137,7 +137,7 @@
 // id, and the stack of a panic. DecodePoisonRecord reads it, and also explains the messages the
 // broker dead-lettered there itself (past the quorum delivery limit). A retry or poison copy
 // that cannot be published is no failure of the handler: the message goes back to its queue,
-// after router.Config.Subscriber.RequeueDelay (1s).
+// after router.Config.RequeueDelay (1s).
 //
 // # Copies across processes
 //
@@ -198,9 +198,9 @@
 // exchange and kill state queue. The last command is remembered in the kill state queue
 // (Q.kill.state), so consumers that start later obey it; when no consumer was listening, Kill
 // and Resume return an error that wraps kill.ErrNoListener, and the command is remembered
-// all the same. router.Config.Subscriber.OnKill hears each consumer's stopped, resumed,
+// all the same. router.Config.OnKill hears each consumer's stopped, resumed,
 // draining, deleted and refused; it is called from the consumer, and must not block. With a
-// secret (router.Config.Subscriber.KillSecret and kill.Config.Secret), consumers obey only
+// secret (router.Config.KillSecret and kill.Config.Secret), consumers obey only
 // commands signed with it. The warren command sends the same commands from a shell:
 //
 //	warren kill billing [--delete]

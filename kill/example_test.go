@@ -28,12 +28,12 @@ func ExampleKiller() {
 	events := make(chan router.KillEvent, 16)
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: url},
-		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) {
+		OnKill: func(e router.KillEvent) {
 			select { // OnKill runs in the consumer: it must never block
 			case events <- e:
 			default:
 			}
-		}},
+		},
 		// This handler never fails, so it needs no delayed retries, and no delay levels.
 		Topology: topology.Config{Delay: topology.Delay{Disabled: true}},
 	}, nil)

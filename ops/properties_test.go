@@ -75,10 +75,10 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("props")
 	r, err := router.New(router.Config{
-		Connection: env.Connection(),
-		Subscriber: router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
-		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
-		Retry:      middleware.BackoffConfig{Delays: []time.Duration{300 * time.Millisecond}}, // 2 attempts
+		Connection:      env.Connection(),
+		ShutdownTimeout: 10 * time.Second,
+		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
+		Retry:           middleware.BackoffConfig{Delays: []time.Duration{300 * time.Millisecond}}, // 2 attempts
 	}, env.Logger())
 	require.NoError(t, err)
 	defer r.Close()

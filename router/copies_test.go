@@ -78,8 +78,8 @@ func TestCopyStoreMakesOneChainAcrossProcesses(t *testing.T) {
 		r := newRouter(t, env, func(c *router.Config) {
 			c.CopyStore = store
 			c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}}
-			c.Subscriber.RequeueDelay = 100 * time.Millisecond
-			c.Subscriber.Concurrency, c.Subscriber.Prefetch = 1, 1 // a busy process takes nothing more: the twin goes to the other
+			c.RequeueDelay = 100 * time.Millisecond
+			c.Concurrency, c.Prefetch = 1, 1 // a busy process takes nothing more: the twin goes to the other
 		})
 		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 			n.add(msg.UUID)

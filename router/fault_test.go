@@ -29,7 +29,7 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 			node := testenv.StartNode(t)
 			const queue, total = "work", 400
 
-			r, err := router.New(router.Config{Connection: warren.Connection{URL: node.URL()}, Subscriber: router.SubscriberConfig{ShutdownTimeout: 5 * time.Second}}, testenv.New(t).Logger())
+			r, err := router.New(router.Config{Connection: warren.Connection{URL: node.URL()}, ShutdownTimeout: 5 * time.Second}, testenv.New(t).Logger())
 			require.NoError(t, err)
 			defer r.Close()
 			var (

@@ -332,8 +332,8 @@ func startProbe(t *testing.T, env *testenv.Env, queue, secret string) *probe {
 	t.Helper()
 	p := &probe{}
 	p.r = newRouter(t, env, func(c *router.Config) {
-		c.Subscriber.KillSecret = []byte(secret)
-		c.Subscriber.OnKill = func(e router.KillEvent) {
+		c.KillSecret = []byte(secret)
+		c.OnKill = func(e router.KillEvent) {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.events = append(p.events, e)
@@ -545,8 +545,8 @@ func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
 }
 
 func TestKillClockSkewIsValidated(t *testing.T) {
-	_, err := router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Subscriber: router.SubscriberConfig{KillClockSkew: -time.Second}}, nil)
-	assert.ErrorContains(t, err, "Config.Subscriber.KillClockSkew")
+	_, err := router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
+	assert.ErrorContains(t, err, "Config.KillClockSkew")
 	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
 	assert.ErrorContains(t, err, "SubscriberConfig.KillClockSkew")
 }

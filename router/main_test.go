@@ -47,9 +47,9 @@ func consumerProcess() int {
 	}
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: os.Getenv("URL")},
-		Subscriber: router.SubscriberConfig{KillSecret: []byte(os.Getenv("SECRET")), OnKill: func(e router.KillEvent) {
+		KillSecret: []byte(os.Getenv("SECRET")), OnKill: func(e router.KillEvent) {
 			line("event %s %s %d", e.Handler, e.State, e.At.UnixNano())
-		}},
+		},
 		Topology: topology.Config{Delay: topology.Delay{Prefix: os.Getenv("DELAY_PREFIX"), Levels: testenv.DelayLevels}},
 	}, nil)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
@@ -164,14 +163,4 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 			t.Logf("%s %g", k, got[k])
 		}
 	}
-}
-
-// The router sets its MeterProvider on its publishers and subscribers: one set there is
-// refused, naming the field.
-func TestMeterProviderIsTheRouters(t *testing.T) {
-	conn := warren.Connection{URL: "amqp://x/"}
-	_, err := router.New(router.Config{Connection: conn, Subscriber: router.SubscriberConfig{MeterProvider: noop.NewMeterProvider()}}, nil)
-	assert.ErrorContains(t, err, "Config.Subscriber.MeterProvider is set")
-	_, err = router.New(router.Config{Connection: conn, Publisher: dlx.Config{MeterProvider: noop.NewMeterProvider()}}, nil)
-	assert.ErrorContains(t, err, "Config.Publisher.MeterProvider is set")
 }

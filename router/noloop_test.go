@@ -80,7 +80,7 @@ func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue, events := env.Queue("in"), env.Exchange("events")
-	r := newRouter(t, env, func(c *router.Config) { c.Publisher.Route = dlx.ToExchange(events) })
+	r := newRouter(t, env, func(c *router.Config) { c.Route = dlx.ToExchange(events) })
 	var n calls
 	require.NoError(t, r.AddHandler(router.HandlerConfig{Queue: queue, PublishTopic: "nobody.listens"},
 		func(msg *message.Message) ([]*message.Message, error) {
@@ -107,7 +107,7 @@ func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 	queue, out := env.Queue("in"), env.Queue("out")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}}
-		c.Publisher.PublishTimeout = 300 * time.Millisecond
+		c.PublishTimeout = 300 * time.Millisecond
 		c.Declare.Queues = []topology.Queue{{Name: out, Type: topology.Classic,
 			Args: amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}}}
 	})
@@ -352,7 +352,7 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("shutdown")
 	r := newRouter(t, env, func(c *router.Config) {
-		c.Subscriber.ShutdownTimeout = time.Second
+		c.ShutdownTimeout = time.Second
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}}
 	})
 	started := make(chan struct{})

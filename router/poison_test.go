@@ -25,7 +25,7 @@ func TestUndecodablePoisonCopyHasTheRecordOfAHandlersOne(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("one-writer")
 	long := strings.Repeat("x", warren.MaxPoisonErrorLen+100)
-	r := newRouter(t, env, func(c *router.Config) { c.Subscriber.Marshaler = pickyMarshaler{} })
+	r := newRouter(t, env, func(c *router.Config) { c.Marshaler = pickyMarshaler{} })
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Name: "payments", Queue: queue}, func(msg *message.Message) error {
 		return warren.Permanent(errors.New(long))
 	}))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -40,16 +40,44 @@ type Config struct {
 	// Declare is declared when the router runs, before the handlers' own queues and
 	// bindings. A handler's queue listed here is declared as listed (type, delivery limit).
 	Declare topology.Topology
-	// Publisher configures Publisher and the publishing of the messages handlers return
-	// (Route, AllowUnroutable, Marshaler, PublishTimeout, PastTolerance), and of retries and
-	// poison copies, which always go to queues and are never unroutable. Leave its
-	// Connection, Topology, Declare and MeterProvider empty: the router's are used.
-	Publisher dlx.Config
-	// Subscriber configures every handler's subscriber (Concurrency, which
-	// HandlerConfig.Concurrency overrides; Prefetch; ShutdownTimeout, which also bounds Close;
-	// Marshaler; KillSecret, KillMaxAge, KillClockSkew, OnKill; RequeueDelay). Leave its
-	// Connection, Topology, Queues, HandlerName and MeterProvider empty: the router sets them.
-	Subscriber SubscriberConfig
+	// Route says where Publisher and the messages handlers return go, per topic (see
+	// dlx.Config.Route; retries and poison copies always go to queues). Default: the topic is
+	// a queue, published to through the default exchange.
+	Route func(topic string) dlx.Route
+	// AllowUnroutable publishes what Route sends nowhere without the mandatory flag: the
+	// broker then drops it instead of failing the publish.
+	AllowUnroutable bool
+	// Marshaler turns messages into publishings and deliveries back into messages. Default
+	// warren.Marshaler{}. A delivery it cannot unmarshal goes to the poison queue with the
+	// reason.
+	Marshaler wamqp.Marshaler
+	// PublishTimeout bounds one publish (an output, a retry, a poison copy, a reply), retries
+	// included. Default 30s.
+	PublishTimeout time.Duration
+	// PastTolerance is how far in the past a DeliverAt time may lie (it is then delivered at
+	// once) before it is an error. Default 1s.
+	PastTolerance time.Duration
+	// Concurrency is how many messages each handler processes at once, unless
+	// HandlerConfig.Concurrency says otherwise. Default 8.
+	Concurrency int
+	// Prefetch is how many messages the broker sends each handler ahead of their acks (see
+	// SubscriberConfig.Prefetch). Default: 4×the handler's Concurrency, at most 65535.
+	Prefetch int
+	// ShutdownTimeout bounds how long closing waits for the messages handed out to be acked;
+	// it also bounds Close. Default 30s.
+	ShutdownTimeout time.Duration
+	// RequeueDelay is how long a message that is nacked waits before it goes back to its
+	// queue (see SubscriberConfig.RequeueDelay). Default 1s.
+	RequeueDelay time.Duration
+	// KillSecret, when set, makes every handler obey only kill commands signed with it (see
+	// kill.Killer); others are refused and logged.
+	KillSecret []byte
+	// KillMaxAge bounds the age of a kill command received, against replays. Default 1m.
+	KillMaxAge time.Duration
+	// KillClockSkew is how far ahead of this clock a kill command may be dated. Default 5s.
+	KillClockSkew time.Duration
+	// OnKill, when set, is told what each handler's subscription does about the kill topic.
+	OnKill func(KillEvent)
 	// Retry is the retry schedule of handlers that do not set one (its Publisher is set by
 	// the router). Default: exponential from 1s, doubling, capped at 5m, 5 attempts.
 	Retry middleware.BackoffConfig
@@ -77,60 +105,47 @@ type Config struct {
 	HandleSignals bool
 }
 
-// WithDefaults returns c with every unset field set to its default, Publisher's and
-// Subscriber's included (their shared fields set from the router's).
+// WithDefaults returns c with every unset field set to its default; Prefetch stays unset
+// (each handler's default is 4×its Concurrency).
 func (c Config) WithDefaults() Config {
 	c.Connection = c.Connection.WithDefaults()
 	c.Topology = c.Topology.WithDefaults()
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
 	}
-	c.Publisher = c.publisher().WithDefaults()
-	prefetch := c.Subscriber.Prefetch
-	c.Subscriber = c.subscriber().WithDefaults()
-	c.Subscriber.Prefetch = prefetch // unset: each handler's default (4×its Concurrency)
+	p := c.publisher().WithDefaults()
+	c.Route, c.Marshaler, c.PublishTimeout, c.PastTolerance = p.Route, p.Marshaler, p.PublishTimeout, p.PastTolerance
+	s := c.subscriber().WithDefaults()
+	c.Concurrency, c.ShutdownTimeout, c.RequeueDelay = s.Concurrency, s.ShutdownTimeout, s.RequeueDelay
+	c.KillMaxAge, c.KillClockSkew = s.KillMaxAge, s.KillClockSkew
 	return c
 }
 
-// publisher is c.Publisher with the router's shared fields.
+// publisher is the configuration of the router's publishers.
 func (c Config) publisher() dlx.Config {
-	p := c.Publisher
-	p.Connection, p.Topology, p.Declare, p.MeterProvider = c.Connection, c.Topology, c.Declare, c.MeterProvider
-	return p
+	return dlx.Config{
+		Connection: c.Connection, Topology: c.Topology, Declare: c.Declare, MeterProvider: c.MeterProvider,
+		Route: c.Route, AllowUnroutable: c.AllowUnroutable, Marshaler: c.Marshaler,
+		PublishTimeout: c.PublishTimeout, PastTolerance: c.PastTolerance,
+	}
 }
 
-// subscriber is c.Subscriber with the router's shared fields.
+// subscriber is the configuration of the handlers' subscribers (each sets its HandlerName
+// and Concurrency).
 func (c Config) subscriber() SubscriberConfig {
-	s := c.Subscriber
-	s.Connection, s.Topology, s.Queues, s.MeterProvider = c.Connection, c.Topology, c.Declare.Queues, c.MeterProvider
-	return s
+	return SubscriberConfig{
+		Connection: c.Connection, Topology: c.Topology, Queues: c.Declare.Queues, MeterProvider: c.MeterProvider,
+		Concurrency: c.Concurrency, Prefetch: c.Prefetch, ShutdownTimeout: c.ShutdownTimeout, Marshaler: c.Marshaler,
+		KillSecret: c.KillSecret, KillMaxAge: c.KillMaxAge, KillClockSkew: c.KillClockSkew, OnKill: c.OnKill,
+		RequeueDelay: c.RequeueDelay,
+	}
 }
 
 // Validate reports the first field of c that is not usable, named as the user wrote it
-// ("router: Config.Subscriber.Prefetch ..."). No error contains a password of
-// Config.Connection.URL.
+// ("router: Config.Prefetch ..."). No error contains a password of Config.Connection.URL.
 func (c Config) Validate() error {
 	if err := c.Connection.Validate(); err != nil {
 		return fmt.Errorf("router: Config.%w", err)
-	}
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{
-		{"Publisher.Connection", !reflect.ValueOf(c.Publisher.Connection).IsZero()},
-		{"Publisher.Topology", !reflect.ValueOf(c.Publisher.Topology).IsZero()},
-		{"Publisher.Declare", !reflect.ValueOf(c.Publisher.Declare).IsZero()},
-		{"Publisher.MeterProvider", c.Publisher.MeterProvider != nil},
-		{"Subscriber.Connection", !reflect.ValueOf(c.Subscriber.Connection).IsZero()},
-		{"Subscriber.Topology", !reflect.ValueOf(c.Subscriber.Topology).IsZero()},
-		{"Subscriber.Queues", c.Subscriber.Queues != nil},
-		{"Subscriber.HandlerName", c.Subscriber.HandlerName != ""},
-		{"Subscriber.MeterProvider", c.Subscriber.MeterProvider != nil},
-	} {
-		if f.set {
-			return fmt.Errorf("router: Config.%s is set: the router sets it (from Config.Connection, "+
-				"Config.Topology, Config.Declare, Config.MeterProvider and the handler)", f.name)
-		}
 	}
 	if err := c.Topology.Validate(); err != nil {
 		return err
@@ -138,25 +153,21 @@ func (c Config) Validate() error {
 	if err := c.Declare.ValidateWith(c.Topology); err != nil {
 		return fmt.Errorf("router: Config.Declare: %w", err)
 	}
-	if err := c.publisher().Validate(); err != nil {
-		return renamed(err, "dlx: Config.", "router: Config.Publisher.")
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"PublishTimeout", c.PublishTimeout}, {"PastTolerance", c.PastTolerance}} {
+		if f.d < 0 {
+			return fmt.Errorf("router: Config.%s %s is negative", f.name, f.d)
+		}
 	}
-	if err := c.subscriber().Validate(); err != nil {
-		return renamed(err, "router: SubscriberConfig.", "router: Config.Subscriber.")
+	if err := c.subscriber().validate(); err != nil {
+		return fmt.Errorf("router: Config.%w", err)
 	}
 	if err := validRetry("Config.Retry", c.Retry); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
 	return nil
-}
-
-// renamed returns err with the prefix from of its text replaced by to, so that it names the
-// field as the user wrote it, or err itself when its text does not start with from.
-func renamed(err error, from, to string) error {
-	if rest, ok := strings.CutPrefix(err.Error(), from); ok {
-		return errors.New(to + rest)
-	}
-	return err
 }
 
 // validConcurrency checks a handler's concurrency, which is also its prefetch (0: default).
@@ -168,19 +179,16 @@ func validConcurrency(field string, n int) error {
 }
 
 // validRetry checks c as a BackoffConfig whose Publisher the router sets, naming the field
-// as the user wrote it: "Config.Retry.MaxAttempts -1 is less than 1".
+// of the router's that holds it: "Config.Retry: middleware: BackoffConfig.MaxAttempts -1 is
+// less than 1".
 func validRetry(field string, c middleware.BackoffConfig) error {
 	if c.Publisher == nil {
 		c.Publisher = nonClosing{} // set by the router
 	}
-	err := c.Validate()
-	if err == nil {
-		return nil
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
 	}
-	if renamed := renamed(err, "middleware: BackoffConfig.", field+"."); renamed != err {
-		return renamed
-	}
-	return fmt.Errorf("%s: %w", field, err)
+	return nil
 }
 
 // validate reports the first field of h that is not usable.
@@ -223,7 +231,7 @@ type HandlerConfig struct {
 	// compete). An exchange not listed in Config.Declare is of kind Topology.ExchangeKind.
 	Exchange string
 	Keys     []string
-	// Concurrency overrides Config.Subscriber.Concurrency.
+	// Concurrency overrides Config.Concurrency.
 	Concurrency int
 	// Retry overrides Config.Retry.
 	Retry *middleware.BackoffConfig
@@ -277,7 +285,7 @@ type HandlerConfig struct {
 // Publishing (Publisher, and the messages handlers return) goes through warren's DLX
 // publisher, traced. A retry or poison copy that cannot be published, and a handler error
 // caused by the shutdown, are no failures of the handler: the message goes back to its queue
-// (see middleware.RequeueError), after Config.Subscriber.RequeueDelay.
+// (see middleware.RequeueError), after Config.RequeueDelay.
 type Router struct {
 	cfg     Config
 	logger  watermill.LoggerAdapter
@@ -288,7 +296,7 @@ type Router struct {
 	// subConns are the connections every handler's subscriber consumes on.
 	pubConn   *amqpx.Conn
 	subConns  *consumerConns
-	out       *dlx.Publisher // Publisher and handler outputs, routed by Config.Publisher.Route
+	out       *dlx.Publisher // Publisher and handler outputs, routed by Config.Route
 	retries   *dlx.Publisher // retries and poison messages, routed to queues
 	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory
 	pub       message.Publisher
@@ -319,7 +327,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		logger = watermill.NopLogger{}
 	}
 	r := &Router{cfg: config, logger: logger, names: map[string]bool{}, closing: make(chan struct{}), running: make(chan struct{})}
-	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: config.Subscriber.ShutdownTimeout + 5*time.Second},
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: config.ShutdownTimeout + 5*time.Second},
 		stopLogger{logger, r})
 	if err != nil {
 		return nil, err
@@ -334,7 +342,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 	}
 	r.pubConn = amqpx.NewConn(amqpx.NewDialer(config.Connection, "warren publisher", logger))
 	r.subConns = newConsumerConns(config.Connection, "warren subscriber", r.pubConn, logger)
-	pcfg := config.Publisher
+	pcfg := config.publisher()
 	out, err := publisherOn(r.pubConn, pcfg, true, logger)
 	if err != nil {
 		return nil, errors.Join(err, r.pubConn.Close())
@@ -410,7 +418,7 @@ func retryRoute(topic string) dlx.Route {
 }
 
 // Publisher publishes through warren's DLX publisher (delays, confirms), traced, to the
-// destinations of Config.Publisher.Route. Like a handler's outputs, what it publishes carries
+// destinations of Config.Route. Like a handler's outputs, what it publishes carries
 // none of a delivery's bookkeeping (warren.IsBookkeeping): a copy of a message being
 // handled starts at attempt 1 where it goes. Closing it does nothing: the router closes it.
 func (r *Router) Publisher() message.Publisher { return freshPublisher{r.pub} }
@@ -468,9 +476,9 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	concurrency := h.Concurrency
 	if concurrency == 0 {
-		concurrency = r.cfg.Subscriber.Concurrency
+		concurrency = r.cfg.Concurrency
 	}
-	scfg := r.cfg.Subscriber
+	scfg := r.cfg.subscriber()
 	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
 	sub, err := newSubscriber(scfg, r.logger, r.subConns)
 	if err != nil {
@@ -725,7 +733,7 @@ func (r *Router) Run(ctx context.Context) error {
 // or a kill sent, after that is seen at once.
 func (r *Router) Running() <-chan struct{} { return r.running }
 
-// Close stops every handler from taking messages, waits up to Config.Subscriber.ShutdownTimeout for
+// Close stops every handler from taking messages, waits up to Config.ShutdownTimeout for
 // those in flight to be processed and acked, returns the rest to their queues, and closes
 // the connections. A message whose handler finished in time is never processed again.
 // Close on a router whose handlers never ran closes its connections at once; Close may be

@@ -38,9 +38,9 @@ import (
 func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router.Router {
 	t.Helper()
 	cfg := router.Config{
-		Connection: env.Connection(),
-		Subscriber: router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
-		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
+		Connection:      env.Connection(),
+		ShutdownTimeout: 10 * time.Second,
+		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -140,7 +140,7 @@ func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	delays := []time.Duration{300 * time.Millisecond, 700 * time.Millisecond, 1200 * time.Millisecond}
 	r := newRouter(t, env, func(c *router.Config) {
-		c.Publisher.Route = dlx.ToExchange(events)
+		c.Route = dlx.ToExchange(events)
 		c.TracerProvider = tp
 		c.Retry = middleware.BackoffConfig{Delays: delays}
 	})
@@ -257,7 +257,7 @@ func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 	events := env.Exchange("events")
 	failing, other := env.Queue("billing"), env.Queue("audit")
 	r := newRouter(t, env, func(c *router.Config) {
-		c.Publisher.Route = dlx.ToExchange(events)
+		c.Route = dlx.ToExchange(events)
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{200 * time.Millisecond}}
 	})
 	var billing, audit atomic.Int32
@@ -408,7 +408,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	require.NoError(t, pub.Publish(queue, msgs...))
 
-	first := newRouter(t, env, func(c *router.Config) { c.Subscriber.Concurrency = 16 })
+	first := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
 	require.NoError(t, first.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	done := start(t, first)
 	require.Eventually(t, func() bool { return processed() >= 200 }, 20*time.Second, 5*time.Millisecond)
@@ -430,7 +430,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	t.Logf("first router processed %d, %d back in the queue", afterFirst, ready())
 	assert.Less(t, afterFirst, total, "closed before the end")
 
-	second := newRouter(t, env, func(c *router.Config) { c.Subscriber.Concurrency = 16 })
+	second := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
 	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	start(t, second)
 	require.Eventually(t, func() bool { return processed() == total }, 30*time.Second, 10*time.Millisecond)
@@ -499,8 +499,8 @@ func (m pickyMarshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 func TestConfigErrorsNameTheField(t *testing.T) {
 	_, err := router.New(router.Config{}, nil)
 	assert.ErrorContains(t, err, "Config.Connection.URL")
-	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Subscriber: router.SubscriberConfig{Concurrency: -1}}, nil)
-	assert.ErrorContains(t, err, "Config.Subscriber.Concurrency")
+	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: -1}, nil)
+	assert.ErrorContains(t, err, "Config.Concurrency")
 	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: 70000}, nil)
 	assert.ErrorContains(t, err, "Concurrency")
 	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Topology: topology.Config{QueueType: topology.Classic},

@@ -123,11 +123,23 @@ func (c SubscriberConfig) Validate() error {
 	if err := c.Connection.Validate(); err != nil {
 		return fmt.Errorf("router: SubscriberConfig.%w", err)
 	}
+	if err := c.validate(); err != nil {
+		return fmt.Errorf("router: SubscriberConfig.%w", err)
+	}
+	if err := c.Topology.Validate(); err != nil {
+		return err
+	}
+	return topology.Topology{Queues: c.Queues}.ValidateWith(c.Topology)
+}
+
+// validate checks the fields of c that a router's Config has too, naming each bare
+// ("Concurrency ..."), for the caller to say whose it is.
+func (c SubscriberConfig) validate() error {
 	if c.Concurrency < 0 || c.Concurrency > 65535 {
-		return fmt.Errorf("router: SubscriberConfig.Concurrency %d is outside 1..65535", c.Concurrency)
+		return fmt.Errorf("Concurrency %d is outside 1..65535", c.Concurrency)
 	}
 	if c.Prefetch < 0 || c.Prefetch > 65535 || c.Prefetch > 0 && c.Prefetch < c.WithDefaults().Concurrency {
-		return fmt.Errorf("router: SubscriberConfig.Prefetch %d is outside Concurrency..65535", c.Prefetch)
+		return fmt.Errorf("Prefetch %d is outside Concurrency..65535", c.Prefetch)
 	}
 	for _, f := range []struct {
 		name string
@@ -135,13 +147,10 @@ func (c SubscriberConfig) Validate() error {
 	}{{"ShutdownTimeout", c.ShutdownTimeout}, {"KillMaxAge", c.KillMaxAge},
 		{"KillClockSkew", c.KillClockSkew}, {"RequeueDelay", c.RequeueDelay}} {
 		if f.d < 0 {
-			return fmt.Errorf("router: SubscriberConfig.%s %s is negative", f.name, f.d)
+			return fmt.Errorf("%s %s is negative", f.name, f.d)
 		}
 	}
-	if err := c.Topology.Validate(); err != nil {
-		return err
-	}
-	return topology.Topology{Queues: c.Queues}.ValidateWith(c.Topology)
+	return nil
 }
 
 // Subscriber is a Watermill message.Subscriber for RabbitMQ work queues. Unlike

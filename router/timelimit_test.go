@@ -97,7 +97,7 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 func TestCloseWithoutRun(t *testing.T) {
 	// Not parallel: it measures a wall-clock limit.
 	env := testenv.New(t)
-	r := newRouter(t, env, func(c *router.Config) { c.Subscriber.ShutdownTimeout = 2 * time.Second })
+	r := newRouter(t, env, func(c *router.Config) { c.ShutdownTimeout = 2 * time.Second })
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("never-run")}, func(*message.Message) error { return nil }))
 	start := time.Now()
 	require.NoError(t, r.Close())
@@ -127,7 +127,7 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 	addr, dialed := notifyDials(t, proxy.Addr())
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Connection.URL = testenv.WithHost(t, env.URL, addr)
-		c.Subscriber.ShutdownTimeout = 2 * time.Second
+		c.ShutdownTimeout = 2 * time.Second
 		c.Connection.ConnectTimeout = 20 * time.Second
 	})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("declaring")}, func(*message.Message) error { return nil }))
@@ -164,18 +164,16 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 		"router: Config.Connection.URL is empty":                                {},
 		"router: Config.Connection.ConnectTimeout -1s":                          {Connection: warren.Connection{URL: url, ConnectTimeout: -time.Second}},
 		"router: Config.Connection.AMQP.TLSClientConfig is set":                 {Connection: warren.Connection{URL: url, AMQP: amqp.Config{TLSClientConfig: &tls.Config{}}}},
-		"router: Config.Subscriber.Concurrency -1":                              {Connection: conn, Subscriber: router.SubscriberConfig{Concurrency: -1}},
-		"router: Config.Subscriber.Concurrency 70000":                           {Connection: conn, Subscriber: router.SubscriberConfig{Concurrency: 70000}},
-		"router: Config.Subscriber.Prefetch 8 is outside Concurrency":           {Connection: conn, Subscriber: router.SubscriberConfig{Prefetch: 8}},
-		"router: Config.Subscriber.Connection is set":                           {Connection: conn, Subscriber: router.SubscriberConfig{Connection: conn}},
-		"router: Config.Publisher.Declare is set":                               {Connection: conn, Publisher: dlx.Config{Declare: topology.Topology{Queues: []topology.Queue{{Name: "q"}}}}},
-		"router: Config.Retry.MaxAttempts -1":                                   {Connection: conn, Retry: middleware.BackoffConfig{MaxAttempts: -1}},
-		"router: Config.Retry.Delays[1] -1s":                                    {Connection: conn, Retry: middleware.BackoffConfig{Delays: []time.Duration{time.Second, -time.Second}}},
-		"router: Config.Retry.Multiplier 0.5":                                   {Connection: conn, Retry: middleware.BackoffConfig{Multiplier: 0.5}},
-		"router: Config.Subscriber.ShutdownTimeout -1s":                         {Connection: conn, Subscriber: router.SubscriberConfig{ShutdownTimeout: -time.Second}},
-		"router: Config.Publisher.PublishTimeout -1s":                           {Connection: conn, Publisher: dlx.Config{PublishTimeout: -time.Second}},
-		"router: Config.Publisher.PastTolerance -1s":                            {Connection: conn, Publisher: dlx.Config{PastTolerance: -time.Second}},
-		"router: Config.Subscriber.KillMaxAge -1s":                              {Connection: conn, Subscriber: router.SubscriberConfig{KillMaxAge: -time.Second}},
+		"router: Config.Concurrency -1":                                         {Connection: conn, Concurrency: -1},
+		"router: Config.Concurrency 70000":                                      {Connection: conn, Concurrency: 70000},
+		"router: Config.Prefetch 8 is outside Concurrency":                      {Connection: conn, Prefetch: 8},
+		"router: Config.Retry: middleware: BackoffConfig.MaxAttempts -1":        {Connection: conn, Retry: middleware.BackoffConfig{MaxAttempts: -1}},
+		"router: Config.Retry: middleware: BackoffConfig.Delays[1] -1s":         {Connection: conn, Retry: middleware.BackoffConfig{Delays: []time.Duration{time.Second, -time.Second}}},
+		"router: Config.Retry: middleware: BackoffConfig.Multiplier 0.5":        {Connection: conn, Retry: middleware.BackoffConfig{Multiplier: 0.5}},
+		"router: Config.ShutdownTimeout -1s":                                    {Connection: conn, ShutdownTimeout: -time.Second},
+		"router: Config.PublishTimeout -1s":                                     {Connection: conn, PublishTimeout: -time.Second},
+		"router: Config.PastTolerance -1s":                                      {Connection: conn, PastTolerance: -time.Second},
+		"router: Config.KillMaxAge -1s":                                         {Connection: conn, KillMaxAge: -time.Second},
 		"router: Config.Declare: topology: Queues[0].Name":                      {Connection: conn, Declare: topology.Topology{Queues: []topology.Queue{{}}}},
 		"topology: Config.Timeout -1s":                                          {Connection: conn, Topology: topology.Config{Timeout: -time.Second}},
 		`topology: Delay.Prefix "amq.delay"`:                                    {Connection: conn, Topology: topology.Config{Delay: topology.Delay{Prefix: "amq.delay"}}},
@@ -225,14 +223,14 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	r := newRouter(t, env, nil)
 	q := env.Queue("valid")
 	for field, h := range map[string]router.HandlerConfig{
-		"router: HandlerConfig.Queue is empty":                  {},
-		"router: handler h: HandlerConfig.Keys is empty":        {Name: "h", Queue: q, Exchange: "events"},
-		"router: handler h: HandlerConfig.Exchange is empty":    {Name: "h", Queue: q, Keys: []string{"a.b"}},
-		"router: handler h: HandlerConfig.Concurrency -1":       {Name: "h", Queue: q, Concurrency: -1},
-		"router: handler h: HandlerConfig.Concurrency 70000":    {Name: "h", Queue: q, Concurrency: 70000},
-		"router: handler h: HandlerConfig.Retry.MaxAttempts -1": {Name: "h", Queue: q, Retry: &middleware.BackoffConfig{MaxAttempts: -1}},
-		"router: handler h: HandlerConfig.Retry.Jitter 2":       {Name: "h", Queue: q, Retry: &middleware.BackoffConfig{Jitter: 2}},
-		"router: handler amq.x: HandlerConfig.Queue":            {Queue: "amq.x"},
+		"router: HandlerConfig.Queue is empty":                                             {},
+		"router: handler h: HandlerConfig.Keys is empty":                                   {Name: "h", Queue: q, Exchange: "events"},
+		"router: handler h: HandlerConfig.Exchange is empty":                               {Name: "h", Queue: q, Keys: []string{"a.b"}},
+		"router: handler h: HandlerConfig.Concurrency -1":                                  {Name: "h", Queue: q, Concurrency: -1},
+		"router: handler h: HandlerConfig.Concurrency 70000":                               {Name: "h", Queue: q, Concurrency: 70000},
+		"router: handler h: HandlerConfig.Retry: middleware: BackoffConfig.MaxAttempts -1": {Name: "h", Queue: q, Retry: &middleware.BackoffConfig{MaxAttempts: -1}},
+		"router: handler h: HandlerConfig.Retry: middleware: BackoffConfig.Jitter 2":       {Name: "h", Queue: q, Retry: &middleware.BackoffConfig{Jitter: 2}},
+		"router: handler amq.x: HandlerConfig.Queue":                                       {Queue: "amq.x"},
 	} {
 		err := r.AddConsumerHandler(h, func(*message.Message) error { return nil })
 		if assert.Error(t, err, field) {

@@ -50,9 +50,9 @@ func double(_ context.Context, req request) (response, error) {
 func serve(t *testing.T, env *testenv.Env, queue string, retry *middleware.BackoffConfig, fn message.HandlerFunc) *router.Router {
 	t.Helper()
 	r, err := router.New(router.Config{
-		Connection: env.Connection(),
-		Subscriber: router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
-		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
+		Connection:      env.Connection(),
+		ShutdownTimeout: 10 * time.Second,
+		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
 	}, env.Logger())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })

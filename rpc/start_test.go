@@ -41,9 +41,9 @@ func TestServersAnswerFromTheStart(t *testing.T) {
 					}
 				}
 				r, err := router.New(router.Config{
-					Connection: conn,
-					Subscriber: router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
-					Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
+					Connection:      conn,
+					ShutdownTimeout: 10 * time.Second,
+					Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
 				}, env.Logger())
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = r.Close() })

@@ -50,8 +50,8 @@ func startRouter(t *testing.T, env *testenv.Env, queue, secret string, onKill fu
 	t.Helper()
 	r, err := router.New(router.Config{
 		Connection: env.Connection(),
-		Subscriber: router.SubscriberConfig{KillSecret: []byte(secret), OnKill: onKill},
-		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
+		KillSecret: []byte(secret), OnKill: onKill,
+		Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
 	}, env.Logger())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })

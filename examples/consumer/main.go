@@ -97,7 +97,7 @@ func run(url, queue string, forDur time.Duration, count int, del bool) error {
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: url},
 		// One message at a time, so that the lines of one message stay together.
-		Subscriber:    router.SubscriberConfig{Concurrency: 1},
+		Concurrency:   1,
 		HandleSignals: true, // Ctrl-C stops Run gracefully
 	}, watermill.NopLogger{})
 	if err != nil {

@@ -114,8 +114,8 @@ func run(url string, compact bool) error {
 
 	r, err := router.New(router.Config{
 		Connection:     warren.Connection{URL: url},
-		TracerProvider: provider,                                    // producer and consumer spans
-		Publisher:      dlx.Config{Route: dlx.ToExchange(exchange)}, // topic = routing key
+		TracerProvider: provider,                 // producer and consumer spans
+		Route:          dlx.ToExchange(exchange), // topic = routing key
 		Declare:        topology.Topology{Exchanges: []topology.Exchange{{Name: exchange, Kind: topology.Topic}}},
 	}, watermill.NopLogger{})
 	if err != nil {

@@ -56,9 +56,9 @@ func main() {
 func worker(url string) error {
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: url},
-		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) {
+		OnKill: func(e router.KillEvent) {
 			fmt.Printf("%s %s %d\n", e.Handler, e.State, e.At.UnixNano())
-		}},
+		},
 	}, watermill.NopLogger{})
 	if err != nil {
 		return err

@@ -162,7 +162,7 @@ func run(url string, o options) error {
 	)
 	var r *router.Router
 	if wait {
-		r, err = router.New(router.Config{Connection: conn, Subscriber: router.SubscriberConfig{Concurrency: 1}}, logger)
+		r, err = router.New(router.Config{Connection: conn, Concurrency: 1}, logger)
 		if err != nil {
 			return err
 		}

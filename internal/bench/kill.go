@@ -154,7 +154,7 @@ func killChild() {
 	}
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: *url},
-		Subscriber: router.SubscriberConfig{OnKill: func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) }},
+		OnKill:     func(e router.KillEvent) { say("%s %d", e.State, e.At.UnixNano()) },
 		Topology:   config(topology.Delay{Prefix: os.Getenv("DELAY_PREFIX")}),
 	}, nil)
 	must(err)

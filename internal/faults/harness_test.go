@@ -882,7 +882,7 @@ func (h *harness) finish() result {
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	inFlight := router.Config{}.WithDefaults().Subscriber.Concurrency * consumers
+	inFlight := router.Config{}.WithDefaults().Concurrency * consumers
 	r := result{
 		published: len(h.published), processed: len(h.oks), poisoned: len(poisonIDs), poisonDups: poisonDups,
 		inFlight: inFlight, faults: len(h.marks), dupLimit: inFlight * len(h.marks),

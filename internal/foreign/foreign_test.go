@@ -85,9 +85,9 @@ func TestForeignPropertiesReachAHandler(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("from-node")
 	r, err := router.New(router.Config{
-		Connection: env.Connection(),
-		Subscriber: router.SubscriberConfig{ShutdownTimeout: 10 * time.Second},
-		Topology:   topology.Config{Delay: env.Delay(topology.Delay{})},
+		Connection:      env.Connection(),
+		ShutdownTimeout: 10 * time.Second,
+		Topology:        topology.Config{Delay: env.Delay(topology.Delay{})},
 	}, env.Logger())
 	require.NoError(t, err)
 	got := make(chan *message.Message, 1)

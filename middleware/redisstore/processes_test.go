@@ -93,9 +93,9 @@ func consumerMain() int {
 		return fail(err)
 	}
 	r, err := router.New(router.Config{
-		Connection: warren.Connection{URL: os.Getenv(envURL)},
-		Topology:   topology.Config{Delay: topology.Delay{Disabled: true}}, // the handler never fails: no retries
-		Subscriber: router.SubscriberConfig{RequeueDelay: 50 * time.Millisecond},
+		Connection:   warren.Connection{URL: os.Getenv(envURL)},
+		Topology:     topology.Config{Delay: topology.Delay{Disabled: true}}, // the handler never fails: no retries
+		RequeueDelay: 50 * time.Millisecond,
 	}, logger)
 	if err != nil {
 		return fail(err)
