@@ -116,10 +116,10 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ops, error) {
 	return o, nil
 }
 
-// Close closes the connection. The calls in progress fail.
 // errOpsClosed is the error of a method of an Ops that is closed.
 var errOpsClosed = fmt.Errorf("ops: %w", warren.ErrClosed)
 
+// Close closes the connection. The calls in progress fail.
 func (o *Ops) Close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()

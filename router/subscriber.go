@@ -136,10 +136,10 @@ func (c SubscriberConfig) Validate() error {
 // ("Concurrency ..."), for the caller to say whose it is.
 func (c SubscriberConfig) validate() error {
 	if c.Concurrency < 0 || c.Concurrency > 65535 {
-		return fmt.Errorf("Concurrency %d is outside 1..65535", c.Concurrency)
+		return fmt.Errorf("%s %d is outside 1..65535", "Concurrency", c.Concurrency)
 	}
 	if c.Prefetch < 0 || c.Prefetch > 65535 || c.Prefetch > 0 && c.Prefetch < c.WithDefaults().Concurrency {
-		return fmt.Errorf("Prefetch %d is outside Concurrency..65535", c.Prefetch)
+		return fmt.Errorf("%s %d is outside Concurrency..65535", "Prefetch", c.Prefetch)
 	}
 	for _, f := range []struct {
 		name string
