@@ -1,20 +1,19 @@
 package kill
 
 import (
-	"bytes"
 	"encoding/json"
-	"math"
-	"time"
+
+	"github.com/warrenmq/warren/internal/msjson"
 )
 
 // MarshalJSON writes r with Waited as waited_ms, a number of milliseconds (fractional below
 // a millisecond), as every duration in warren's JSON is.
 func (r Result) MarshalJSON() ([]byte, error) {
 	type plain Result
-	return marshal(struct {
+	return msjson.Marshal(struct {
 		plain
 		Waited float64 `json:"waited_ms"`
-	}{plain(r), float64(r.Waited) / float64(time.Millisecond)})
+	}{plain(r), msjson.Millis(r.Waited)})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -27,17 +26,6 @@ func (r *Result) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	r.Waited = time.Duration(math.Round(v.Waited * float64(time.Millisecond)))
+	r.Waited = msjson.Duration(v.Waited)
 	return nil
-}
-
-// marshal is json.Marshal without HTML escaping: "<" stays "<", as the CLI prints JSON.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
