@@ -241,16 +241,24 @@ func consumeWarren(queue string, delay topology.Delay, opts warrenOptions) (time
 		return 0, err
 	}
 	defer r.Close()
+	return drain(r, []string{queue}, opts.middleware)
+}
+
+// drain runs r with a handler on each of queues (mw inside the default chain) until they
+// have handled *consume messages in all, and returns how long that took.
+func drain(r *router.Router, queues []string, mw []message.HandlerMiddleware) (time.Duration, error) {
 	var n atomic.Int64
 	done := make(chan struct{})
-	err = r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Middleware: opts.middleware}, func(msg *message.Message) error {
-		if n.Add(1) == int64(*consume) {
-			close(done)
+	for _, q := range queues {
+		err := r.AddConsumerHandler(router.HandlerConfig{Queue: q, Middleware: mw}, func(msg *message.Message) error {
+			if n.Add(1) == int64(*consume) {
+				close(done)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
 	}
 	start := time.Now()
 	go func() { _ = r.Run(context.Background()) }()
@@ -292,23 +300,7 @@ func consumeWarrenHandlers(queue string, delay topology.Delay, handlers int) (ti
 		return 0, err
 	}
 	defer r.Close()
-	var n atomic.Int64
-	done := make(chan struct{})
-	for _, q := range queues {
-		err := r.AddConsumerHandler(router.HandlerConfig{Queue: q}, func(msg *message.Message) error {
-			if n.Add(1) == int64(*consume) {
-				close(done)
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, err
-		}
-	}
-	start := time.Now()
-	go func() { _ = r.Run(context.Background()) }()
-	<-done
-	return time.Since(start), nil
+	return drain(r, queues, nil)
 }
 
 func consumeWatermill(queue string) (time.Duration, error) {
