@@ -285,7 +285,7 @@ func (p *Publisher) connect(ctx context.Context) (*amqpx.Confirmer, error) {
 	if conf, err := p.current(); conf != nil || err != nil {
 		return conf, err
 	}
-	release, err := take(ctx, p.opening, "dial")
+	release, err := amqpx.Take(ctx, p.opening, "dial")
 	if err != nil {
 		return nil, err
 	}
@@ -341,16 +341,6 @@ func (p *Publisher) retire(conf *amqpx.Confirmer) {
 	conf.Retire()
 }
 
-// take takes the one slot of slot, waiting for another call's what until ctx ends.
-func take(ctx context.Context, slot chan struct{}, what string) (release func(), err error) {
-	select {
-	case slot <- struct{}{}:
-		return func() { <-slot }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for another call's %s: %w", what, context.Cause(ctx))
-	}
-}
-
 var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", warren.ErrClosed))
 
 // current returns the open confirm channel, or nil if there is none; the error is set once
@@ -403,7 +393,7 @@ func (p *Publisher) declare(ctx context.Context, route Route) error {
 	if done() {
 		return nil
 	}
-	release, err := take(ctx, p.declaring, "declaration")
+	release, err := amqpx.Take(ctx, p.declaring, "declaration")
 	if err != nil {
 		return err
 	}

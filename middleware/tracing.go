@@ -90,7 +90,7 @@ func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			attemptAttr.Int(Attempt(msg)),
 		)
 
-		ctx := t.propagator.Extract(msg.Context(), metadataCarrier(msg.Metadata))
+		ctx := t.propagator.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
 		ctx, span := t.tracer.Start(ctx, "process "+destination,
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 		msg.SetContext(ctx)
@@ -168,7 +168,7 @@ func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error
 		for _, field := range p.t.propagator.Fields() {
 			delete(msg.Metadata, field)
 		}
-		p.t.propagator.Inject(ctx, metadataCarrier(msg.Metadata))
+		p.t.propagator.Inject(ctx, propagation.MapCarrier(msg.Metadata))
 	}
 
 	err := p.pub.Publish(topic, msgs...)
@@ -198,20 +198,4 @@ func setError(span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 	span.SetAttributes(semconv.ErrorTypeKey.String(warren.ErrorType(err)))
-}
-
-// metadataCarrier is a propagation.TextMapCarrier over message metadata.
-type metadataCarrier message.Metadata
-
-var _ propagation.TextMapCarrier = metadataCarrier(nil)
-
-func (c metadataCarrier) Get(key string) string { return c[key] }
-func (c metadataCarrier) Set(key, value string) { c[key] = value }
-
-func (c metadataCarrier) Keys() []string {
-	keys := make([]string, 0, len(c))
-	for k := range c {
-		keys = append(keys, k)
-	}
-	return keys
 }

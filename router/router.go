@@ -58,7 +58,7 @@ type Config struct {
 	// once) before it is an error. Default 1s.
 	PastTolerance time.Duration
 	// Concurrency is how many messages each handler processes at once, unless
-	// HandlerConfig.Concurrency says otherwise. Default 8.
+	// HandlerConfig.Concurrency says otherwise. Default 64.
 	Concurrency int
 	// Prefetch is how many messages the broker sends each handler ahead of their acks (see
 	// SubscriberConfig.Prefetch). Default: 4×the handler's Concurrency, at most 65535.

@@ -39,12 +39,11 @@ func (c *Conn) Get(ctx context.Context) (*amqp.Connection, error) {
 	if conn, err := c.open(); conn != nil || err != nil {
 		return conn, err
 	}
-	select {
-	case c.dialing <- struct{}{}:
-		defer func() { <-c.dialing }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for another call's dial: %w", context.Cause(ctx))
+	release, err := Take(ctx, c.dialing, "dial")
+	if err != nil {
+		return nil, err
 	}
+	defer release()
 	if conn, err := c.open(); conn != nil || err != nil { // opened while this call waited
 		return conn, err
 	}
@@ -92,4 +91,15 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	return Close(conn)
+}
+
+// Take takes the one slot of slot (a channel of capacity 1), waiting for another call's what
+// until ctx ends, and returns the function that gives it back.
+func Take(ctx context.Context, slot chan struct{}, what string) (release func(), err error) {
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another call's %s: %w", what, context.Cause(ctx))
+	}
 }
