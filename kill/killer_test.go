@@ -123,9 +123,11 @@ func TestReadStateTellsTheLastCommandAndLeavesIt(t *testing.T) {
 	again, found := read("")
 	require.True(t, found, "the state is left as it was")
 	assert.Equal(t, stop, again)
-	q, err := env.Inspect(kill.StateQueue(queue, nil))
-	require.NoError(t, err)
-	assert.Equal(t, 1, q.Messages, "the state holds one command")
+	// Reading puts the command back with a nack, which a quorum queue applies a moment later.
+	assert.Eventually(t, func() bool {
+		q, err := env.Inspect(kill.StateQueue(queue, nil))
+		return err == nil && q.Messages == 1
+	}, 10*time.Second, 20*time.Millisecond, "the state holds one command")
 
 	require.ErrorIs(t, k.Resume(context.Background(), queue), kill.ErrNoListener)
 	resume, found := read("")
