@@ -51,7 +51,7 @@ func TestPublishAfterANackGoesOnAFreshChannel(t *testing.T) {
 			}},
 			Topology:       topology.Config{Delay: topology.Delay{Disabled: true}},
 			Route:          func(topic string) dlx.Route { return dlx.Route{RoutingKey: topic, Declared: true} },
-			PublishTimeout: 15 * time.Second,
+			PublishTimeout: 5 * time.Second,
 		}, watermill.NopLogger{})
 		require.NoError(t, err)
 		mu.Lock()
@@ -66,7 +66,7 @@ func TestPublishAfterANackGoesOnAFreshChannel(t *testing.T) {
 	}
 	defer pub.Close()
 
-	// One publisher goroutine, a message every 10 ms, until 20 s after the kill.
+	// One publisher goroutine, a message every 10 ms, until 8 s after the kill.
 	var (
 		mu        sync.Mutex
 		confirmed = map[string]bool{}
@@ -102,7 +102,7 @@ func TestPublishAfterANackGoesOnAFreshChannel(t *testing.T) {
 		return len(confirmed) >= 50
 	}, 30*time.Second, 10*time.Millisecond)
 	n1.Kill()
-	time.Sleep(20 * time.Second) // longer than PublishTimeout: a wedged channel fails Publish
+	time.Sleep(8 * time.Second) // longer than PublishTimeout: a wedged channel fails Publish
 	close(stop)
 	<-done
 

@@ -422,8 +422,10 @@ func (p *Publisher) declare(ctx context.Context, route Route) error {
 }
 
 type outgoing struct {
-	pub amqp.Publishing
-	due time.Time // zero: at once
+	pub       amqp.Publishing
+	due       time.Time // zero: at once
+	confirmed bool      // by the broker
+	suspect   bool      // in flight when a broker refusal closed the channel
 }
 
 // Publish publishes msgs to topic's destination and returns once the broker has confirmed
@@ -479,8 +481,6 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	ctx, cancel := messagesContext(msgs)
 	defer cancel()
 	start := time.Now()
-	confirmed := make([]bool, len(out))
-	suspect := make([]bool, len(out)) // in flight when a broker refusal closed the channel
 	err := amqpx.RetryLogged(ctx, p.cfg.PublishTimeout, "", p.logger, func() string { return "dlx: publish to " + topic }, func(ctx context.Context) error {
 		conf, err := p.connect(ctx)
 		if err != nil {
@@ -490,18 +490,18 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 			return err
 		}
 		for i := range out {
-			if suspect[i] && !confirmed[i] {
+			if out[i].suspect && !out[i].confirmed {
 				if err := p.publishAlone(ctx, route, out[i]); err != nil {
 					return err
 				}
-				confirmed[i] = true
+				out[i].confirmed = true
 			}
 		}
-		return p.publishAll(ctx, conf, route, out, confirmed, suspect)
+		return p.publishAll(ctx, conf, route, out)
 	})
 	sent := 0
-	for _, c := range confirmed {
-		if c {
+	for _, o := range out {
+		if o.confirmed {
 			sent++
 		}
 	}
@@ -596,7 +596,7 @@ func messagesContext(msgs []*message.Message) (context.Context, context.CancelFu
 // final; a nack and a closed channel are retried by the caller. A broker refusal that closes
 // the channel (access refused, a message size over the broker's limit) cannot be told apart
 // from the messages in flight with it: those are marked suspect and sent alone next time.
-func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route Route, out []outgoing, confirmed, suspect []bool) error {
+func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route Route, out []outgoing) error {
 	type sent struct {
 		i int
 		f *amqpx.Inflight
@@ -604,7 +604,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 	flights := make([]sent, 0, len(out))
 	var sendErr error
 	for i, o := range out {
-		if confirmed[i] {
+		if o.confirmed {
 			continue
 		}
 		exchange, key, pub, err := p.prepare(route, o)
@@ -614,7 +614,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 		}
 		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
 		if err != nil {
-			suspect[i] = amqpx.IsPermanentBrokerError(err)
+			out[i].suspect = amqpx.IsPermanentBrokerError(err)
 			sendErr = err
 			break
 		}
@@ -626,7 +626,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 		var ret *ReturnedError
 		switch {
 		case err == nil:
-			confirmed[s.i] = true
+			out[s.i].confirmed = true
 		case errors.As(err, &ret):
 			if final == nil {
 				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
@@ -641,7 +641,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 				sendErr = fmt.Errorf("message %s: %w (%s)", out[s.i].pub.MessageId, err, nackHint(route))
 			}
 		default:
-			suspect[s.i] = amqpx.IsPermanentBrokerError(err)
+			out[s.i].suspect = amqpx.IsPermanentBrokerError(err)
 			if sendErr == nil {
 				sendErr = err
 			}

@@ -48,6 +48,7 @@ func (c TracingConfig) WithDefaults() TracingConfig {
 type Tracing struct {
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
+	fields     []string // the propagator's Fields, which a composite one builds on every call
 }
 
 // NewTracing creates a Tracing from config; any config is valid. The error is always nil,
@@ -57,6 +58,7 @@ func NewTracing(config TracingConfig) (*Tracing, error) {
 	return &Tracing{
 		tracer:     config.TracerProvider.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL)),
 		propagator: config.Propagator,
+		fields:     config.Propagator.Fields(),
 	}, nil
 }
 
@@ -165,7 +167,7 @@ func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error
 		if msg.Metadata == nil {
 			msg.Metadata = message.Metadata{}
 		}
-		for _, field := range p.t.propagator.Fields() {
+		for _, field := range p.t.fields {
 			delete(msg.Metadata, field)
 		}
 		p.t.propagator.Inject(ctx, propagation.MapCarrier(msg.Metadata))

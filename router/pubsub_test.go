@@ -15,7 +15,8 @@ import (
 )
 
 // Watermill's universal Pub/Sub suite with warren's publisher and subscriber: one message in
-// flight (ordered, as the suite's ordering tests expect), and many.
+// flight (ordered, as the suite's ordering tests expect), and many. The volume tests (10,000
+// messages) run with many in flight; with one, their short form (100) does.
 func TestPubSubSuite(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
@@ -30,6 +31,7 @@ func TestPubSubSuite(t *testing.T) {
 			// rightly dead-letters a message returned that often into its poison queue.
 			tcfg := topology.Config{Delay: env.Delay(topology.Delay{}), DeliveryLimit: 1000}
 			features := tests.Features{
+				ForceShort:                          c.ordered,
 				GuaranteedOrder:                     c.ordered,
 				GuaranteedOrderWithSingleSubscriber: c.ordered,
 				Persistent:                          true,

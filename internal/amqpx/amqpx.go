@@ -59,7 +59,12 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 		return prefixed(what, context.Cause(ctx))
 	}
 	deadline := time.Now().Add(limit)
-	attemptCtx, cancel := context.WithDeadline(ctx, deadline)
+	// Every attempt ends at the deadline: a context of its own, unless ctx ends by then anyway
+	// (an rpc call's, whose limit is its context's).
+	attemptCtx, cancel := ctx, context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); !ok || d.After(deadline) {
+		attemptCtx, cancel = context.WithDeadline(ctx, deadline)
+	}
 	defer cancel()
 
 	var b *backoff.ExponentialBackOff // made at the first failure: most calls succeed at once

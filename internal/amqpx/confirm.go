@@ -45,9 +45,10 @@ type Confirmer struct {
 	mu      sync.Mutex
 	pending map[uint64]*Inflight
 	// unreturned holds, per (exchange, routing key, message id, correlation id), the
-	// mandatory publishings that are neither confirmed nor returned yet, oldest first. A
-	// return carries no delivery tag; it belongs to the oldest of them.
-	unreturned map[returnKey][]*Inflight
+	// mandatory publishings that are neither confirmed nor returned yet: the oldest, which
+	// links to the next (Inflight.next). A return carries no delivery tag; it belongs to the
+	// oldest of them.
+	unreturned map[returnKey]*Inflight
 	err        error         // set when the channel is closed
 	done       chan struct{} // closed once the channel is closed and everything in flight failed
 	retired    bool          // set by Retire: no more publishings; closed once none is pending
@@ -59,6 +60,7 @@ type returnKey struct{ exchange, key, messageID, correlationID string }
 // Inflight is a publishing awaiting the broker's confirmation.
 type Inflight struct {
 	key      returnKey
+	next     *Inflight // the next unreturned publishing of the same key
 	returned *amqp.Return
 	result   chan error
 }
@@ -77,7 +79,7 @@ func NewConfirmer(ch *amqp.Channel) (*Confirmer, error) {
 }
 
 func newConfirmer(ch *amqp.Channel) *Confirmer {
-	return &Confirmer{ch: ch, pending: map[uint64]*Inflight{}, unreturned: map[returnKey][]*Inflight{}, done: make(chan struct{})}
+	return &Confirmer{ch: ch, pending: map[uint64]*Inflight{}, unreturned: map[returnKey]*Inflight{}, done: make(chan struct{})}
 }
 
 func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
@@ -85,9 +87,9 @@ func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 	record := func(r amqp.Return) {
 		c.mu.Lock()
 		k := returnKey{r.Exchange, r.RoutingKey, r.MessageId, r.CorrelationId}
-		if q := c.unreturned[k]; len(q) > 0 {
-			q[0].returned = &r
-			c.dropUnreturned(q[0])
+		if f := c.unreturned[k]; f != nil {
+			f.returned = &r
+			c.dropUnreturned(f)
 		}
 		c.mu.Unlock()
 	}
@@ -151,18 +153,35 @@ func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 
 // dropUnreturned removes f from the unreturned list of its key. c.mu must be held.
 func (c *Confirmer) dropUnreturned(f *Inflight) {
-	q := c.unreturned[f.key]
-	for i, g := range q {
-		if g == f {
-			q = append(q[:i:i], q[i+1:]...)
-			break
+	head := c.unreturned[f.key]
+	if head == f {
+		if f.next == nil {
+			delete(c.unreturned, f.key)
+		} else {
+			c.unreturned[f.key] = f.next
+		}
+		f.next = nil
+		return
+	}
+	for g := head; g != nil; g = g.next {
+		if g.next == f {
+			g.next, f.next = f.next, nil
+			return
 		}
 	}
-	if len(q) == 0 {
-		delete(c.unreturned, f.key)
-	} else {
-		c.unreturned[f.key] = q
+}
+
+// addUnreturned appends f to the unreturned list of its key. c.mu must be held.
+func (c *Confirmer) addUnreturned(f *Inflight) {
+	g := c.unreturned[f.key]
+	if g == nil {
+		c.unreturned[f.key] = f
+		return
 	}
+	for g.next != nil {
+		g = g.next
+	}
+	g.next = f
 }
 
 func (c *Confirmer) closeAll(err error) {
@@ -173,7 +192,7 @@ func (c *Confirmer) closeAll(err error) {
 		f.result <- err
 		delete(c.pending, tag)
 	}
-	c.unreturned = map[returnKey][]*Inflight{}
+	c.unreturned = map[returnKey]*Inflight{}
 }
 
 // ErrRetired is the error of a Publish on a Confirmer that Retire ended: publish on a new
@@ -232,7 +251,7 @@ func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory
 	tag := c.seq
 	c.pending[tag] = f
 	if mandatory {
-		c.unreturned[f.key] = append(c.unreturned[f.key], f)
+		c.addUnreturned(f)
 	}
 	c.mu.Unlock()
 

@@ -55,7 +55,7 @@ func (r *confirmerRun) publish(exchange, key string, mandatory bool, messageID s
 	c.seq++
 	c.pending[c.seq] = f
 	if mandatory {
-		c.unreturned[f.key] = append(c.unreturned[f.key], f)
+		c.addUnreturned(f)
 	}
 	return f, c.seq
 }

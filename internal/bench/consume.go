@@ -77,7 +77,7 @@ func benchConsume() {
 			contenders = append(contenders, c.contender)
 		}
 	}
-	cmp := compare(*consume, contenders)
+	cmp := compare("consume", *consume, contenders)
 	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis; warren 20 handlers: the same messages spread over 20 queues, one handler each in one router, which consumes them all on one connection)\n", *redisAddr)
 	ratio := func(name, a, b string) {
 		i, okA := index[a]
@@ -88,6 +88,9 @@ func benchConsume() {
 	}
 	ratio("consume_vs_raw", "warren", "raw")
 	ratio("consume_vs_watermill", "warren", "watermill")
+	if i, j, ok := index["warren"], index["raw"], want("warren") && want("raw"); ok {
+		result("ratio consume_allocs_vs_raw", "%.2f", cmp.allocRatio(i, j))
+	}
 	ratio("consume_copystore_vs_warren", "copystore", "warren")
 	ratio("consume_metrics_vs_raw", "metrics", "raw")
 	ratio("consume_metrics_vs_warren", "metrics", "warren")
@@ -182,7 +185,7 @@ func consumeRaw(queue string) (time.Duration, error) {
 	if err := ch.Qos(256, 0, false); err != nil {
 		return 0, err
 	}
-	start := time.Now()
+	w := startSpan()
 	deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
 	if err != nil {
 		return 0, err
@@ -193,7 +196,7 @@ func consumeRaw(queue string) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	return time.Since(start), nil
+	return w.stop(), nil
 }
 
 // discard is a span exporter that drops what it gets: the spans are made, batched and
@@ -260,10 +263,10 @@ func drain(r *router.Router, queues []string, mw []message.HandlerMiddleware) (t
 			return 0, err
 		}
 	}
-	start := time.Now()
+	w := startSpan()
 	go func() { _ = r.Run(context.Background()) }()
 	<-done
-	return time.Since(start), nil
+	return w.stop(), nil
 }
 
 // consumeWarrenHandlers is consumeWarren with the *consume messages spread over handlers
@@ -325,9 +328,9 @@ func consumeWatermill(queue string) (time.Duration, error) {
 		}
 		return nil
 	})
-	start := time.Now()
+	w := startSpan()
 	go func() { _ = r.Run(context.Background()) }()
 	<-done
-	elapsed := time.Since(start)
+	elapsed := w.stop()
 	return elapsed, r.Close()
 }

@@ -10,7 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime/pprof"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -25,21 +25,21 @@ import (
 )
 
 var (
-	url       = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL, or the URLs of a cluster's nodes separated by commas (raw contenders use the first)")
-	publish   = flag.Int("publish", 20000, "messages per publish run")
-	rounds    = flag.Int("rounds", 5, "publish and consume runs per contender (the median is reported)")
-	window    = flag.Int("window", 256, "messages in flight (raw) / publishing goroutines (warren, watermill-amqp)")
-	consume   = flag.Int("consume", 20000, "messages per consume run")
-	delayed   = flag.Int("delayed", 10000, "delayed messages")
-	maxWait   = flag.Duration("max-delay", 60*time.Second, "longest delay (delays are spread uniformly from 10ms)")
-	radix     = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
-	dpubs     = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
-	only      = flag.String("only", "", "comma-separated sections to run: publish,consume,rpc,delay,kill (default all)")
-	consumers = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20 (default all)")
-	qtype     = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
-	dclassic  = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
-	cpuprof   = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	redisAddr = flag.String("redis", envOr("WARREN_REDIS_ADDR", "127.0.0.1:6379"), "Redis of the warren+CopyStore and warren+idem(Redis) consume contenders")
+	url        = flag.String("url", envOr("WARREN_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "broker URL, or the URLs of a cluster's nodes separated by commas (raw contenders use the first)")
+	publish    = flag.Int("publish", 20000, "messages per publish run")
+	rounds     = flag.Int("rounds", 5, "publish and consume runs per contender (the median is reported)")
+	window     = flag.Int("window", 256, "messages in flight (raw) / publishing goroutines (warren, watermill-amqp)")
+	consume    = flag.Int("consume", 20000, "messages per consume run")
+	delayed    = flag.Int("delayed", 10000, "delayed messages")
+	maxWait    = flag.Duration("max-delay", 60*time.Second, "longest delay (delays are spread uniformly from 10ms)")
+	radix      = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
+	dpubs      = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
+	only       = flag.String("only", "", "comma-separated sections to run: publish,consume,rpc,delay,kill (default all)")
+	consumers  = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20 (default all)")
+	qtype      = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
+	dclassic   = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
+	profileDir = flag.String("profile", "", "write, into this directory, a CPU profile and allocation profiles of every contender's first round (NAME.cpu.pprof; NAME.allocs.pprof less NAME.allocs-base.pprof: go tool pprof -diff_base)")
+	redisAddr  = flag.String("redis", envOr("WARREN_REDIS_ADDR", "127.0.0.1:6379"), "Redis of the warren+CopyStore and warren+idem(Redis) consume contenders")
 
 	killProcs     = flag.Int("kill-procs", 3, "consumer processes of the kill bench (4 consumers each)")
 	killRuns      = flag.Int("kill-runs", 20, "kills measured")
@@ -74,11 +74,9 @@ func main() {
 		os.Exit(1)
 	}
 	conn.Close()
-	if *cpuprof != "" {
-		f, err := os.Create(*cpuprof)
-		must(err)
-		must(pprof.StartCPUProfile(f))
-		defer pprof.StopCPUProfile()
+	if *profileDir != "" {
+		must(os.MkdirAll(*profileDir, 0o755))
+		runtime.MemProfileRate = 1 // every allocation in the profiles (the rates are then lower)
 	}
 
 	run := func(section string) bool { return *only == "" || strings.Contains(","+*only+",", ","+section+",") }

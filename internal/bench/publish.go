@@ -28,16 +28,20 @@ func benchPublish() {
 
 	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
-	cmp := compare(*publish, []contender{
+	cmp := compare("publish", *publish, []contender{
 		{"raw amqp091-go", func(q string) (time.Duration, error) { return publishRaw(q, body) }},
 		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
 		{"watermill-amqp", func(q string) (time.Duration, error) { return publishWatermill(q, body) }},
 		{"raw, goroutines", func(q string) (time.Duration, error) { return publishRawGoroutines(q, body) }},
+		{"warren batches", func(q string) (time.Duration, error) { return publishWarrenBatches(q, body, delay) }},
 	})
-	fmt.Printf("   (raw: one goroutine, a window of %[1]d confirmations; warren, watermill-amqp and \"raw, goroutines\": %[1]d goroutines, each publishing one message and waiting for its confirmation)\n", *window)
+	fmt.Printf("   (raw: one goroutine, a window of %[1]d confirmations; warren, watermill-amqp and \"raw, goroutines\": %[1]d goroutines, each publishing one message and waiting for its confirmation; warren batches: one goroutine, Publish(topic, %[1]d messages) at a time)\n", *window)
 	result("ratio publish_vs_raw", "%.2f", cmp.ratio(1, 0))
 	result("ratio publish_vs_watermill", "%.2f", cmp.ratio(1, 2))
 	result("ratio publish_vs_raw_goroutines", "%.2f", cmp.ratio(1, 3))
+	result("ratio publish_batch_vs_raw", "%.2f", cmp.ratio(4, 0))
+	result("ratio publish_cpu_vs_raw_goroutines", "%.2f", cmp.cpuPerMsg(1)/cmp.cpuPerMsg(3))
+	result("ratio publish_allocs_vs_raw", "%.2f", cmp.allocRatio(1, 0))
 	result("publish_cpu_us_per_msg_raw", "%.1f", cmp.cpuPerMsg(0))
 	result("publish_cpu_us_per_msg_warren", "%.1f", cmp.cpuPerMsg(1))
 	result("publish_cpu_us_per_msg_raw_goroutines", "%.1f", cmp.cpuPerMsg(3))
@@ -50,33 +54,42 @@ type contender struct {
 }
 
 // compare runs every contender *rounds times, interleaved so that drift hits all alike, each
-// time on a fresh queue of n messages, and prints the median rates and the CPU time this
-// process spent per message (the whole run, connecting included; the broker's CPU is not
-// counted). On a machine the broker shares, the CPU figure is the steadier one: the
-// client's CPU is taken from the broker's.
-func compare(n int, contenders []contender) comparison {
-	cmp := comparison{rates: make([][]float64, len(contenders)), cpu: make([][]float64, len(contenders))}
+// time on a fresh queue of n messages, and prints, over each run's timed span (see span),
+// the median rates, the CPU time this process spent per message, and its allocations and
+// allocated bytes per message (the broker's are not counted). On a machine the broker
+// shares, the CPU figure is the steadier one: the client's CPU is taken from the broker's.
+// With -profile, each contender's first round writes its profiles (see span).
+func compare(section string, n int, contenders []contender) comparison {
+	k := len(contenders)
+	cmp := comparison{rates: make([][]float64, k), cpu: make([][]float64, k), allocs: make([][]float64, k), bytes: make([][]float64, k)}
 	for r := 0; r < *rounds; r++ {
 		for i, c := range contenders {
 			q := name("run")
-			before := processCPU()
+			if r == 0 && *profileDir != "" {
+				profileAs = profilePath(section, c.name)
+			}
 			d, err := c.run(q)
-			used := processCPU() - before
 			cleanup(testenv.WorkQueueNames(q))
 			must(err)
 			cmp.rates[i] = append(cmp.rates[i], float64(n)/d.Seconds())
-			cmp.cpu[i] = append(cmp.cpu[i], float64(used.Microseconds())/float64(n))
+			cmp.cpu[i] = append(cmp.cpu[i], float64(measured.cpu.Microseconds())/float64(n))
+			cmp.allocs[i] = append(cmp.allocs[i], float64(measured.mallocs)/float64(n))
+			cmp.bytes[i] = append(cmp.bytes[i], float64(measured.bytes)/float64(n))
 		}
 	}
 	for i, c := range contenders {
-		fmt.Printf("   %-18s %9.0f msg/s  %5.1f µs CPU/msg   (runs: %s)\n",
-			c.name, median(cmp.rates[i]), cmp.cpuPerMsg(i), fmtRates(cmp.rates[i]))
+		fmt.Printf("   %-18s %9.0f msg/s  %5.1f µs CPU/msg  %5.1f allocs/msg  %6.0f B/msg   (runs: %s)\n",
+			c.name, median(cmp.rates[i]), cmp.cpuPerMsg(i), median(cmp.allocs[i]), median(cmp.bytes[i]), fmtRates(cmp.rates[i]))
 	}
 	return cmp
 }
 
-// comparison holds, per contender, the rate and the CPU per message of every round.
-type comparison struct{ rates, cpu [][]float64 }
+// comparison holds, per contender, the rate, the CPU per message, and the allocations and
+// allocated bytes per message of every round.
+type comparison struct{ rates, cpu, allocs, bytes [][]float64 }
+
+// allocRatio is contender i's median allocations per message over contender j's.
+func (c comparison) allocRatio(i, j int) float64 { return median(c.allocs[i]) / median(c.allocs[j]) }
 
 // ratio is the median over the rounds of contender i's rate over contender j's in the same
 // round: runs next to each other share the machine's mood, so the ratio is steadier than
@@ -154,7 +167,7 @@ func publishRaw(q string, body []byte) (time.Duration, error) {
 	defer conn.Close()
 	ctx := context.Background()
 	inflight := make([]*amqp.DeferredConfirmation, 0, *window)
-	start := time.Now()
+	w := startSpan()
 	for i := 0; i < *publish; i++ {
 		dc, err := publishOne(ctx, ch, q, body)
 		if err != nil {
@@ -173,7 +186,7 @@ func publishRaw(q string, body []byte) (time.Duration, error) {
 			return 0, fmt.Errorf("raw: not confirmed: %v", err)
 		}
 	}
-	return time.Since(start), nil
+	return w.stop(), nil
 }
 
 // parallel runs fn n times from g goroutines and returns the elapsed time.
@@ -184,7 +197,7 @@ func parallel(g, n int, fn func() error) (time.Duration, error) {
 		errOnce sync.Once
 		first   error
 	)
-	start := time.Now()
+	w := startSpan()
 	for range g {
 		wg.Go(func() {
 			for next.Add(1) <= int64(n) {
@@ -196,7 +209,7 @@ func parallel(g, n int, fn func() error) (time.Duration, error) {
 		})
 	}
 	wg.Wait()
-	return time.Since(start), first
+	return w.stop(), first
 }
 
 // publishRawGoroutines: the calling pattern of warren's and watermill-amqp's runs with raw
@@ -232,6 +245,31 @@ func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, 
 	return parallel(*window, *publish, func() error {
 		return p.Publish(q, message.NewMessage(watermill.NewUUID(), body))
 	})
+}
+
+// publishWarrenBatches: one goroutine publishing *window messages per Publish call, whose
+// confirmations are awaited together.
+func publishWarrenBatches(q string, body []byte, delay topology.Delay) (time.Duration, error) {
+	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: *url}, Topology: config(delay)}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	if err := p.Publish(q); err != nil { // declares the queue, outside the timing
+		return 0, err
+	}
+	w := startSpan()
+	batch := make([]*message.Message, 0, *window)
+	for sent := 0; sent < *publish; sent += len(batch) {
+		batch = batch[:0]
+		for i := 0; i < min(*window, *publish-sent); i++ {
+			batch = append(batch, message.NewMessage(watermill.NewUUID(), body))
+		}
+		if err := p.Publish(q, batch...); err != nil {
+			return 0, err
+		}
+	}
+	return w.stop(), nil
 }
 
 func publishWatermill(q string, body []byte) (time.Duration, error) {

@@ -31,24 +31,31 @@ func benchRPC() {
 		*rpcCalls, *rpcCallers, queueType(), *rounds)
 	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
-	cmp := compare(*rpcCalls, []contender{
-		{"raw direct", rpcRaw},
+	cmp := compare("rpc", *rpcCalls, []contender{
+		{"raw direct", func(q string) (time.Duration, error) { return rpcRaw(q, false) }},
 		{"warren direct", func(q string) (time.Duration, error) { return rpcWarren(q, delay, "") }},
 		{"warren queue", func(q string) (time.Duration, error) { return rpcWarren(q, delay, topology.Quorum) }},
 		{"warren classic q", func(q string) (time.Duration, error) { return rpcWarren(q, delay, topology.Classic) }},
+		{"raw confirmed", func(q string) (time.Duration, error) { return rpcRaw(q, true) }},
 	})
-	fmt.Printf("   (raw: amqp091-go on both sides, direct reply-to, requests and replies unconfirmed, server prefetch 256 and acks; " +
+	fmt.Printf("   (raw direct: amqp091-go on both sides, direct reply-to, requests and replies unconfirmed, server prefetch 256 and acks; " +
+		"raw confirmed: the same with requests and replies confirmed as warren's are, each request acked once its reply is confirmed; " +
 		"warren: rpc.Client (requests confirmed) and a router handler with Reply (default chain, concurrency 64, replies confirmed), " +
 		"direct reply-to, a quorum reply queue (the default) or a classic one; msg/s are round trips per second)\n")
 	result("ratio rpc_direct_vs_raw", "%.2f", cmp.ratio(1, 0))
+	result("ratio rpc_direct_vs_raw_confirmed", "%.2f", cmp.ratio(1, 4))
+	result("ratio rpc_allocs_vs_raw_confirmed", "%.2f", cmp.allocRatio(1, 4))
 	result("ratio rpc_queue_vs_raw", "%.2f", cmp.ratio(2, 0))
 	result("ratio rpc_queue_vs_direct", "%.2f", cmp.ratio(2, 1))
 	result("ratio rpc_classic_queue_vs_queue", "%.2f", cmp.ratio(3, 2))
 }
 
 // rpcRaw: a raw amqp091-go server and client, as a minimal RPC over direct reply-to is
-// written: no confirms, one channel per side.
-func rpcRaw(q string) (time.Duration, error) {
+// written, one channel per side. Unconfirmed, nothing waits for the broker; confirmed, a
+// caller waits for its request's confirmation before its reply, and the server acks a
+// request once its reply is confirmed (in order, from a goroutine of its own, so that the
+// server goes on replying meanwhile), as warren does.
+func rpcRaw(q string, confirmed bool) (time.Duration, error) {
 	sconn, sch, err := dialChannel()
 	if err != nil {
 		return 0, err
@@ -60,14 +67,36 @@ func rpcRaw(q string) (time.Duration, error) {
 	if err := sch.Qos(256, 0, false); err != nil {
 		return 0, err
 	}
+	if confirmed {
+		if err := sch.Confirm(false); err != nil {
+			return 0, err
+		}
+	}
 	requests, err := sch.Consume(q, "", false, false, false, false, nil)
 	if err != nil {
 		return 0, err
 	}
+	type answered struct {
+		d  amqp.Delivery
+		dc *amqp.DeferredConfirmation
+	}
+	acks := make(chan answered, 256)
 	go func() { // ends when sconn closes
+		defer close(acks)
 		for d := range requests {
-			_ = sch.Publish("", d.ReplyTo, false, false, amqp.Publishing{CorrelationId: d.CorrelationId, Body: d.Body})
-			_ = d.Ack(false)
+			dc, err := sch.PublishWithDeferredConfirm("", d.ReplyTo, false, false, amqp.Publishing{CorrelationId: d.CorrelationId, Body: d.Body})
+			if err != nil {
+				return
+			}
+			acks <- answered{d, dc}
+		}
+	}()
+	go func() {
+		for a := range acks {
+			if a.dc != nil && !a.dc.Wait() { // nil: the channel is not in confirm mode
+				continue
+			}
+			_ = a.d.Ack(false)
 		}
 	}()
 
@@ -76,6 +105,11 @@ func rpcRaw(q string) (time.Duration, error) {
 		return 0, err
 	}
 	defer conn.Close()
+	if confirmed {
+		if err := ch.Confirm(false); err != nil {
+			return 0, err
+		}
+	}
 	replies, err := ch.Consume(warren.DirectReplyTo, "", true, false, false, false, nil)
 	if err != nil {
 		return 0, err
@@ -105,8 +139,12 @@ func rpcRaw(q string) (time.Duration, error) {
 		mu.Lock()
 		waiting[id] = w
 		mu.Unlock()
-		if err := ch.Publish("", q, true, false, amqp.Publishing{CorrelationId: id, ReplyTo: warren.DirectReplyTo, Body: body}); err != nil {
+		dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp.Publishing{CorrelationId: id, ReplyTo: warren.DirectReplyTo, Body: body})
+		if err != nil {
 			return err
+		}
+		if dc != nil && !dc.Wait() {
+			return fmt.Errorf("raw: request %s nacked", id)
 		}
 		select {
 		case <-w:

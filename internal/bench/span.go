@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+)
+
+// span measures the timed part of one contender's run: its elapsed time, the CPU time this
+// process spent, and the allocations it made (every goroutine of the process: the client's
+// background work is its cost too). With -profile, the first round of every contender also
+// writes a CPU profile and a pair of allocation profiles over the same part.
+type span struct {
+	start   time.Time
+	cpu     time.Duration
+	mallocs uint64
+	bytes   uint64
+	profile string // the profiles' path without the suffix; empty: none
+}
+
+// measured is what the last span that stopped measured, read by compare.
+var measured struct {
+	cpu            time.Duration
+	mallocs, bytes uint64
+}
+
+// profileAs is the file name (without suffix) the next span writes its profiles to, set by
+// compare for the first round of every contender when -profile is given; empty: none.
+var profileAs string
+
+// startSpan starts measuring.
+func startSpan() *span {
+	w := &span{profile: profileAs}
+	profileAs = ""
+	if w.profile != "" {
+		writeAllocs(w.profile + ".allocs-base.pprof")
+		f, err := os.Create(w.profile + ".cpu.pprof")
+		must(err)
+		must(pprof.StartCPUProfile(f))
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	w.mallocs, w.bytes = ms.Mallocs, ms.TotalAlloc
+	w.cpu = processCPU()
+	w.start = time.Now()
+	return w
+}
+
+// stop ends the span, records its figures in measured and returns the elapsed time.
+func (w *span) stop() time.Duration {
+	elapsed := time.Since(w.start)
+	measured.cpu = processCPU() - w.cpu
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	measured.mallocs, measured.bytes = ms.Mallocs-w.mallocs, ms.TotalAlloc-w.bytes
+	if w.profile != "" {
+		pprof.StopCPUProfile()
+		writeAllocs(w.profile + ".allocs.pprof")
+	}
+	return elapsed
+}
+
+// writeAllocs writes the process's allocation profile (cumulative since the start: read one
+// span's with `go tool pprof -diff_base NAME.allocs-base.pprof NAME.allocs.pprof`).
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	must(err)
+	defer f.Close()
+	must(pprof.Lookup("allocs").WriteTo(f, 0))
+}
+
+// profilePath is where the profiles of contender name of section go under -profile.
+func profilePath(section, name string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, name)
+	return filepath.Join(*profileDir, fmt.Sprintf("%s.%s", section, clean))
+}
