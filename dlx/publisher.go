@@ -574,6 +574,9 @@ func messagesContext(msgs []*message.Message) (context.Context, context.CancelFu
 	if !slices.ContainsFunc(msgs, func(m *message.Message) bool { return m.Context().Done() != nil }) {
 		return context.Background(), func() {} // none can end (the usual case): nothing to watch
 	}
+	if len(msgs) == 1 { // a handler's output or reply: its own context, with nothing to watch
+		return msgs[0].Context(), func() {}
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	var stops []func() bool
 	for _, msg := range msgs {

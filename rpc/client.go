@@ -127,8 +127,10 @@ type Client struct {
 
 // call is a request in flight, by its correlation id.
 type call struct {
-	reply chan result // the reply (or error reply)
-	sent  atomic.Bool // the broker confirmed the request
+	reply    result        // the reply (or error reply), set before answered is closed
+	answered chan struct{} // closed once reply is set (a channel without pointers: one allocation)
+	taken    atomic.Bool   // a reply was taken: a second one (the request processed twice) is dropped
+	sent     atomic.Bool   // the broker confirmed the request
 }
 
 type result struct {
@@ -280,9 +282,9 @@ func (c *Client) consume(deliveries <-chan amqp.Delivery) {
 		k := c.pending[id]
 		c.mu.Unlock()
 		if k != nil {
-			select {
-			case k.reply <- result{msg, err}:
-			default: // a second reply (the request was processed twice): the first one counts
+			if k.taken.CompareAndSwap(false, true) { // else a second reply: the first one counts
+				k.reply = result{msg, err}
+				close(k.answered)
 			}
 		} else {
 			c.logger.Debug("Reply to no call in flight dropped (its call gave up, or a copy)",
@@ -397,7 +399,7 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 	ctx, cancel := context.WithTimeout(parent, c.cfg.Timeout)
 	defer cancel()
 	id := watermill.NewUUID()
-	k := &call{reply: make(chan result, 1)}
+	k := &call{answered: make(chan struct{})}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -454,12 +456,12 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 		lost = s.done
 	}
 	select {
-	case r := <-k.reply:
-		return r.msg, r.err
+	case <-k.answered:
+		return k.reply.msg, k.reply.err
 	case <-lost:
 		select {
-		case r := <-k.reply: // it came before the connection was lost
-			return r.msg, r.err
+		case <-k.answered: // it came before the connection was lost
+			return k.reply.msg, k.reply.err
 		case <-c.done: // Close stops the client before it closes the connection
 			return nil, fmt.Errorf("client is %w", warren.ErrClosed)
 		default:

@@ -62,7 +62,14 @@ type Inflight struct {
 	key      returnKey
 	next     *Inflight // the next unreturned publishing of the same key
 	returned *amqp.Return
-	result   chan error
+	err      error         // the result, set before done is closed
+	done     chan struct{} // closed once the result is set (a channel without pointers: one allocation)
+}
+
+// settle sets f's result; it is called once.
+func (f *Inflight) settle(err error) {
+	f.err = err
+	close(f.done)
 }
 
 // NewConfirmer puts ch in confirm mode and tracks the publishings on it until it closes.
@@ -140,12 +147,12 @@ func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.R
 			}
 			switch {
 			case !conf.Ack:
-				f.result <- ErrNacked
+				f.settle(ErrNacked)
 			case f.returned != nil:
 				r := f.returned
-				f.result <- &ReturnedError{r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText}
+				f.settle(&ReturnedError{r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText})
 			default:
-				f.result <- nil
+				f.settle(nil)
 			}
 		}
 	}
@@ -189,7 +196,7 @@ func (c *Confirmer) closeAll(err error) {
 	defer c.mu.Unlock()
 	c.err = err
 	for tag, f := range c.pending {
-		f.result <- err
+		f.settle(err)
 		delete(c.pending, tag)
 	}
 	c.unreturned = map[returnKey]*Inflight{}
@@ -234,7 +241,7 @@ func (c *Confirmer) Done() <-chan struct{} { return c.done }
 // Publish sends p and returns the publishing in flight; its result is nil once the broker
 // has confirmed it, or the reason it did not.
 func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory bool, p amqp.Publishing) (*Inflight, error) {
-	f := &Inflight{key: returnKey{exchange, key, p.MessageId, p.CorrelationId}, result: make(chan error, 1)}
+	f := &Inflight{key: returnKey{exchange, key, p.MessageId, p.CorrelationId}, done: make(chan struct{})}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 
@@ -293,8 +300,8 @@ func PublishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key strin
 // comes before the confirmation: a returned publishing's result is a *ReturnedError.
 func (f *Inflight) Wait(ctx context.Context) error {
 	select {
-	case err := <-f.result:
-		return err
+	case <-f.done:
+		return f.err
 	case <-ctx.Done():
 		return fmt.Errorf("waiting for the broker's confirmation: %w", ctx.Err())
 	}

@@ -47,7 +47,7 @@ func startConfirmer(t *testing.T) *confirmerRun {
 // frame, and returns it with its delivery tag.
 func (r *confirmerRun) publish(exchange, key string, mandatory bool, messageID string) (*Inflight, uint64) {
 	c := r.c
-	f := &Inflight{key: returnKey{exchange, key, messageID, ""}, result: make(chan error, 1)}
+	f := &Inflight{key: returnKey{exchange, key, messageID, ""}, done: make(chan struct{})}
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	c.mu.Lock()
@@ -94,8 +94,8 @@ func resolved(t *testing.T, f *Inflight) error {
 	t.Helper()
 	synctest.Wait()
 	select {
-	case err := <-f.result:
-		return err
+	case <-f.done:
+		return f.err
 	default:
 		require.FailNow(t, "the publishing is not resolved")
 		return nil
@@ -106,7 +106,11 @@ func resolved(t *testing.T, f *Inflight) error {
 func unresolved(t *testing.T, f *Inflight) {
 	t.Helper()
 	synctest.Wait()
-	assert.Empty(t, f.result, "the publishing is resolved too early")
+	select {
+	case <-f.done:
+		assert.Fail(t, "the publishing is resolved too early")
+	default:
+	}
 }
 
 func TestConfirmerAckAndNack(t *testing.T) {
