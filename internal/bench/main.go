@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -38,7 +37,7 @@ var (
 	consumers  = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20 (default all)")
 	qtype      = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
 	dclassic   = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
-	profileDir = flag.String("profile", "", "write, into this directory, a CPU profile and allocation profiles of every contender's first round (NAME.cpu.pprof; NAME.allocs.pprof less NAME.allocs-base.pprof: go tool pprof -diff_base)")
+	profileDir = flag.String("profile", "", "write, into this directory, a CPU profile of every contender's first round (NAME.cpu.pprof) and allocation profiles of its second, with every allocation recorded (NAME.allocs.pprof less NAME.allocs-base.pprof: go tool pprof -diff_base)")
 	redisAddr  = flag.String("redis", envOr("WARREN_REDIS_ADDR", "127.0.0.1:6379"), "Redis of the warren+CopyStore and warren+idem(Redis) consume contenders")
 
 	killProcs     = flag.Int("kill-procs", 3, "consumer processes of the kill bench (4 consumers each)")
@@ -76,7 +75,6 @@ func main() {
 	conn.Close()
 	if *profileDir != "" {
 		must(os.MkdirAll(*profileDir, 0o755))
-		runtime.MemProfileRate = 1 // every allocation in the profiles (the rates are then lower)
 	}
 
 	run := func(section string) bool { return *only == "" || strings.Contains(","+*only+",", ","+section+",") }

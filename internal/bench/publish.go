@@ -58,15 +58,15 @@ type contender struct {
 // the median rates, the CPU time this process spent per message, and its allocations and
 // allocated bytes per message (the broker's are not counted). On a machine the broker
 // shares, the CPU figure is the steadier one: the client's CPU is taken from the broker's.
-// With -profile, each contender's first round writes its profiles (see span).
+// With -profile, each contender's first two rounds write its profiles (see span).
 func compare(section string, n int, contenders []contender) comparison {
 	k := len(contenders)
 	cmp := comparison{rates: make([][]float64, k), cpu: make([][]float64, k), allocs: make([][]float64, k), bytes: make([][]float64, k)}
 	for r := 0; r < *rounds; r++ {
 		for i, c := range contenders {
 			q := name("run")
-			if r == 0 && *profileDir != "" {
-				profileAs = profilePath(section, c.name)
+			if r < 2 && *profileDir != "" {
+				profileAs = profile{path: profilePath(section, c.name), allocs: r == 1}
 			}
 			d, err := c.run(q)
 			cleanup(testenv.WorkQueueNames(q))

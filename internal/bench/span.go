@@ -13,13 +13,20 @@ import (
 // span measures the timed part of one contender's run: its elapsed time, the CPU time this
 // process spent, and the allocations it made (every goroutine of the process: the client's
 // background work is its cost too). With -profile, the first round of every contender also
-// writes a CPU profile and a pair of allocation profiles over the same part.
+// writes a CPU profile over the same part, and the second a pair of allocation profiles that
+// record every allocation (which would skew a CPU profile of the same round).
 type span struct {
 	start   time.Time
 	cpu     time.Duration
 	mallocs uint64
 	bytes   uint64
-	profile string // the profiles' path without the suffix; empty: none
+	profile profile
+}
+
+// profile says which profile a span writes, and where.
+type profile struct {
+	path   string // without the suffix; empty: none
+	allocs bool   // the allocation profiles, not the CPU profile
 }
 
 // measured is what the last span that stopped measured, read by compare.
@@ -28,17 +35,21 @@ var measured struct {
 	mallocs, bytes uint64
 }
 
-// profileAs is the file name (without suffix) the next span writes its profiles to, set by
-// compare for the first round of every contender when -profile is given; empty: none.
-var profileAs string
+// profileAs is the profile the next span writes, set by compare for the first two rounds of
+// every contender when -profile is given.
+var profileAs profile
 
 // startSpan starts measuring.
 func startSpan() *span {
 	w := &span{profile: profileAs}
-	profileAs = ""
-	if w.profile != "" {
-		writeAllocs(w.profile + ".allocs-base.pprof")
-		f, err := os.Create(w.profile + ".cpu.pprof")
+	profileAs = profile{}
+	switch {
+	case w.profile.path == "":
+	case w.profile.allocs:
+		runtime.MemProfileRate = 1
+		writeAllocs(w.profile.path + ".allocs-base.pprof")
+	default:
+		f, err := os.Create(w.profile.path + ".cpu.pprof")
 		must(err)
 		must(pprof.StartCPUProfile(f))
 	}
@@ -57,12 +68,19 @@ func (w *span) stop() time.Duration {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	measured.mallocs, measured.bytes = ms.Mallocs-w.mallocs, ms.TotalAlloc-w.bytes
-	if w.profile != "" {
+	switch {
+	case w.profile.path == "":
+	case w.profile.allocs:
+		writeAllocs(w.profile.path + ".allocs.pprof")
+		runtime.MemProfileRate = defaultMemProfileRate
+	default:
 		pprof.StopCPUProfile()
-		writeAllocs(w.profile + ".allocs.pprof")
 	}
 	return elapsed
 }
+
+// defaultMemProfileRate is the runtime's rate, restored after an allocation profile.
+var defaultMemProfileRate = runtime.MemProfileRate
 
 // writeAllocs writes the process's allocation profile (cumulative since the start: read one
 // span's with `go tool pprof -diff_base NAME.allocs-base.pprof NAME.allocs.pprof`).
