@@ -79,18 +79,17 @@ func benchConsume() {
 	}
 	cmp := compare("consume", *consume, contenders)
 	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis; warren 20 handlers: the same messages spread over 20 queues, one handler each in one router, which consumes them all on one connection)\n", *redisAddr)
-	ratio := func(name, a, b string) {
+	line := func(name, a, b string, of func(i, j int) float64) {
 		i, okA := index[a]
 		j, okB := index[b]
 		if okA && okB {
-			result("ratio "+name, "%.2f", cmp.ratio(i, j))
+			result("ratio "+name, "%.2f", of(i, j))
 		}
 	}
+	ratio := func(name, a, b string) { line(name, a, b, cmp.ratio) }
 	ratio("consume_vs_raw", "warren", "raw")
 	ratio("consume_vs_watermill", "warren", "watermill")
-	if i, j, ok := index["warren"], index["raw"], want("warren") && want("raw"); ok {
-		result("ratio consume_allocs_vs_raw", "%.2f", cmp.allocRatio(i, j))
-	}
+	line("consume_allocs_vs_raw", "warren", "raw", cmp.allocRatio)
 	ratio("consume_copystore_vs_warren", "copystore", "warren")
 	ratio("consume_metrics_vs_raw", "metrics", "raw")
 	ratio("consume_metrics_vs_warren", "metrics", "warren")
