@@ -41,8 +41,10 @@ type AttemptRecord struct {
 // none.
 func DecodeAttemptRecord(md message.Metadata) AttemptRecord {
 	r := AttemptRecord{Attempt: 1, RetryQueue: md[RetryQueueKey], FirstFailure: parseTime(md[FirstFailureKey])}
-	if n, err := strconv.Atoi(md[AttemptKey]); err == nil && n > 1 {
-		r.Attempt = n
+	if s := md[AttemptKey]; s != "" { // a first attempt has none: no error to make on every message
+		if n, err := strconv.Atoi(s); err == nil && n > 1 {
+			r.Attempt = n
+		}
 	}
 	if exchange, ok := md[OriginalExchangeKey]; ok {
 		r.Origin = &Origin{Exchange: exchange, RoutingKey: md[OriginalRoutingKeyKey]}
@@ -267,6 +269,9 @@ func formatTime(t time.Time) string {
 
 // parseTime reads a time formatTime wrote (any RFC 3339 time); the zero time when s is none.
 func parseTime(s string) time.Time {
+	if s == "" { // absent, as on most messages: time.Parse would make an error to say so
+		return time.Time{}
+	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}
