@@ -233,15 +233,26 @@ func publishRawGoroutines(q string, body []byte) (time.Duration, error) {
 	})
 }
 
-func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
+// warrenPublisher returns a publisher of warren's defaults that has declared q (outside the
+// timing).
+func warrenPublisher(q string, delay topology.Delay) (*dlx.Publisher, error) {
 	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: *url}, Topology: config(delay)}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Publish(q); err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
+	p, err := warrenPublisher(q, delay)
 	if err != nil {
 		return 0, err
 	}
 	defer p.Close()
-	if err := p.Publish(q); err != nil { // declares the queue, outside the timing
-		return 0, err
-	}
 	return parallel(*window, *publish, func() error {
 		return p.Publish(q, message.NewMessage(watermill.NewUUID(), body))
 	})
@@ -250,14 +261,11 @@ func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, 
 // publishWarrenBatches: one goroutine publishing *window messages per Publish call, whose
 // confirmations are awaited together.
 func publishWarrenBatches(q string, body []byte, delay topology.Delay) (time.Duration, error) {
-	p, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: *url}, Topology: config(delay)}, nil)
+	p, err := warrenPublisher(q, delay)
 	if err != nil {
 		return 0, err
 	}
 	defer p.Close()
-	if err := p.Publish(q); err != nil { // declares the queue, outside the timing
-		return 0, err
-	}
 	w := startSpan()
 	batch := make([]*message.Message, 0, *window)
 	for sent := 0; sent < *publish; sent += len(batch) {
