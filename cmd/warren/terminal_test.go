@@ -28,19 +28,6 @@ const hostile = "\x1b[2J\x1b]0;pwned\x07\x00\x7f\u009b31m<end>"
 // hostileShown is hostile as the CLI shows it.
 const hostileShown = `\x1b[2J\x1b]0;pwned\x07\x00\u007f\u009b31m<end>`
 
-func TestVisible(t *testing.T) {
-	for in, want := range map[string]string{
-		"plain text, ünïcode, \\x1b as typed": "plain text, ünïcode, \\x1b as typed",
-		"tab\tand newline\n":                  "tab\tand newline\n",
-		"carriage\rreturn":                    `carriage\x0dreturn`,
-		hostile:                               hostileShown,
-		"bad \xff\xfe utf-8, \ufffd kept":     `bad \xff\xfe utf-8, ` + "\ufffd kept",
-		"\u0080\u009f\u00a0":                  `\u0080\u009f` + "\u00a0",
-	} {
-		assert.Equal(t, want, visible(in), "%q", in)
-	}
-}
-
 // assertSafe fails unless out is valid UTF-8 without a control character but newline and tab.
 func assertSafe(t *testing.T, out, what string) {
 	t.Helper()
