@@ -11,7 +11,8 @@
 //   - Poisoned and Parked browse the poison queue of a work queue and the parking queue of the
 //     delay levels, and Group sorts failures by handler, error type and normalised error.
 //   - ReplayPoisoned and ReplayParked send messages back to where they were going (or
-//     elsewhere), PurgePoisoned empties a poison queue.
+//     elsewhere), PurgePoisoned empties a poison queue and DeletePoisoned deletes what a filter
+//     selects from it.
 //
 // # Browsing
 //

@@ -61,17 +61,52 @@ func (o *Ops) Parked(ctx context.Context, b Browse) ([]Message, error) {
 
 func (o *Ops) browse(ctx context.Context, src source, b Browse) ([]Message, error) {
 	var out []Message
-	err := o.call(ctx, "ops: browse "+src.queue, func(ctx context.Context, ch *amqp.Channel) error {
-		out = out[:0]
+	err := o.scan(ctx, "ops: browse "+src.queue, src, func(ch *amqp.Channel, pos int, d amqp.Delivery) (bool, error) {
+		if pos == 1 {
+			out = out[:0] // a retried scan starts again
+		}
+		if m := fromDelivery(pos, d, src.work, b.Bodies); b.Filter.Match(m) && (b.Limit == 0 || len(out) < b.Limit) {
+			out = append(out, m)
+		}
+		return false, nil
+	})
+	return out, err
+}
+
+// DeletePoisoned deletes the messages of the poison queue of queue that b selects (b.Bodies
+// aside), and returns how many; the others stay, in their order.
+func (o *Ops) DeletePoisoned(ctx context.Context, queue string, b Browse) (int, error) {
+	src := o.poison(queue)
+	var n int
+	err := o.scan(ctx, "ops: delete from "+src.queue, src, func(ch *amqp.Channel, pos int, d amqp.Delivery) (bool, error) {
+		if m := fromDelivery(pos, d, src.work, false); !b.Filter.Match(m) || b.Limit > 0 && n >= b.Limit {
+			return false, nil
+		}
+		if err := ch.Ack(d.DeliveryTag, false); err != nil {
+			return false, err
+		}
+		n++
+		return true, nil
+	})
+	return n, err
+}
+
+// scan takes every message of src's queue with basic.get, unacknowledged, and passes each to
+// each in queue order (pos 1 first), which may acknowledge it (and then says so). At the end
+// it hands back all the others at once. Past what the caller needs, the rest is taken all the
+// same: a quorum queue on RabbitMQ 3.x puts a message it gets back at its tail (on 4.0 where
+// it was), so only handing back all of them at once keeps the order.
+func (o *Ops) scan(ctx context.Context, what string, src source, each func(ch *amqp.Channel, pos int, d amqp.Delivery) (acked bool, err error)) error {
+	return o.call(ctx, what, func(ctx context.Context, ch *amqp.Channel) error {
 		q, err := passive(ctx, ch, src.queue)
 		if err != nil {
 			return err
 		}
-		var last uint64
-		taken := 0
+		var last uint64 // the last message held
+		held := 0
 		defer func() {
 			if last > 0 && ch.Nack(last, true, true) == nil {
-				settle(ctx, ch, src.queue, taken)
+				settle(ctx, ch, src.queue, held)
 			}
 		}()
 		for pos := 1; pos <= q.Messages; pos++ {
@@ -79,17 +114,16 @@ func (o *Ops) browse(ctx context.Context, src source, b Browse) ([]Message, erro
 			if err != nil || !ok {
 				return err
 			}
-			last, taken = d.DeliveryTag, taken+1
-			// Past the limit, the rest is taken all the same: a quorum queue puts a
-			// message it gets back at its tail, so only handing back all of them at once
-			// keeps the order.
-			if m := fromDelivery(pos, d, src.work, b.Bodies); b.Filter.Match(m) && (b.Limit == 0 || len(out) < b.Limit) {
-				out = append(out, m)
+			acked, err := each(ch, pos, d)
+			if err != nil {
+				return err
+			}
+			if !acked {
+				last, held = d.DeliveryTag, held+1
 			}
 		}
 		return nil
 	})
-	return out, err
 }
 
 // PurgePoisoned deletes every message of the poison queue of queue, and returns how many.

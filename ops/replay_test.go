@@ -2,6 +2,7 @@ package ops_test
 
 import (
 	"context"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
@@ -283,4 +284,31 @@ func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 	assert.Zero(t, res.Missing, "it exists")
 	assert.Equal(t, 1, env.Messages(delay.ParkingQueue()))
 	assert.Equal(t, 3, env.Messages(topology.PoisonQueue(q)))
+}
+
+// Deleting what a filter selects removes those messages alone, up to the limit, and leaves
+// the others in their order.
+func TestDeletePoisoned(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "delete")
+	fill(t, env, q, 12)
+	o := newOps(t, env.URL, topology.Delay{})
+	ctx := context.Background()
+
+	n, err := o.DeletePoisoned(ctx, q, ops.Browse{Filter: ops.Filter{Error: regexp.MustCompile("not found")}, Limit: 3})
+	require.NoError(t, err)
+	assert.Equal(t, 3, n) // m1, m4, m7; m10 stays
+	n, err = o.DeletePoisoned(ctx, q, ops.Browse{Filter: ops.Filter{Headers: map[string]string{"tenant": "t0"}}})
+	require.NoError(t, err)
+	assert.Equal(t, 5, n) // m0, m2, m6, m8, m10
+
+	var ids []string
+	for _, d := range drain(t, env, topology.PoisonQueue(q)) {
+		ids = append(ids, d.MessageId)
+	}
+	assert.Equal(t, []string{"m3", "m5", "m9", "m11"}, ids)
+
+	_, err = o.DeletePoisoned(ctx, env.Name("none"), ops.Browse{})
+	require.ErrorIs(t, err, ops.ErrNoQueue)
 }
