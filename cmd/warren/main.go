@@ -8,6 +8,7 @@
 //	warren status [QUEUE...] [--watch D]        queues, kill state, poison, delay levels
 //	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
 //	warren parked list|replay                   delayed messages whose destination was gone
+//	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser
 //	warren completion bash|zsh|fish             shell completion
 //
 // kill and resume refuse a queue that does not exist (unless --force), and wait up to --wait
@@ -168,7 +169,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status ("+managementDefault()+")")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
-	root.AddCommand(newStatus(g), newPoison(g), newParked(g))
+	root.AddCommand(newStatus(g), newPoison(g), newParked(g), newUI(g))
 	return root
 }
 

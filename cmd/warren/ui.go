@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/spf13/cobra"
+
+	"github.com/warrenmq/warren/kill"
+	"github.com/warrenmq/warren/topology"
+	"github.com/warrenmq/warren/ui"
+)
+
+func newUI(g *globals) *cobra.Command {
+	var (
+		df      *delayFlags
+		listen  string
+		path    string
+		queues  []string
+		actions bool
+		wait    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "ui",
+		Short: "Serve the dashboard: queues, delay levels, poison and parked messages, in a browser",
+		Long: "Serve warren's dashboard (package ui) on --listen until interrupted. It is read-only unless\n" +
+			"--allow-actions: then its pages replay and delete poison messages, replay parked ones, and\n" +
+			"kill and resume queues. It has no login of its own: listen on 127.0.0.1 (the default), or\n" +
+			"mount package ui in a service behind its authentication. The work queues are --queue, the\n" +
+			"queues of --config FILE, else the ones the management API lists (--management).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := df.config(g.timeout)
+			if err != nil {
+				return err
+			}
+			if df.file != "" {
+				file, err := topology.Load(df.file)
+				if err != nil {
+					return fmt.Errorf("--config: %w", err)
+				}
+				for _, q := range file.Queues {
+					if !slices.Contains(queues, q.Name) {
+						queues = append(queues, q.Name)
+					}
+				}
+			}
+			if len(queues) == 0 && g.managementURL() == "" {
+				return errors.New("name the work queues (--queue, --config) or give the management API (--management)")
+			}
+			o, err := g.ops(cmd, cfg.Delay)
+			if err != nil {
+				return err
+			}
+			defer o.Close()
+			conn, err := g.connection()
+			if err != nil {
+				return err
+			}
+			k, err := kill.NewKiller(kill.Config{Connection: conn, Secret: []byte(os.Getenv("WARREN_KILL_SECRET")),
+				PublishTimeout: g.timeout, Wait: wait}, logger(cmd))
+			if err != nil {
+				return err
+			}
+			h, err := ui.New(ui.Config{Ops: o, Killer: k, Queues: queues, Prefix: path, AllowActions: actions, Timeout: g.timeout},
+				watermill.NewStdLoggerWithOut(cmd.ErrOrStderr(), false, false)) // every Info line: the audit log
+			if err != nil {
+				return err
+			}
+			defer h.Close()
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen: %w", err)
+			}
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+			mode := "read-only"
+			if actions {
+				mode = "actions enabled"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "dashboard on http://%s%s/ (%s); interrupt to stop\n", ln.Addr(), path, mode)
+			go func() {
+				<-cmd.Context().Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = srv.Shutdown(ctx)
+			}()
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+	}
+	df = addDelayFlags(cmd.Flags())
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
+	cmd.Flags().StringVar(&path, "path", "", `path prefix of every page, e.g. /warren ("" serves at /)`)
+	cmd.Flags().StringArrayVar(&queues, "queue", nil, "a work queue to show (repeatable)")
+	cmd.Flags().BoolVar(&actions, "allow-actions", false, "let the pages replay, delete, kill and resume (read-only without it)")
+	cmd.Flags().DurationVar(&wait, "wait", 5*time.Second, "how long kill and resume wait for the consumers' confirmations")
+	return cmd
+}

@@ -1,0 +1,226 @@
+package ui
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/warrenmq/warren/kill"
+	"github.com/warrenmq/warren/ops"
+)
+
+// confirmData is the page that asks to confirm a replay or a delete: how many messages the
+// filter selects now (the dry run), and the same form with confirm set.
+type confirmData struct {
+	Action  Action
+	Queue   string // "" for the parked messages
+	Form    url.Values
+	Matches int
+	Scanned int
+	To      string
+	Rate    string
+}
+
+// replay and delete: without the field confirm, count what the filter selects and ask to
+// confirm; with it, start a job and send the browser to its page.
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, a Action) { h.bulk(w, r, a) }
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, a Action) { h.bulk(w, r, a) }
+
+func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
+	queue, to := r.PostFormValue("queue"), strings.TrimSpace(r.PostFormValue("to"))
+	p := h.newPage(w, r)
+	fail := func(status int, msg string) {
+		p.Title, p.Error = http.StatusText(status), msg
+		h.render(w, status, "error", p)
+	}
+	if a == ActionDelete && queue == "" {
+		fail(http.StatusBadRequest, "delete: name the work queue of the poison queue (parked messages are replayed, not deleted)")
+		return
+	}
+	f, err := filterOf(r, time.Now())
+	if err != nil {
+		fail(http.StatusBadRequest, err.Error())
+		return
+	}
+	rate := 0.0
+	if s := strings.TrimSpace(r.PostFormValue("rate")); s != "" {
+		if rate, err = strconv.ParseFloat(s, 64); err != nil || rate < 0 {
+			fail(http.StatusBadRequest, fmt.Sprintf("rate %q: want a number of messages per second, 0 for no limit", s))
+			return
+		}
+	}
+	if r.PostFormValue("confirm") == "" {
+		ctx, cancel := h.callCtx(r)
+		defer cancel()
+		var all []ops.Message
+		if queue == "" {
+			all, err = h.cfg.Ops.Parked(ctx, ops.Browse{})
+		} else {
+			all, err = h.cfg.Ops.Poisoned(ctx, queue, ops.Browse{})
+		}
+		if err != nil {
+			fail(http.StatusBadGateway, "cannot read the queue: "+err.Error())
+			return
+		}
+		d := confirmData{Action: a, Queue: queue, Form: filterForm(r), Scanned: len(all), To: to, Rate: r.PostFormValue("rate")}
+		for _, m := range all {
+			if f.Match(m) {
+				d.Matches++
+			}
+		}
+		p.Title, p.Data = "Confirm "+string(a), d
+		h.render(w, http.StatusOK, "confirm", p)
+		return
+	}
+	j := h.jobs.add(a, queue)
+	h.audit(r, a, queue, watermill.LogFields{"job": j.ID, "filter": filterForm(r).Encode(), "to": to, "state": "started"})
+	user := h.cfg.User(r)
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		var res ops.ReplayResult
+		var err error
+		if a == ActionDelete {
+			res.Replayed, err = h.cfg.Ops.DeletePoisoned(h.ctx, queue, ops.Browse{Filter: f})
+		} else {
+			opt := ops.ReplayOptions{Filter: f, To: to, Rate: rate, Progress: j.progress}
+			if queue == "" {
+				res, err = h.cfg.Ops.ReplayParked(h.ctx, opt)
+			} else {
+				res, err = h.cfg.Ops.ReplayPoisoned(h.ctx, queue, opt)
+			}
+		}
+		j.finish(res, err)
+		fields := watermill.LogFields{"user": user, "action": string(a), "queue": queue, "job": j.ID, "done": res.Replayed, "state": "finished"}
+		if err != nil {
+			fields["err"] = err.Error()
+		}
+		h.logger.Info("ui: action", fields)
+	}()
+	http.Redirect(w, r, h.cfg.Prefix+"/jobs/"+j.ID, http.StatusSeeOther)
+}
+
+func (h *Handler) job(r *http.Request, p *page) (string, int) {
+	j := h.jobs.get(r.PathValue("id"))
+	if j == nil {
+		p.Title, p.Error = "Not found", "no such job (jobs are kept in the process that ran them, the last 100)"
+		return "error", http.StatusNotFound
+	}
+	v := j.view()
+	p.Title, p.Data = "Job "+v.ID, v
+	if r.Header.Get("HX-Request") != "" {
+		return "job:progress", http.StatusOK
+	}
+	return "job", http.StatusOK
+}
+
+// kill serves kill and resume: the command is sent, the consumers' confirmations waited for
+// (the Killer's Config.Wait), and the result shown.
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request, a Action) {
+	queue := r.PostFormValue("queue")
+	p := h.newPage(w, r)
+	if h.cfg.Killer == nil {
+		p.Title, p.Error = "Not enabled", "kill and resume are not enabled (ui.Config.Killer)"
+		h.render(w, http.StatusForbidden, "error", p)
+		return
+	}
+	action := kill.Resume
+	if a == ActionKill {
+		action = kill.Stop
+	}
+	res, err := h.cfg.Killer.Send(r.Context(), queue, action)
+	fields := watermill.LogFields{"consumers": res.Consumers, "processes": res.Processes, "confirmed": res.Confirmed()}
+	status := http.StatusOK
+	switch {
+	case errors.Is(err, kill.ErrNoListener):
+		p.Error = err.Error() // a warning: remembered
+	case err != nil:
+		p.Error, status = err.Error(), http.StatusBadGateway
+		fields["err"] = err.Error()
+	}
+	h.audit(r, a, queue, fields)
+	p.Title, p.Data = string(action)+" "+queue, res
+	h.render(w, status, "kill", p)
+}
+
+// jobs are the replays and deletes started, the last maxJobs kept.
+type jobs struct {
+	mu    sync.Mutex
+	next  int
+	byID  map[string]*job
+	order []string
+}
+
+const maxJobs = 100
+
+func newJobs() *jobs { return &jobs{byID: map[string]*job{}} }
+
+func (js *jobs) add(a Action, queue string) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	js.next++
+	j := &job{jobView: jobView{ID: strconv.Itoa(js.next), Action: a, Queue: queue, Started: time.Now()}}
+	js.byID[j.ID] = j
+	js.order = append(js.order, j.ID)
+	if len(js.order) > maxJobs {
+		delete(js.byID, js.order[0])
+		js.order = js.order[1:]
+	}
+	return j
+}
+
+func (js *jobs) get(id string) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.byID[id]
+}
+
+// job is one replay or delete, under way or finished.
+type job struct {
+	mu sync.Mutex
+	jobView
+}
+
+// jobView is what a job's page shows.
+type jobView struct {
+	ID       string
+	Action   Action
+	Queue    string
+	Started  time.Time
+	Finished time.Time // zero while under way
+	Result   ops.ReplayResult
+	Err      string
+}
+
+func (j *job) progress(r ops.ReplayResult) {
+	j.mu.Lock()
+	j.Result = r
+	j.mu.Unlock()
+}
+
+func (j *job) finish(r ops.ReplayResult, err error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.Result, j.Finished = r, time.Now()
+	if err != nil {
+		j.Err = err.Error()
+		if errors.Is(err, context.Canceled) {
+			j.Err = "stopped: the dashboard was closed; " + j.Err
+		}
+	}
+}
+
+func (j *job) view() jobView {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	v := j.jobView
+	return v
+}

@@ -1,0 +1,30 @@
+// Package ui is warren's dashboard: an http.Handler that a service mounts under any path (or
+// that `warren ui` serves) to see and operate what warren puts on the broker, through ops.
+//
+//   - Overview: every work queue (ready, unacknowledged, consumers, kill state, poison depth)
+//     and the delay levels (waiting, parked), with their depths over the last hour, sampled
+//     in the process. A broker that cannot be read shows the error and the last values read.
+//   - Poison and parked: failure groups, a filter (group, reason, handler, error text, a
+//     header, a time window) applied on the server, one page of the messages it selects, and
+//     each message's detail: its attempts, headers and body (indented JSON, text, or hex).
+//   - Actions: replay or delete what a filter selects (a count first, then a confirmation,
+//     then a job whose progress the page follows), kill and resume a queue with the
+//     consumers' confirmations.
+//
+// # Safe by default
+//
+// The Handler is read-only unless Config.AllowActions: every action is refused on the
+// server. An action also needs a CSRF token (a signed double-submit cookie), a request of the
+// same origin (http.CrossOriginProtection) and Config.Authorize's consent, and writes an audit
+// log line (who, what, which queue, how many) when it starts and when it ends. Everything
+// read from the broker is escaped by html/template, and control characters and bytes that
+// are not UTF-8 are written out visibly (\x1b, \xff). Pages load no script or style but their
+// own (Content-Security-Policy 'self'): htmx, vendored, refreshes the overview and a job's
+// progress.
+//
+// # Large queues
+//
+// AMQP 0-9-1 reads a queue by taking its messages (see ops): a poison page reads the whole
+// poison queue once per load, and says how many messages it read. docs/dashboard.md has the
+// measured times.
+package ui

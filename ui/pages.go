@@ -1,0 +1,304 @@
+package ui
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/visible"
+	"github.com/warrenmq/warren/internal/when"
+	"github.com/warrenmq/warren/ops"
+)
+
+// parsePages parses each page's template with the layout.
+func parsePages(funcs template.FuncMap) (map[string]*template.Template, error) {
+	names, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, n := range names {
+		if n == "templates/layout.html" {
+			continue
+		}
+		t, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", n)
+		if err != nil {
+			return nil, fmt.Errorf("ui: %w", err)
+		}
+		pages[strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")] = t
+	}
+	return pages, nil
+}
+
+func (h *Handler) funcs() template.FuncMap {
+	return template.FuncMap{
+		// vis shows the characters a reader could not see (control characters, bytes that
+		// are not UTF-8) written out; html/template escapes the rest.
+		"vis": visible.String,
+		"ago": func(t time.Time) string {
+			if t.IsZero() {
+				return "-"
+			}
+			return time.Since(t).Round(time.Second).String() + " ago"
+		},
+		"at": func(t time.Time) string {
+			if t.IsZero() {
+				return "-"
+			}
+			return t.UTC().Format("2006-01-02 15:04:05.000Z")
+		},
+		"chart":  func(name string) template.HTML { return h.samples.chart(name, time.Now()) },
+		"delays": func() string { return delaysSeries },
+		// set returns the query of v with k set to val (encoded: a query, not a page's text).
+		"set": func(v url.Values, k, val string) template.URL {
+			c := url.Values{}
+			for key, vs := range v {
+				c[key] = vs
+			}
+			c.Set(k, val)
+			return template.URL(c.Encode())
+		},
+		"add": func(a, b int) int { return a + b },
+	}
+}
+
+// overviewData is the overview page.
+type overviewData struct {
+	Status ops.Status
+	Stale  bool // the broker could not be read: Status is the last one that could
+}
+
+func (h *Handler) overview(r *http.Request, p *page) (string, int) {
+	p.Title = "Overview"
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	st, err := h.status(ctx)
+	if err != nil {
+		p.Error = "cannot read the broker: " + err.Error()
+		last := h.samples.lastStatus()
+		p.Data = overviewData{Status: last, Stale: !last.At.IsZero()}
+		return "overview", http.StatusBadGateway
+	}
+	p.Data = overviewData{Status: st}
+	return "overview", http.StatusOK
+}
+
+// listData is the poison and parked pages.
+type listData struct {
+	Queue   string // the work queue; "" for the parked messages
+	Scanned int    // messages read
+	Groups  []ops.FailureGroup
+	Form    url.Values // the filter, as the request gave it
+	Matches int        // messages the filter selects
+	Shown   []ops.Message
+	Page    int // from 1
+	Pages   int
+}
+
+func (h *Handler) poison(r *http.Request, p *page) (string, int) {
+	queue := r.FormValue("queue")
+	p.Title = "Poison " + queue
+	return h.list(r, p, queue)
+}
+
+func (h *Handler) parked(r *http.Request, p *page) (string, int) {
+	p.Title = "Parked"
+	return h.list(r, p, "")
+}
+
+// list reads the whole poison queue of queue (the parking queue for ""), groups its failures
+// and shows one page of what the request's filter selects.
+func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
+	d := listData{Queue: queue, Form: filterForm(r), Page: 1}
+	p.Data = &d
+	f, err := filterOf(r, time.Now())
+	if err != nil {
+		p.Error = err.Error()
+		return "list", http.StatusBadRequest
+	}
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	var all []ops.Message
+	if queue == "" {
+		all, err = h.cfg.Ops.Parked(ctx, ops.Browse{})
+	} else {
+		all, err = h.cfg.Ops.Poisoned(ctx, queue, ops.Browse{})
+	}
+	if err != nil {
+		p.Error = "cannot read the queue: " + err.Error()
+		return "list", http.StatusBadGateway
+	}
+	d.Scanned = len(all)
+	if queue != "" {
+		d.Groups = ops.Group(all)
+	}
+	var sel []ops.Message
+	for _, m := range all {
+		if f.Match(m) {
+			sel = append(sel, m)
+		}
+	}
+	d.Matches = len(sel)
+	d.Pages = max(1, (len(sel)+h.cfg.PageSize-1)/h.cfg.PageSize)
+	if n, err := strconv.Atoi(r.FormValue("page")); err == nil {
+		d.Page = min(max(n, 1), d.Pages)
+	}
+	d.Shown = sel[min((d.Page-1)*h.cfg.PageSize, len(sel)):min(d.Page*h.cfg.PageSize, len(sel))]
+	if h.cfg.Redact != nil {
+		for i := range d.Shown {
+			h.cfg.Redact(&d.Shown[i])
+		}
+	}
+	return "list", http.StatusOK
+}
+
+// filterFields are the form fields of a filter.
+var filterFields = []string{"group", "reason", "handler", "error", "where", "since", "until", "id"}
+
+// filterForm returns the filter fields r gives.
+func filterForm(r *http.Request) url.Values {
+	_ = r.ParseForm()
+	v := url.Values{}
+	for _, k := range filterFields {
+		for _, s := range r.Form[k] {
+			if s = strings.TrimSpace(s); s != "" {
+				v.Add(k, s)
+			}
+		}
+	}
+	if q := r.FormValue("queue"); q != "" {
+		v.Set("queue", q)
+	}
+	return v
+}
+
+// filterOf reads the filter of r's form fields; an error names the field.
+func filterOf(r *http.Request, now time.Time) (ops.Filter, error) {
+	v := filterForm(r)
+	f := ops.Filter{IDs: v["id"], Group: v.Get("group"), Reason: v.Get("reason"), Handler: v.Get("handler")}
+	var err error
+	if s := v.Get("error"); s != "" {
+		if f.Error, err = regexp.Compile(s); err != nil {
+			return f, fmt.Errorf("error text: %w", err)
+		}
+	}
+	for _, k := range []string{"since", "until"} {
+		if s := v.Get(k); s != "" {
+			t, err := when.Ago(s, now)
+			if err != nil {
+				return f, fmt.Errorf("%s: %w", k, err)
+			}
+			if k == "since" {
+				f.Since = t
+			} else {
+				f.Until = t
+			}
+		}
+	}
+	for _, w := range v["where"] {
+		for _, line := range strings.Split(w, "\n") {
+			if line = strings.TrimSpace(line); line == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(line, "=")
+			if !ok || k == "" {
+				return f, fmt.Errorf("header %q: want name=value", line)
+			}
+			if f.Headers == nil {
+				f.Headers = map[string]string{}
+			}
+			f.Headers[k] = val
+		}
+	}
+	return f, nil
+}
+
+// messageData is a message's detail page.
+type messageData struct {
+	Queue    string // "" for a parked message
+	M        ops.Message
+	Headers  [][2]string // sorted by name
+	Deaths   []map[string]string
+	Body     string // pretty-printed JSON, text, or a hex dump
+	BodyKind string // "JSON", "text" or "binary"
+}
+
+func (h *Handler) message(r *http.Request, p *page) (string, int) {
+	queue, id := r.FormValue("queue"), r.FormValue("id")
+	p.Title = "Message " + id
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	b := ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true}
+	var ms []ops.Message
+	var err error
+	if queue == "" {
+		ms, err = h.cfg.Ops.Parked(ctx, b)
+	} else {
+		ms, err = h.cfg.Ops.Poisoned(ctx, queue, b)
+	}
+	switch {
+	case err != nil:
+		p.Error = "cannot read the queue: " + err.Error()
+		return "message", http.StatusBadGateway
+	case len(ms) == 0:
+		p.Error = "no message with this id in the queue (replayed or deleted since?)"
+		return "message", http.StatusNotFound
+	}
+	m := ms[0]
+	if h.cfg.Redact != nil {
+		h.cfg.Redact(&m)
+	}
+	d := messageData{Queue: queue, M: m}
+	for k, v := range m.Headers {
+		d.Headers = append(d.Headers, [2]string{k, v})
+	}
+	slices.SortFunc(d.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	d.Deaths = deaths(m.Headers[warren.XDeathHeader])
+	d.BodyKind, d.Body = showBody(m.Body)
+	p.Data = d
+	return "message", http.StatusOK
+}
+
+// deaths reads the x-death header (as ops shows it, JSON) into one map per entry, each value
+// a string; nil if it is absent or not readable.
+func deaths(s string) []map[string]string {
+	var raw []map[string]any
+	if s == "" || json.Unmarshal([]byte(s), &raw) != nil {
+		return nil
+	}
+	out := make([]map[string]string, len(raw))
+	for i, e := range raw {
+		out[i] = map[string]string{}
+		for k, v := range e {
+			if b, err := json.Marshal(v); err == nil {
+				out[i][k] = strings.Trim(string(b), `"`)
+			}
+		}
+	}
+	return out
+}
+
+// showBody returns body as the page shows it: indented if it is JSON, as text if it is
+// UTF-8, else as a hex dump.
+func showBody(body []byte) (kind, shown string) {
+	var b bytes.Buffer
+	if json.Valid(body) && len(body) > 0 && json.Indent(&b, body, "", "  ") == nil {
+		return "JSON", b.String()
+	}
+	if utf8.Valid(body) {
+		return "text", string(body)
+	}
+	return "binary", hex.Dump(body)
+}

@@ -1,0 +1,139 @@
+package ui
+
+import (
+	"context"
+	"fmt"
+	"html/template"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/warrenmq/warren/ops"
+)
+
+// sampler keeps the queues' depths over the last hour, and the last status read.
+type sampler struct {
+	mu     sync.Mutex
+	keep   int // samples kept: an hour's worth
+	series map[string][]point
+	last   ops.Status // the last status read without error
+}
+
+// point is one sample of a queue: its ready and poison messages at a time.
+type point struct {
+	at            time.Time
+	ready, poison int
+}
+
+// delaysSeries is the series of the messages waiting in the delay levels (ready) and
+// parked (poison).
+const delaysSeries = "\x00delays"
+
+func newSampler(interval time.Duration) *sampler {
+	keep := 0
+	if interval > 0 {
+		keep = int(time.Hour/interval) + 1
+	}
+	return &sampler{keep: keep, series: map[string][]point{}}
+}
+
+// record adds s to the series, and keeps it as the last status.
+func (s *sampler) record(st ops.Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = st
+	if s.keep == 0 {
+		return
+	}
+	add := func(name string, p point) {
+		ser := append(s.series[name], p)
+		if len(ser) > s.keep {
+			ser = ser[len(ser)-s.keep:]
+		}
+		s.series[name] = ser
+	}
+	for _, q := range st.Queues {
+		if q.Exists && !q.Unavailable() {
+			add(q.Queue, point{st.At, q.Ready, max(q.Poison, 0)})
+		}
+	}
+	add(delaysSeries, point{st.At, st.Delay.Waiting, max(st.Delay.Parked, 0)})
+}
+
+// lastStatus returns the last status recorded (zero At if none).
+func (s *sampler) lastStatus() ops.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last
+}
+
+// chart draws the series of name as an SVG: ready (or waiting) and poison (or parked) over
+// the last hour, each scaled to the larger of the two. "" when there are fewer than 2 samples.
+func (s *sampler) chart(name string, now time.Time) template.HTML {
+	s.mu.Lock()
+	ser := append([]point(nil), s.series[name]...)
+	s.mu.Unlock()
+	if len(ser) < 2 {
+		return ""
+	}
+	const w, h = 240.0, 40.0
+	top := 1
+	for _, p := range ser {
+		top = max(top, p.ready, p.poison)
+	}
+	x := func(t time.Time) float64 { return w * (1 - float64(now.Sub(t))/float64(time.Hour)) }
+	y := func(v int) float64 { return h - 2 - (h-4)*float64(v)/float64(top) }
+	line := func(v func(point) int) string {
+		var b strings.Builder
+		for i, p := range ser {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			fmt.Fprintf(&b, "%.1f,%.1f", max(x(p.at), 0), y(v(p)))
+		}
+		return b.String()
+	}
+	last := ser[len(ser)-1]
+	svg := fmt.Sprintf(`<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>last hour, top %d: now %d and %d</title>`+
+		`<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/></svg>`,
+		w, h, w, h, top, last.ready, last.poison, line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }))
+	return template.HTML(svg) // numbers only
+}
+
+// sample records the status of the queues every Config.SampleInterval until Close.
+func (h *Handler) sample() {
+	defer h.wg.Done()
+	t := time.NewTicker(h.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.Timeout)
+		if _, err := h.status(ctx); err != nil && h.ctx.Err() == nil {
+			h.logger.Info("ui: cannot sample the queues", watermill.LogFields{"err": err.Error()})
+		}
+		cancel()
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// status reads the status of the queues shown, and records it.
+func (h *Handler) status(ctx context.Context) (ops.Status, error) {
+	queues := h.cfg.Queues
+	if len(queues) == 0 {
+		var err error
+		if queues, err = h.cfg.Ops.WorkQueues(ctx); err != nil {
+			return ops.Status{}, fmt.Errorf("list the work queues: %w (set ui.Config.Queues, or the management API in ops.Config.Management)", err)
+		}
+	}
+	st, err := h.cfg.Ops.Status(ctx, queues...)
+	if err != nil {
+		return st, err
+	}
+	h.samples.record(st)
+	return st, nil
+}

@@ -1,0 +1,305 @@
+package ui
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/warrenmq/warren/kill"
+	"github.com/warrenmq/warren/ops"
+)
+
+// Action is what a request asks for, as Config.Authorize is told.
+type Action string
+
+// The actions. ActionView is every page; the others change the broker and are refused
+// unless Config.AllowActions.
+const (
+	ActionView   Action = "view"
+	ActionReplay Action = "replay" // replay poison or parked messages
+	ActionDelete Action = "delete" // delete poison messages
+	ActionKill   Action = "kill"   // stop every consumer of a queue
+	ActionResume Action = "resume" // let them consume again
+)
+
+// Config configures a Handler.
+type Config struct {
+	// Ops reads and operates the broker. Required; the Handler does not close it.
+	Ops *ops.Ops
+	// Killer sends kill and resume commands; nil hides them. Its Config.Wait is how long a
+	// page waits for the consumers' confirmations. The Handler does not close it.
+	Killer *kill.Killer
+	// Queues are the work queues shown. Empty: the ones the management API lists
+	// (ops.Config.Management), read on every overview.
+	Queues []string
+	// Prefix is the path the Handler is mounted under, e.g. "/warren" (no trailing slash);
+	// every link and form starts with it. The Handler is given the whole path: mount it
+	// with http.StripPrefix(Prefix, h) only if you set no Prefix.
+	Prefix string
+	// AllowActions lets the pages replay, delete, kill and resume. False, the default, is
+	// read-only: every action is refused on the server, whatever the request.
+	AllowActions bool
+	// Authorize, if set, is called with every request and its action before it is served;
+	// an error refuses it (403, with the error's text).
+	Authorize func(r *http.Request, a Action) error
+	// User names who made a request, for the audit log line of each action. Default: the
+	// basic-auth user if any, else the remote address.
+	User func(r *http.Request) string
+	// Redact, if set, is called on every message before it is shown (list and detail): it
+	// may blank headers or the body.
+	Redact func(m *ops.Message)
+	// PageSize is the number of messages a list shows per page. Default 50.
+	PageSize int
+	// SampleInterval is how often the Handler samples the queues for the overview's charts
+	// (the last hour is kept). Default 10s; negative: no sampling, no charts.
+	SampleInterval time.Duration
+	// Timeout bounds what one page asks of the broker. Default 10s.
+	Timeout time.Duration
+	// CSRFKey signs the forms' CSRF tokens: give every replica behind one address the same
+	// key. Default: a random key per Handler.
+	CSRFKey []byte
+}
+
+// Defaults of Config.
+const (
+	DefaultPageSize       = 50
+	DefaultSampleInterval = 10 * time.Second
+	DefaultTimeout        = 10 * time.Second
+)
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.PageSize == 0 {
+		c.PageSize = DefaultPageSize
+	}
+	if c.SampleInterval == 0 {
+		c.SampleInterval = DefaultSampleInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.User == nil {
+		c.User = remoteUser
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable.
+func (c Config) Validate() error {
+	switch {
+	case c.Ops == nil:
+		return errors.New("ui: Config.Ops is nil")
+	case c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/")):
+		return fmt.Errorf("ui: Config.Prefix %q: want a path that starts with / and does not end with one", c.Prefix)
+	case c.PageSize < 0:
+		return fmt.Errorf("ui: Config.PageSize %d is negative", c.PageSize)
+	case c.Timeout < 0:
+		return fmt.Errorf("ui: Config.Timeout %s is negative", c.Timeout)
+	case c.CSRFKey != nil && len(c.CSRFKey) < 16:
+		return fmt.Errorf("ui: Config.CSRFKey has %d bytes: want at least 16", len(c.CSRFKey))
+	}
+	return nil
+}
+
+func remoteUser(r *http.Request) string {
+	if u, _, ok := r.BasicAuth(); ok {
+		return u
+	}
+	return r.RemoteAddr
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Handler serves the dashboard. Close stops its sampling and the actions under way.
+type Handler struct {
+	cfg     Config
+	logger  watermill.LoggerAdapter
+	pages   map[string]*template.Template
+	mux     *http.ServeMux
+	origin  *http.CrossOriginProtection
+	csrfKey []byte
+	samples *sampler
+	jobs    *jobs
+
+	ctx    context.Context // cancelled by Close: the sampler's and the jobs'
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// New returns a Handler, or an error naming the first invalid field of config. It starts
+// sampling the queues at once.
+func New(config Config, logger watermill.LoggerAdapter) (*Handler, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	h := &Handler{cfg: config.WithDefaults(), logger: logger, origin: http.NewCrossOriginProtection(), jobs: newJobs()}
+	h.csrfKey = h.cfg.CSRFKey
+	if h.csrfKey == nil {
+		h.csrfKey = make([]byte, 32)
+		_, _ = rand.Read(h.csrfKey)
+	}
+	pages, err := parsePages(h.funcs())
+	if err != nil {
+		return nil, err
+	}
+	h.pages = pages
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	h.samples = newSampler(h.cfg.SampleInterval)
+	if h.cfg.SampleInterval > 0 {
+		h.wg.Add(1)
+		go h.sample()
+	}
+	h.routes()
+	return h, nil
+}
+
+// Close stops the sampling and cancels the actions under way, and waits for them.
+func (h *Handler) Close() error {
+	h.cancel()
+	h.wg.Wait()
+	return nil
+}
+
+func (h *Handler) routes() {
+	static, _ := fs.Sub(staticFS, "static")
+	p := h.cfg.Prefix
+	m := http.NewServeMux()
+	m.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", http.FileServerFS(static)))
+	m.HandleFunc("GET "+p+"/{$}", h.view(h.overview))
+	m.HandleFunc("GET "+p+"/poison", h.view(h.poison))
+	m.HandleFunc("GET "+p+"/message", h.view(h.message))
+	m.HandleFunc("GET "+p+"/parked", h.view(h.parked))
+	m.HandleFunc("GET "+p+"/jobs/{id}", h.view(h.job))
+	m.HandleFunc("POST "+p+"/replay", h.act(ActionReplay, h.replay))
+	m.HandleFunc("POST "+p+"/delete", h.act(ActionDelete, h.delete))
+	m.HandleFunc("POST "+p+"/kill", h.act(ActionKill, h.kill))
+	m.HandleFunc("POST "+p+"/resume", h.act(ActionResume, h.kill))
+	if p != "" {
+		m.Handle("GET "+p, http.RedirectHandler(p+"/", http.StatusMovedPermanently))
+	}
+	h.mux = m
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Referrer-Policy", "same-origin")
+	h.mux.ServeHTTP(w, r)
+}
+
+// page is what every template is given.
+type page struct {
+	Title   string
+	Prefix  string
+	Actions bool   // Config.AllowActions
+	Kill    bool   // a Killer is set
+	CSRF    string // the token of the forms
+	Error   string // what went wrong, shown above the content
+	Data    any
+}
+
+// view serves a page: Authorize with ActionView, then fn, whose error is shown in the page.
+func (h *Handler) view(fn func(r *http.Request, p *page) (string, int)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.authorized(w, r, ActionView) {
+			return
+		}
+		p := h.newPage(w, r)
+		name, status := fn(r, p)
+		h.render(w, status, name, p)
+	}
+}
+
+// act serves an action: refused when read-only, without a valid CSRF token, from another
+// origin or by Authorize; fn then runs it.
+func (h *Handler) act(a Action, fn func(w http.ResponseWriter, r *http.Request, a Action)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.cfg.AllowActions {
+			h.refuse(w, r, http.StatusForbidden, "read-only: actions are not enabled (ui.Config.AllowActions)")
+			return
+		}
+		if err := h.origin.Check(r); err != nil {
+			h.refuse(w, r, http.StatusForbidden, "refused: "+err.Error())
+			return
+		}
+		if !h.validToken(r) {
+			h.refuse(w, r, http.StatusForbidden, "refused: the form's CSRF token is missing or wrong; load the page again")
+			return
+		}
+		if !h.authorized(w, r, a) {
+			return
+		}
+		fn(w, r, a)
+	}
+}
+
+func (h *Handler) authorized(w http.ResponseWriter, r *http.Request, a Action) bool {
+	if h.cfg.Authorize == nil {
+		return true
+	}
+	if err := h.cfg.Authorize(r, a); err != nil {
+		h.refuse(w, r, http.StatusForbidden, "not authorised: "+err.Error())
+		return false
+	}
+	return true
+}
+
+// refuse renders the error page with status.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	p := h.newPage(w, r)
+	p.Title, p.Error = http.StatusText(status), msg
+	h.render(w, status, "error", p)
+}
+
+func (h *Handler) newPage(w http.ResponseWriter, r *http.Request) *page {
+	return &page{Prefix: h.cfg.Prefix, Actions: h.cfg.AllowActions, Kill: h.cfg.Killer != nil, CSRF: h.token(w, r)}
+}
+
+// render writes page name with its layout, or, for "PAGE:TEMPLATE", that template of the page
+// alone (a part that htmx swaps in).
+func (h *Handler) render(w http.ResponseWriter, status int, name string, p *page) {
+	name, part, ok := strings.Cut(name, ":")
+	if !ok {
+		part = "layout"
+	}
+	var b strings.Builder
+	if err := h.pages[name].ExecuteTemplate(&b, part, p); err != nil {
+		h.logger.Error("ui: cannot render a page", err, watermill.LogFields{"page": name})
+		http.Error(w, "cannot render the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// callCtx is a request's context bounded by Config.Timeout.
+func (h *Handler) callCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), h.cfg.Timeout)
+}
+
+// audit writes the log line of an action: who, what, on which queue, how many.
+func (h *Handler) audit(r *http.Request, a Action, queue string, fields watermill.LogFields) {
+	f := watermill.LogFields{"user": h.cfg.User(r), "action": string(a), "queue": queue}
+	h.logger.Info("ui: action", f.Add(fields))
+}

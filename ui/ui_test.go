@@ -1,0 +1,516 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/kill"
+	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/topology"
+	"github.com/warrenmq/warren/ui"
+)
+
+// workQueue declares a work queue of the test's own with its poison queue.
+func workQueue(t *testing.T, env *testenv.Env, what string) string {
+	t.Helper()
+	q := env.Queue(what)
+	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q}))
+	return q
+}
+
+// poison publishes n messages into queue's poison queue as the Poison middleware writes them:
+// even ones failed with "card declined", odd ones with "order N not found"; headers[i] (if
+// any) are added to message i.
+func poison(t *testing.T, env *testenv.Env, queue string, n int, headers ...amqp.Table) {
+	t.Helper()
+	ch := env.Channel()
+	require.NoError(t, ch.Confirm(false))
+	var last *amqp.DeferredConfirmation
+	for i := range n {
+		errText := "card declined"
+		if i%2 == 1 {
+			errText = fmt.Sprintf("order %d not found", i)
+		}
+		at := time.Date(2026, 11, 25, 10, 0, i%60, 0, time.UTC)
+		h := amqp.Table{
+			warren.PoisonErrorKey: errText, warren.PoisonErrorTypeKey: "*errors.errorString",
+			warren.PoisonReasonKey: warren.PoisonReasonExhausted, warren.PoisonHandlerKey: "charge",
+			warren.PoisonQueueKey: queue, warren.PoisonAttemptsKey: "4",
+			warren.PoisonLastFailKey: at.Format(time.RFC3339Nano), warren.PoisonFirstFailKey: at.Add(-time.Second).Format(time.RFC3339Nano),
+			"tenant": "t" + strconv.Itoa(i%2),
+		}
+		if i < len(headers) {
+			for k, v := range headers[i] {
+				h[k] = v
+			}
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", topology.PoisonQueue(queue), true, false,
+			amqp.Publishing{MessageId: "m" + strconv.Itoa(i), ContentType: "application/json", DeliveryMode: amqp.Persistent,
+				Body: []byte(fmt.Sprintf(`{"order":%d,"items":[1,2]}`, i)), Headers: h})
+		require.NoError(t, err)
+		last = dc
+	}
+	if last != nil {
+		ok, err := last.WaitContext(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+}
+
+// depth is the number of messages in queue.
+func depth(t *testing.T, env *testenv.Env, queue string) int {
+	t.Helper()
+	q, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
+	require.NoError(t, err)
+	return q.Messages
+}
+
+// server serves a Handler of cfg (Ops on url unless set) and returns it with a browser (a
+// client with a cookie jar that does not follow redirects).
+func server(t *testing.T, url string, cfg ui.Config, logger watermill.LoggerAdapter) (*httptest.Server, *browser) {
+	t.Helper()
+	if cfg.Ops == nil {
+		o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url}, Timeout: 10 * time.Second}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = o.Close() })
+		cfg.Ops = o
+	}
+	h, err := ui.New(cfg, logger)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		require.NoError(t, h.Close())
+	})
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return srv, &browser{t: t, base: srv.URL + cfg.Prefix, c: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+// browser gets pages and posts forms as a browser of the dashboard's origin would.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func (b *browser) get(path string) (int, string) {
+	b.t.Helper()
+	resp, err := b.c.Get(b.base + path)
+	require.NoError(b.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(b.t, err)
+	return resp.StatusCode, string(body)
+}
+
+// post sends form to path with the CSRF token of the last page read (unless form has one).
+func (b *browser) post(path string, form url.Values, token string) *http.Response {
+	b.t.Helper()
+	if form.Get("csrf") == "" && token != "" {
+		form.Set("csrf", token)
+	}
+	req, err := http.NewRequest(http.MethodPost, b.base+path, strings.NewReader(form.Encode()))
+	require.NoError(b.t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := b.c.Do(req)
+	require.NoError(b.t, err)
+	b.t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// token is the CSRF token of a page's forms.
+func token(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfRE.FindStringSubmatch(page)
+	require.NotNil(t, m, "no form with a CSRF token in the page")
+	return m[1]
+}
+
+func TestConfigValidate(t *testing.T) {
+	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: "amqp://127.0.0.1:1/"}}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	for cfg, want := range map[*ui.Config]string{
+		{}:                                 "ui: Config.Ops is nil",
+		{Ops: o, Prefix: "warren"}:         `ui: Config.Prefix "warren": want a path that starts with / and does not end with one`,
+		{Ops: o, Prefix: "/warren/"}:       `ui: Config.Prefix "/warren/": want a path that starts with / and does not end with one`,
+		{Ops: o, PageSize: -1}:             "ui: Config.PageSize -1 is negative",
+		{Ops: o, CSRFKey: []byte("short")}: "ui: Config.CSRFKey has 5 bytes: want at least 16",
+	} {
+		_, err := ui.New(*cfg, nil)
+		assert.EqualError(t, err, want)
+	}
+}
+
+// The overview shows each work queue's depth, consumers and poison count, and the delay
+// levels; its charts appear once two samples are taken.
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "overview")
+	poison(t, env, q, 3)
+	missing := env.Name("missing")
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q, missing}, SampleInterval: 50 * time.Millisecond}, nil)
+
+	status, page := b.get("/")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "<td>"+q+"</td>")
+	assert.Contains(t, page, `/poison?queue=`+q+`">3</a>`)
+	assert.Regexp(t, `<tr class="down">\s*<td>`+missing+`</td>\s*<td>missing</td>`, page)
+	assert.Contains(t, page, "read-only")
+	assert.NotContains(t, page, `action="/kill"`) // read-only: no action is offered
+	assert.Contains(t, page, "level queues")
+	assert.Eventually(t, func() bool {
+		_, page := b.get("/")
+		return strings.Contains(page, `<svg class="chart"`)
+	}, 5*time.Second, 50*time.Millisecond)
+}
+
+// A broker that cannot be reached shows as an error in the page, with the last values read.
+func TestOverviewShowsTheErrorAndTheLastValues(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "down")
+	poison(t, env, q, 2)
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: time.Second}, Timeout: time.Second}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, SampleInterval: -1, Timeout: 2 * time.Second}, nil)
+	status, page := b.get("/")
+	require.Equal(t, http.StatusOK, status, page)
+
+	proxy.Close()
+	status, page = b.get("/")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, page, "cannot read the broker")
+	assert.Contains(t, page, "Showing the last values read")
+	assert.Contains(t, page, `/poison?queue=`+q+`">2</a>`)
+}
+
+// The poison page groups the failures, filters on the server, and shows each message's
+// detail with its body indented.
+func TestPoisonPage(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "poison")
+	poison(t, env, q, 7)
+	redacted := 0
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, PageSize: 2, SampleInterval: -1,
+		Redact: func(m *ops.Message) {
+			redacted++
+			m.Headers["tenant"] = "***"
+		}}, nil)
+
+	status, page := b.get("/poison?queue=" + url.QueryEscape(q))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "Read 7 messages")
+	assert.Contains(t, page, "the filter selects 7")
+	assert.Regexp(t, `>4</a></td>\s*<td>charge</td><td class="err">card declined</td>`, page)
+	assert.Regexp(t, `>3</a></td>\s*<td>charge</td><td class="err">order &lt;n&gt; not found</td>`, page)
+	assert.Contains(t, page, "page 1 of 4")
+
+	status, page = b.get("/poison?queue=" + url.QueryEscape(q) + "&error=not+found&page=2")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "the filter selects 3")
+	assert.Contains(t, page, "page 2 of 2")
+	assert.Contains(t, page, ">m5</a>")
+	assert.NotContains(t, page, "order 1 not found")
+
+	status, page = b.get("/poison?queue=" + url.QueryEscape(q) + "&where=tenant%3Dt0&since=2026-11-25T10:00:03Z")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "the filter selects 2") // m4, m6
+
+	status, page = b.get("/poison?queue=" + url.QueryEscape(q) + "&error=(")
+	assert.Equal(t, http.StatusBadRequest, status)
+	assert.Contains(t, page, "error text: error parsing regexp")
+
+	status, page = b.get("/message?queue=" + url.QueryEscape(q) + "&id=m3")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "order 3 not found")
+	assert.Contains(t, page, "JSON, 25 bytes")
+	assert.Contains(t, page, "{\n  &#34;order&#34;: 3,\n  &#34;items&#34;: [\n    1,\n    2\n  ]\n}")
+	assert.Contains(t, page, "<th>tenant</th><td>***</td>")
+	assert.Positive(t, redacted)
+
+	status, _ = b.get("/message?queue=" + url.QueryEscape(q) + "&id=nope")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Equal(t, 7, depth(t, env, topology.PoisonQueue(q)), "reading left the queue as it was")
+}
+
+// Read-only, the default, refuses every action on the server, whatever the request holds.
+func TestReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "readonly")
+	poison(t, env, q, 2)
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: -1}, nil)
+	_, page := b.get("/poison?queue=" + url.QueryEscape(q))
+	assert.NotContains(t, page, `action="/replay"`)
+	assert.NotContains(t, page, `action="/delete"`)
+	for _, path := range []string{"/replay", "/delete", "/kill", "/resume"} {
+		resp := b.post(path, url.Values{"queue": {q}, "confirm": {"yes"}, "csrf": {"anything"}}, "")
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode, path)
+		assert.Contains(t, readAll(t, resp), "read-only: actions are not enabled", path)
+	}
+	assert.Equal(t, 2, depth(t, env, topology.PoisonQueue(q)))
+}
+
+// An action needs the token of its browser's cookie, a request of the same origin, and
+// Authorize's consent.
+func TestActionsNeedCSRFOriginAndAuthorization(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "csrf")
+	poison(t, env, q, 2)
+	var asked []ui.Action
+	var mu sync.Mutex
+	srv, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, SampleInterval: -1,
+		Authorize: func(r *http.Request, a ui.Action) error {
+			mu.Lock()
+			asked = append(asked, a)
+			mu.Unlock()
+			if a == ui.ActionDelete {
+				return fmt.Errorf("%s may not delete", r.RemoteAddr)
+			}
+			return nil
+		}}, nil)
+	_, page := b.get("/poison?queue=" + url.QueryEscape(q))
+	tok := token(t, page)
+	form := func() url.Values { return url.Values{"queue": {q}, "confirm": {"yes"}} }
+
+	resp := b.post("/replay", form(), "")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Contains(t, readAll(t, resp), "CSRF token is missing or wrong")
+
+	// another browser's token (signed for its own cookie) is refused
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	other := &browser{t: t, base: srv.URL, c: &http.Client{Jar: jar}}
+	_, otherPage := other.get("/poison?queue=" + url.QueryEscape(q))
+	require.NotEqual(t, tok, token(t, otherPage))
+	resp = b.post("/replay", form(), token(t, otherPage))
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	// a cross-site request is refused, token or not
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/replay", strings.NewReader(url.Values{"queue": {q}, "confirm": {"yes"}, "csrf": {tok}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err = b.c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Contains(t, readAll(t, resp), "cross-origin")
+
+	resp = b.post("/delete", form(), tok)
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Contains(t, readAll(t, resp), "may not delete")
+	assert.Equal(t, 2, depth(t, env, topology.PoisonQueue(q)))
+	mu.Lock()
+	assert.Contains(t, asked, ui.ActionView)
+	assert.Contains(t, asked, ui.ActionDelete)
+	assert.NotContains(t, asked, ui.ActionReplay, "Authorize is asked after the CSRF and origin checks")
+	mu.Unlock()
+}
+
+// captureLogger keeps the Info lines logged.
+type captureLogger struct {
+	watermill.NopLogger
+	mu    sync.Mutex
+	lines []watermill.LogFields
+}
+
+func (l *captureLogger) Info(msg string, fields watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, watermill.LogFields{"msg": msg}.Add(fields))
+}
+
+func (l *captureLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+func (l *captureLogger) actions() []watermill.LogFields {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []watermill.LogFields
+	for _, f := range l.lines {
+		if f["msg"] == "ui: action" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// waitJob follows a job's page until it says it is finished, and returns that page.
+func waitJob(t *testing.T, b *browser, resp *http.Response) string {
+	t.Helper()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, readAll(t, resp))
+	loc, err := resp.Location()
+	require.NoError(t, err)
+	var page string
+	require.Eventually(t, func() bool {
+		_, page = b.get(strings.TrimPrefix(loc.Path, strings.TrimPrefix(b.base, "http://"+loc.Host)))
+		return strings.Contains(page, "finished")
+	}, 20*time.Second, 50*time.Millisecond)
+	return page
+}
+
+// Replay one failure group and delete the other: a count first, then the confirmation, then
+// the job's progress; each action leaves an audit line.
+func TestReplayAndDeleteFromThePage(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "bulk")
+	poison(t, env, q, 10)
+	logs := &captureLogger{}
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, SampleInterval: -1, Prefix: "/ops/warren",
+		User: func(*http.Request) string { return "alice" }}, logs)
+
+	_, page := b.get("/poison?queue=" + url.QueryEscape(q) + "&error=not+found")
+	tok := token(t, page)
+	assert.Contains(t, page, `action="/ops/warren/replay"`)
+	resp := b.post("/replay", url.Values{"queue": {q}, "error": {"not found"}}, tok)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	confirm := readAll(t, resp)
+	assert.Contains(t, confirm, "The filter selects <strong>5</strong> of the 10 messages")
+	assert.Equal(t, 10, depth(t, env, topology.PoisonQueue(q)), "the count moved nothing")
+
+	page = waitJob(t, b, b.post("/replay", url.Values{"queue": {q}, "error": {"not found"}, "confirm": {"yes"}}, tok))
+	assert.Regexp(t, `<th>replayed</th><td class="done">5</td>`, page)
+	assert.Equal(t, 5, depth(t, env, q))
+	assert.Equal(t, 5, depth(t, env, topology.PoisonQueue(q)))
+
+	page = waitJob(t, b, b.post("/delete", url.Values{"queue": {q}, "error": {"declined"}, "confirm": {"yes"}}, tok))
+	assert.Regexp(t, `<th>deleted</th><td class="done">5</td>`, page)
+	assert.Equal(t, 0, depth(t, env, topology.PoisonQueue(q)))
+	assert.Equal(t, 5, depth(t, env, q), "the replayed ones stay")
+
+	var audit []string
+	for _, f := range logs.actions() {
+		audit = append(audit, fmt.Sprintf("%v %v %v %v", f["user"], f["action"], f["state"], f["done"]))
+		assert.Equal(t, q, f["queue"])
+	}
+	assert.Equal(t, []string{"alice replay started <nil>", "alice replay finished 5", "alice delete started <nil>", "alice delete finished 5"}, audit)
+}
+
+// Kill and resume from the overview: the consumers' confirmations are shown, and the
+// overview shows the remembered command.
+func TestKillAndResume(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "kill")
+	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Wait: 200 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	logs := &captureLogger{}
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, Killer: k, SampleInterval: -1}, logs)
+	_, page := b.get("/")
+	assert.Contains(t, page, `action="/kill"`)
+	resp := b.post("/kill", url.Values{"queue": {q}}, token(t, page))
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "the command is remembered for consumers that start later")
+	_, page = b.get("/")
+	assert.Regexp(t, `<td>stop \d+(\.\d+)?[mµn]?s ago</td>`, page)
+	assert.Contains(t, page, `action="/resume"`)
+	resp = b.post("/resume", url.Values{"queue": {q}}, token(t, page))
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	_, page = b.get("/")
+	assert.Contains(t, page, `<td>resume `)
+	require.Len(t, logs.actions(), 2)
+	assert.Equal(t, "kill", logs.actions()[0]["action"])
+	assert.Equal(t, "resume", logs.actions()[1]["action"])
+}
+
+// Hostile headers and bodies show as text: no markup or script gets through, and control
+// characters show written out. On a node of its own: no hostile message goes to the shared
+// broker.
+func TestHostileDataIsEscaped(t *testing.T) {
+	t.Parallel()
+	node := testenv.StartNode(t)
+	env := testenv.NewAt(t, node.URL())
+	q := workQueue(t, env, "hostile")
+	script := `<script>alert("x")</script>`
+	poison(t, env, q, 1, amqp.Table{
+		warren.PoisonErrorKey:   script + "\x1b[2J",
+		warren.PoisonHandlerKey: `"><img src=x onerror=alert(1)>`,
+		"x-evil" + script:       "\x00\u009b" + script,
+	})
+	ch := env.Channel()
+	require.NoError(t, ch.PublishWithContext(context.Background(), "", topology.PoisonQueue(q), false, false,
+		amqp.Publishing{MessageId: `id"><script>1</script>`, Body: []byte("\xff\xfe<script>"), DeliveryMode: amqp.Persistent}))
+	require.Eventually(t, func() bool { return depth(t, env, topology.PoisonQueue(q)) == 2 }, 5*time.Second, 10*time.Millisecond)
+	_, b := server(t, node.URL(), ui.Config{Queues: []string{q}, SampleInterval: -1}, nil)
+
+	for _, path := range []string{"/poison?queue=" + url.QueryEscape(q), "/message?queue=" + url.QueryEscape(q) + "&id=m0",
+		"/message?queue=" + url.QueryEscape(q) + "&id=" + url.QueryEscape(`id"><script>1</script>`)} {
+		status, page := b.get(path)
+		require.Equal(t, http.StatusOK, status, path)
+		assert.NotContains(t, page, "<script>", path)
+		assert.NotContains(t, page, "<img", path)
+		assert.NotContains(t, page, "\x1b", path)
+		assert.NotContains(t, page, "\x00", path)
+		assert.Contains(t, page, "&lt;script&gt;", path)
+	}
+	_, page := b.get("/message?queue=" + url.QueryEscape(q) + "&id=m0")
+	assert.Contains(t, page, `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;\x1b[2J`)
+	assert.Contains(t, page, `\x00\u009b&lt;script&gt;`)
+	_, page = b.get("/message?queue=" + url.QueryEscape(q) + "&id=" + url.QueryEscape(`id"><script>1</script>`))
+	assert.Contains(t, page, "binary, 10 bytes")
+	assert.Contains(t, page, "ff fe 3c 73 63 72 69 70  74 3e")
+}
+
+// Mounted under a prefix, every link, form and asset starts with it.
+func TestPrefix(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "prefix")
+	srv, b := server(t, env.URL, ui.Config{Queues: []string{q}, Prefix: "/admin/queues", SampleInterval: -1}, nil)
+	status, page := b.get("/")
+	require.Equal(t, http.StatusOK, status)
+	for _, m := range regexp.MustCompile(`(?:href|src|action|hx-get)="([^"]*)"`).FindAllStringSubmatch(page, -1) {
+		assert.True(t, strings.HasPrefix(m[1], "/admin/queues/"), m[1])
+	}
+	status, css := b.get("/static/style.css")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, css, "svg.chart")
+	resp, err := http.Get(srv.URL + "/admin/queues")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "redirected to the prefix with a slash")
+	resp, err = http.Get(srv.URL + "/poison")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
