@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -45,6 +46,11 @@ type Browse struct {
 	Limit int
 	// Bodies: return the bodies too.
 	Bodies bool
+	// Scan is the most messages read, from the head of the queue (0: all). Reading fewer
+	// than all is faster on a long queue, but a quorum queue on RabbitMQ 3.x puts the
+	// messages read back at its tail (measured on 3.10.8; 4.0 puts them back where they
+	// were, as a classic queue does): each such browse moves them behind the others.
+	Scan int
 }
 
 // Poisoned returns the messages of the poison queue of queue that b selects, in queue order,
@@ -61,7 +67,7 @@ func (o *Ops) Parked(ctx context.Context, b Browse) ([]Message, error) {
 
 func (o *Ops) browse(ctx context.Context, src source, b Browse) ([]Message, error) {
 	var out []Message
-	err := o.scan(ctx, "ops: browse "+src.queue, src, func(ch *amqp.Channel, pos int, d amqp.Delivery) (bool, error) {
+	err := o.scan(ctx, "ops: browse "+src.queue, src, b.Scan, func(ch *amqp.Channel, pos int, d amqp.Delivery) (bool, error) {
 		if pos == 1 {
 			out = out[:0] // a retried scan starts again
 		}
@@ -78,7 +84,7 @@ func (o *Ops) browse(ctx context.Context, src source, b Browse) ([]Message, erro
 func (o *Ops) DeletePoisoned(ctx context.Context, queue string, b Browse) (int, error) {
 	src := o.poison(queue)
 	var n int
-	err := o.scan(ctx, "ops: delete from "+src.queue, src, func(ch *amqp.Channel, pos int, d amqp.Delivery) (bool, error) {
+	err := o.scan(ctx, "ops: delete from "+src.queue, src, 0, func(ch *amqp.Channel, pos int, d amqp.Delivery) (bool, error) {
 		if m := fromDelivery(pos, d, src.work, false); !b.Filter.Match(m) || b.Limit > 0 && n >= b.Limit {
 			return false, nil
 		}
@@ -91,40 +97,135 @@ func (o *Ops) DeletePoisoned(ctx context.Context, queue string, b Browse) (int, 
 	return n, err
 }
 
-// scan takes every message of src's queue with basic.get, unacknowledged, and passes each to
-// each in queue order (pos 1 first), which may acknowledge it (and then says so). At the end
-// it hands back all the others at once. Past what the caller needs, the rest is taken all the
-// same: a quorum queue on RabbitMQ 3.x puts a message it gets back at its tail (on 4.0 where
-// it was), so only handing back all of them at once keeps the order.
-func (o *Ops) scan(ctx context.Context, what string, src source, each func(ch *amqp.Channel, pos int, d amqp.Delivery) (acked bool, err error)) error {
+// scan takes every message of src's queue (the first limit, if limit > 0), unacknowledged,
+// and passes each to each in queue order (pos 1 first), which may acknowledge it (and then
+// says so). At the end it hands back all the others at once. Past what the caller needs, the
+// rest is taken all the same: a quorum queue on RabbitMQ 3.x puts a message it gets back at
+// its tail (on 4.0 where it was), so only handing back all of them at once keeps the order.
+//
+// The broker streams the messages to consumers rather than giving them one basic.get (a
+// round trip) at a time: measured on RabbitMQ 3.10.8, basic.get did not take the 100,000
+// poison messages of a quorum queue within a minute; consumers took them in 2.9s, and in
+// about 7s once they had been handed back before (5.6–6.3s on 4.0.5). A consumer
+// holds at most 65,535 unacknowledged messages (its prefetch count, 16 bits; a quorum queue
+// gives one without a limit 2,000), so there is one per 65,535 messages. They share the
+// channel, whose delivery tags number the messages in the order the queue gave them.
+func (o *Ops) scan(ctx context.Context, what string, src source, limit int, each func(ch *amqp.Channel, pos int, d amqp.Delivery) (acked bool, err error)) error {
 	return o.call(ctx, what, func(ctx context.Context, ch *amqp.Channel) error {
 		q, err := passive(ctx, ch, src.queue)
+		if err != nil || q.Messages == 0 {
+			return err
+		}
+		n := q.Messages
+		if limit > 0 {
+			n = min(n, limit)
+		}
+		var (
+			merged  = make(chan amqp.Delivery, 256)
+			quit    = make(chan struct{})
+			wg      sync.WaitGroup
+			tags    []string
+			pending = map[uint64]amqp.Delivery{} // delivered, not yet passed to each
+			last    uint64                       // the last message held
+			acked   int
+		)
+		defer func() {
+			// Cancel the consumers and hold what they were given meanwhile too, so that one
+			// nack hands back everything in order.
+			cancelled := true
+			for _, tag := range tags {
+				if amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }) != nil {
+					cancelled = false
+					break
+				}
+			}
+			if cancelled {
+				for d := range merged { // closed once every consumer is cancelled
+					pending[d.DeliveryTag] = d
+				}
+			}
+			close(quit)
+			for tag := range pending {
+				last = max(last, tag)
+			}
+			if last > 0 && ch.Nack(last, true, true) == nil {
+				settle(ctx, ch, src.queue, q.Messages-acked)
+			}
+		}()
+		err = amqpx.Do(ctx, ch, func() error {
+			for i := range (n + maxPrefetch - 1) / maxPrefetch {
+				if err := ch.Qos(min(n, maxPrefetch), 0, false); err != nil {
+					return err
+				}
+				tag := "warren-ops-scan-" + strconv.Itoa(i)
+				ds, err := ch.Consume(src.queue, tag, false, false, false, false, nil)
+				if err != nil {
+					return err
+				}
+				tags = append(tags, tag)
+				wg.Go(func() {
+					for d := range ds {
+						select {
+						case merged <- d:
+						case <-quit:
+							return
+						}
+					}
+				})
+			}
+			return nil
+		})
+		go func() {
+			wg.Wait()
+			close(merged)
+		}()
 		if err != nil {
 			return err
 		}
-		var last uint64 // the last message held
-		held := 0
-		defer func() {
-			if last > 0 && ch.Nack(last, true, true) == nil {
-				settle(ctx, ch, src.queue, held)
+		// Another reader may take some of the messages counted: when none has come for a
+		// tick, the scan ends if the queue has none left to give.
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		came := false
+		for pos, next := 1, uint64(1); pos <= n; pos, next = pos+1, next+1 { // a new channel's first tag is 1
+			d, ok := pending[next]
+			for !ok {
+				select {
+				case dd, open := <-merged:
+					if !open {
+						return fmt.Errorf("the broker cancelled the consumers of %s (deleted?)", src.queue)
+					}
+					pending[dd.DeliveryTag], came = dd, true
+					d, ok = pending[next]
+				case <-tick.C:
+					if came {
+						came = false
+						continue
+					}
+					if r, err := passive(ctx, ch, src.queue); err != nil || r.Messages == 0 {
+						return err
+					}
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
 			}
-		}()
-		for pos := 1; pos <= q.Messages; pos++ {
-			d, ok, err := get(ctx, ch, src.queue)
-			if err != nil || !ok {
-				return err
-			}
-			acked, err := each(ch, pos, d)
+			delete(pending, next)
+			ok, err := each(ch, pos, d)
 			if err != nil {
 				return err
 			}
-			if !acked {
-				last, held = d.DeliveryTag, held+1
+			if ok {
+				acked++
+			} else {
+				last = d.DeliveryTag
 			}
 		}
 		return nil
 	})
 }
+
+// maxPrefetch is the largest prefetch count AMQP 0-9-1 can give a consumer.
+const maxPrefetch = 65535
 
 // PurgePoisoned deletes every message of the poison queue of queue, and returns how many.
 func (o *Ops) PurgePoisoned(ctx context.Context, queue string) (int, error) {

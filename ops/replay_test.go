@@ -312,3 +312,25 @@ func TestDeletePoisoned(t *testing.T) {
 	_, err = o.DeletePoisoned(ctx, env.Name("none"), ops.Browse{})
 	require.ErrorIs(t, err, ops.ErrNoQueue)
 }
+
+// A browse that reads the first messages alone returns those, and leaves every message in
+// the queue.
+func TestBrowseScansTheHead(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "head")
+	fill(t, env, q, 10)
+	o := newOps(t, env.URL, topology.Delay{})
+	ms, err := o.Poisoned(context.Background(), q, ops.Browse{Scan: 3})
+	require.NoError(t, err)
+	var ids []string
+	for _, m := range ms {
+		ids = append(ids, m.ID)
+	}
+	assert.Equal(t, []string{"m0", "m1", "m2"}, ids)
+	ids = ids[:0]
+	for _, d := range drain(t, env, topology.PoisonQueue(q)) {
+		ids = append(ids, d.MessageId)
+	}
+	assert.ElementsMatch(t, []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"}, ids)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -123,17 +124,15 @@ func (o *Ops) Status(ctx context.Context, queues ...string) (Status, error) {
 		}
 		s.ServerVersion = amqpx.ServerVersion(conn)
 		s.Warning = amqpx.DeadLetterWarning(s.ServerVersion)
-		in := &inspector{conn: conn}
-		defer in.close()
-		s.Queues = s.Queues[:0]
-		for _, name := range queues {
-			q, err := o.queueStatus(ctx, conn, in, name)
-			if err != nil {
-				return err
-			}
-			s.Queues = append(s.Queues, q)
+		s.Queues = make([]QueueStatus, len(queues))
+		err = inspectAll(conn, len(queues), func(in *inspector, i int) (err error) {
+			s.Queues[i], err = o.queueStatus(ctx, conn, in, queues[i])
+			return err
+		})
+		if err != nil {
+			return err
 		}
-		s.Delay, err = o.delayStatus(ctx, in)
+		s.Delay, err = o.delayStatus(ctx, conn)
 		return err
 	})
 	if err != nil {
@@ -169,32 +168,77 @@ func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, in *inspec
 	return s, nil
 }
 
-func (o *Ops) delayStatus(ctx context.Context, in *inspector) (DelayStatus, error) {
+func (o *Ops) delayStatus(ctx context.Context, conn *amqp.Connection) (DelayStatus, error) {
 	d := o.cfg.Delay
 	s := DelayStatus{Name: d.Name(), Parked: -1}
 	for p := range d.Levels {
 		for digit := 1; digit < d.Radix; digit++ {
-			l := LevelStatus{Queue: d.LevelQueue(p, digit), TTL: d.TTL(p, digit)}
-			q, ok, err := in.inspect(ctx, route{key: l.Queue})
-			if err != nil {
-				return s, fmt.Errorf("%s: %w", l.Queue, err)
-			}
-			l.Exists, l.Messages = ok, q.Messages
-			if !ok {
-				s.Missing++
-			}
-			s.Waiting += l.Messages
-			s.Levels = append(s.Levels, l)
+			s.Levels = append(s.Levels, LevelStatus{Queue: d.LevelQueue(p, digit), TTL: d.TTL(p, digit)})
 		}
 	}
-	q, ok, err := in.inspect(ctx, route{key: d.ParkingQueue()})
+	parking := len(s.Levels) // the last one inspected
+	var parked amqp.Queue
+	var parkedOK bool
+	err := inspectAll(conn, len(s.Levels)+1, func(in *inspector, i int) error {
+		if i == parking {
+			var err error
+			parked, parkedOK, err = in.inspect(ctx, route{key: d.ParkingQueue()})
+			return err
+		}
+		l := &s.Levels[i]
+		q, ok, err := in.inspect(ctx, route{key: l.Queue})
+		if err != nil {
+			return fmt.Errorf("%s: %w", l.Queue, err)
+		}
+		l.Exists, l.Messages = ok, q.Messages
+		return nil
+	})
 	if err != nil {
 		return s, err
 	}
-	if ok {
-		s.Parked = q.Messages
+	for _, l := range s.Levels {
+		if !l.Exists {
+			s.Missing++
+		}
+		s.Waiting += l.Messages
+	}
+	if parkedOK {
+		s.Parked = parked.Messages
 	}
 	return s, nil
+}
+
+// statusWorkers is how many channels Status asks the broker on at once: each question is a
+// round trip, and there are a few per work queue and one per delay level (120 by default).
+const statusWorkers = 8
+
+// inspectAll calls fn for 0..n-1 from up to statusWorkers goroutines, each with an inspector
+// of its own on conn, and returns the first error.
+func inspectAll(conn *amqp.Connection, n int, fn func(in *inspector, i int) error) error {
+	next := make(chan int)
+	errs := make(chan error, statusWorkers)
+	var wg sync.WaitGroup
+	for range min(n, statusWorkers) {
+		wg.Go(func() {
+			in := &inspector{conn: conn}
+			defer in.close()
+			for i := range next {
+				if err := fn(in, i); err != nil {
+					errs <- err
+					for range next { // the others are not asked
+					}
+					return
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	return <-errs
 }
 
 // addManagement adds what the management API tells to s: the state, unacknowledged

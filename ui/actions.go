@@ -99,6 +99,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 			}
 		}
 		j.finish(res, err)
+		h.reads.forget(queue)
 		fields := watermill.LogFields{"user": user, "action": string(a), "queue": queue, "job": j.ID, "done": res.Replayed, "state": "finished"}
 		if err != nil {
 			fields["err"] = err.Error()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -99,6 +100,8 @@ func (h *Handler) overview(r *http.Request, p *page) (string, int) {
 type listData struct {
 	Queue   string // the work queue; "" for the parked messages
 	Scanned int    // messages read
+	Depth   int    // messages in the queue (-1 if not known)
+	ReadAt  time.Time
 	Groups  []ops.FailureGroup
 	Form    url.Values // the filter, as the request gave it
 	Matches int        // messages the filter selects
@@ -130,16 +133,13 @@ func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
 	}
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
-	var all []ops.Message
-	if queue == "" {
-		all, err = h.cfg.Ops.Parked(ctx, ops.Browse{})
-	} else {
-		all, err = h.cfg.Ops.Poisoned(ctx, queue, ops.Browse{})
-	}
+	snap, err := h.read(ctx, queue, r.FormValue("refresh") != "")
 	if err != nil {
 		p.Error = "cannot read the queue: " + err.Error()
 		return "list", http.StatusBadGateway
 	}
+	all := snap.msgs
+	d.Depth, d.ReadAt = snap.depth, snap.at
 	d.Scanned = len(all)
 	if queue != "" {
 		d.Groups = ops.Group(all)
@@ -155,11 +155,12 @@ func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
 	if n, err := strconv.Atoi(r.FormValue("page")); err == nil {
 		d.Page = min(max(n, 1), d.Pages)
 	}
-	d.Shown = sel[min((d.Page-1)*h.cfg.PageSize, len(sel)):min(d.Page*h.cfg.PageSize, len(sel))]
-	if h.cfg.Redact != nil {
-		for i := range d.Shown {
-			h.cfg.Redact(&d.Shown[i])
+	for _, m := range sel[min((d.Page-1)*h.cfg.PageSize, len(sel)):min(d.Page*h.cfg.PageSize, len(sel))] {
+		m.Headers = maps.Clone(m.Headers) // Redact changes the copy shown, not the snapshot
+		if h.cfg.Redact != nil {
+			h.cfg.Redact(&m)
 		}
+		d.Shown = append(d.Shown, m)
 	}
 	return "list", http.StatusOK
 }
@@ -240,23 +241,34 @@ func (h *Handler) message(r *http.Request, p *page) (string, int) {
 	p.Title = "Message " + id
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
-	b := ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true}
 	var ms []ops.Message
-	var err error
-	if queue == "" {
-		ms, err = h.cfg.Ops.Parked(ctx, b)
-	} else {
-		ms, err = h.cfg.Ops.Poisoned(ctx, queue, b)
+	if snap, ok := h.reads.get(queue, h.cfg.SnapshotAge); ok {
+		for _, m := range snap.msgs {
+			if m.ID == id {
+				ms = append(ms, m)
+				break
+			}
+		}
 	}
-	switch {
-	case err != nil:
-		p.Error = "cannot read the queue: " + err.Error()
-		return "message", http.StatusBadGateway
-	case len(ms) == 0:
+	if len(ms) == 0 { // not read lately: look through the whole queue
+		b := ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true}
+		var err error
+		if queue == "" {
+			ms, err = h.cfg.Ops.Parked(ctx, b)
+		} else {
+			ms, err = h.cfg.Ops.Poisoned(ctx, queue, b)
+		}
+		if err != nil {
+			p.Error = "cannot read the queue: " + err.Error()
+			return "message", http.StatusBadGateway
+		}
+	}
+	if len(ms) == 0 {
 		p.Error = "no message with this id in the queue (replayed or deleted since?)"
 		return "message", http.StatusNotFound
 	}
-	m := ms[0]
+	m := ms[0] // a copy: Redact changes it, not the snapshot
+	m.Headers = maps.Clone(m.Headers)
 	if h.cfg.Redact != nil {
 		h.cfg.Redact(&m)
 	}

@@ -60,6 +60,14 @@ type Config struct {
 	Redact func(m *ops.Message)
 	// PageSize is the number of messages a list shows per page. Default 50.
 	PageSize int
+	// ScanLimit is the most messages a poison or parked page reads, from the head of the
+	// queue; the page says how many it read of how many. Default DefaultScanLimit;
+	// negative: all. On RabbitMQ 3.x a quorum queue puts the messages read back at its tail
+	// (see ops.Browse.Scan). Replays, deletes and their counts read every message.
+	ScanLimit int
+	// SnapshotAge is how long the messages a page read are reused, by its other pages,
+	// filters and message details, before the queue is read again. Default 15s.
+	SnapshotAge time.Duration
 	// SampleInterval is how often the Handler samples the queues for the overview's charts
 	// (the last hour is kept). Default 10s; negative: no sampling, no charts.
 	SampleInterval time.Duration
@@ -73,6 +81,8 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultPageSize       = 50
+	DefaultScanLimit      = 10000
+	DefaultSnapshotAge    = 15 * time.Second
 	DefaultSampleInterval = 10 * time.Second
 	DefaultTimeout        = 10 * time.Second
 )
@@ -81,6 +91,12 @@ const (
 func (c Config) WithDefaults() Config {
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
+	}
+	if c.ScanLimit == 0 {
+		c.ScanLimit = DefaultScanLimit
+	}
+	if c.SnapshotAge == 0 {
+		c.SnapshotAge = DefaultSnapshotAge
 	}
 	if c.SampleInterval == 0 {
 		c.SampleInterval = DefaultSampleInterval
@@ -103,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ui: Config.Prefix %q: want a path that starts with / and does not end with one", c.Prefix)
 	case c.PageSize < 0:
 		return fmt.Errorf("ui: Config.PageSize %d is negative", c.PageSize)
+	case c.SnapshotAge < 0:
+		return fmt.Errorf("ui: Config.SnapshotAge %s is negative", c.SnapshotAge)
 	case c.Timeout < 0:
 		return fmt.Errorf("ui: Config.Timeout %s is negative", c.Timeout)
 	case c.CSRFKey != nil && len(c.CSRFKey) < 16:
@@ -134,6 +152,7 @@ type Handler struct {
 	csrfKey []byte
 	samples *sampler
 	jobs    *jobs
+	reads   *snapshots
 
 	ctx    context.Context // cancelled by Close: the sampler's and the jobs'
 	cancel context.CancelFunc
@@ -151,7 +170,8 @@ func New(config Config, logger watermill.LoggerAdapter) (*Handler, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	h := &Handler{cfg: config.WithDefaults(), logger: logger, origin: http.NewCrossOriginProtection(), jobs: newJobs()}
+	h := &Handler{cfg: config.WithDefaults(), logger: logger, origin: http.NewCrossOriginProtection(), jobs: newJobs(),
+		reads: &snapshots{m: map[string]snapshot{}}}
 	h.csrfKey = h.cfg.CSRFKey
 	if h.csrfKey == nil {
 		h.csrfKey = make([]byte, 32)
