@@ -97,8 +97,10 @@ func (s *sampler) chart(name string, now time.Time) template.HTML {
 	}
 	last := ser[len(ser)-1]
 	svg := fmt.Sprintf(`<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>last hour, top %d: now %d and %d</title>`+
-		`<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/></svg>`,
-		w, h, w, h, top, last.ready, last.poison, line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }))
+		`<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/>`+
+		`<circle class="ready" cx="%.1f" cy="%.1f" r="2"/><circle class="poison" cx="%.1f" cy="%.1f" r="2"/></svg>`,
+		w, h, w, h, top, last.ready, last.poison, line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }),
+		x(last.at), y(last.ready), x(last.at), y(last.poison))
 	return template.HTML(svg) // numbers only
 }
 

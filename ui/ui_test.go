@@ -182,7 +182,17 @@ func TestOverview(t *testing.T) {
 	q := workQueue(t, env, "overview")
 	poison(t, env, q, 3)
 	missing := env.Name("missing")
-	_, b := server(t, env.URL, ui.Config{Queues: []string{q, missing}, SampleInterval: 50 * time.Millisecond}, nil)
+	delay := topology.Delay{Prefix: env.Name("delay"), Unit: time.Second, Radix: 4, Levels: 2}
+	env.Remove(delay.Names())
+	b0, err := topology.NewBuilder(topology.Config{Delay: delay}, nil)
+	require.NoError(t, err)
+	require.NoError(t, b0.Apply(context.Background(), env.Connection(), topology.Topology{}))
+	require.NoError(t, env.Channel().PublishWithContext(context.Background(), "", delay.LevelQueue(1, 3), false, false,
+		amqp.Publishing{Body: []byte("waits 12s")}))
+	o, err := ops.New(ops.Config{Connection: env.Connection(), Delay: delay}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	_, b := server(t, env.URL, ui.Config{Ops: o, Queues: []string{q, missing}, SampleInterval: 50 * time.Millisecond}, nil)
 
 	status, page := b.get("/")
 	require.Equal(t, http.StatusOK, status, page)
@@ -191,7 +201,17 @@ func TestOverview(t *testing.T) {
 	assert.Regexp(t, `<tr class="down">\s*<td>`+missing+`</td>\s*<td>missing</td>`, page)
 	assert.Contains(t, page, "read-only")
 	assert.NotContains(t, page, `action="/kill"`) // read-only: no action is offered
-	assert.Contains(t, page, "level queues")
+	assert.Contains(t, page, "1 waiting in 6 level queues")
+	assert.Contains(t, page, "<td>"+delay.LevelQueue(1, 3)+"</td><td>12s</td><td>-</td><td class=\"n\">1</td>")
+	assert.Contains(t, page, "0 parked")
+
+	none, err := ops.New(ops.Config{Connection: env.Connection(), Delay: topology.Delay{Prefix: env.Name("none")}}, nil)
+	require.NoError(t, err)
+	defer none.Close()
+	_, b2 := server(t, env.URL, ui.Config{Ops: none, Queues: []string{q}, SampleInterval: -1}, nil)
+	_, page2 := b2.get("/")
+	assert.Contains(t, page2, "The delay levels are not declared")
+	assert.NotContains(t, page2, "level queue</th>")
 	assert.Eventually(t, func() bool {
 		_, page := b.get("/")
 		return strings.Contains(page, `<svg class="chart"`)
