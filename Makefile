@@ -10,7 +10,7 @@ FAULTS_TIMEOUT ?= 30m
 TEST_PARALLEL ?= 8
 TEST_PACKAGES ?= 4
 
-.PHONY: all broker broker4 redis demo demos unit lint test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis chromium demo demos demo-ui screenshots unit lint test test-rabbitmq4 faults cluster bench vet fmt
 
 all: lint test
 
@@ -24,6 +24,11 @@ broker:
 redis:
 	@./scripts/redis.sh
 
+## chromium: make sure Chromium is installed (apt-get install chromium if need be), for the browser
+## tests of the dashboard (ui)
+chromium:
+	@./scripts/chromium.sh
+
 ## broker4: make sure a RabbitMQ 4.0.5 node answers on 127.0.0.1:5680, beside the system's broker, its
 ## management API on 127.0.0.1:15680 (scripts/rabbitmq4.sh: Debian trixie's packages unpacked into
 ## ~/.cache/warren/rabbitmq4)
@@ -33,6 +38,15 @@ broker4:
 ## demo: declare the topology, publish ordinary and delayed messages, print requested vs actual delay
 demo: broker
 	$(GO) run ./examples/delays
+
+## demo-ui: a backlog of 20,000 poison messages and the dashboard on http://127.0.0.1:8080/warren/
+## (examples/dashboard; user admin, its password printed)
+demo-ui: broker
+	$(GO) run ./examples/dashboard
+
+## screenshots: save the dashboard's main pages into docs/img (scripts/screenshots.sh)
+screenshots: broker chromium
+	@./scripts/screenshots.sh
 
 ## demos: build every demo of examples/, run each one that ends by itself (the consumer beside the
 ## publish demo) and check its output (examples/examples_test.go; the output is shown)
@@ -55,12 +69,12 @@ $(GOLANGCI_LINT):
 	mv $(CURDIR)/.bin/golangci-lint $@
 
 ## test: vet, then every test (race detector on) against the real broker
-test: broker redis vet
+test: broker redis chromium vet
 	$(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## test-rabbitmq4: every test again, against RabbitMQ 4.0.5 (the throwaway nodes that the fault
 ## tests start run the system's version)
-test-rabbitmq4: broker4 redis vet
+test-rabbitmq4: broker4 redis chromium vet
 	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ WARREN_MANAGEMENT_URL=http://guest:guest@127.0.0.1:15680/ $(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with

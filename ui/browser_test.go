@@ -151,10 +151,10 @@ func TestBrowserOperatorFlow(t *testing.T) {
 		chromedp.Click(`//table[contains(@class,"messages")]//a[contains(@href,"message?")]`),
 		chromedp.WaitVisible(`pre.body`))
 	shoot(t, ctx, "message")
-	step(t, ctx, "back to the group", chromedp.Navigate(group), chromedp.WaitVisible(`//button[contains(., "replay the 5 selected")]`))
+	step(t, ctx, "back to the group", chromedp.Navigate(group), chromedp.WaitVisible(`//button[contains(., "replay what the filter selects")]`))
 
 	step(t, ctx, "replay: the count",
-		chromedp.Click(`//button[contains(., "replay the 5 selected")]`),
+		chromedp.Click(`//button[contains(., "replay what the filter selects")]`),
 		chromedp.WaitVisible(`//p[contains(., "selects 5 of the 10 messages")]`))
 	shoot(t, ctx, "confirm")
 	step(t, ctx, "replay: confirmed",

@@ -70,7 +70,8 @@ func (s *sampler) lastStatus() ops.Status {
 }
 
 // chart draws the series of name as an SVG: ready (or waiting) and poison (or parked) over
-// the last hour, each scaled to the larger of the two. "" when there are fewer than 2 samples.
+// the time sampled (the last hour at most), each scaled to the larger of the two. "" when
+// there are fewer than 2 samples.
 func (s *sampler) chart(name string, now time.Time) template.HTML {
 	s.mu.Lock()
 	ser := append([]point(nil), s.series[name]...)
@@ -83,7 +84,8 @@ func (s *sampler) chart(name string, now time.Time) template.HTML {
 	for _, p := range ser {
 		top = max(top, p.ready, p.poison)
 	}
-	x := func(t time.Time) float64 { return w * (1 - float64(now.Sub(t))/float64(time.Hour)) }
+	span := max(now.Sub(ser[0].at), time.Second)
+	x := func(t time.Time) float64 { return w * (1 - float64(now.Sub(t))/float64(span)) }
 	y := func(v int) float64 { return h - 2 - (h-4)*float64(v)/float64(top) }
 	line := func(v func(point) int) string {
 		var b strings.Builder
@@ -96,10 +98,10 @@ func (s *sampler) chart(name string, now time.Time) template.HTML {
 		return b.String()
 	}
 	last := ser[len(ser)-1]
-	svg := fmt.Sprintf(`<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>last hour, top %d: now %d and %d</title>`+
+	svg := fmt.Sprintf(`<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>the last %s, top %d: now %d and %d</title>`+
 		`<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/>`+
 		`<circle class="ready" cx="%.1f" cy="%.1f" r="2"/><circle class="poison" cx="%.1f" cy="%.1f" r="2"/></svg>`,
-		w, h, w, h, top, last.ready, last.poison, line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }),
+		w, h, w, h, span.Round(time.Second), top, last.ready, last.poison, line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }),
 		x(last.at), y(last.ready), x(last.at), y(last.poison))
 	return template.HTML(svg) // numbers only
 }

@@ -282,7 +282,7 @@ func TestPoisonPage(t *testing.T) {
 	assert.Contains(t, page, "order 3 not found")
 	assert.Contains(t, page, "JSON, 25 bytes")
 	assert.Contains(t, page, "{\n  &#34;order&#34;: 3,\n  &#34;items&#34;: [\n    1,\n    2\n  ]\n}")
-	assert.Contains(t, page, "<th>tenant</th><td>***</td>")
+	assert.Contains(t, page, "<th>tenant</th><td class=\"text\">***</td>")
 	assert.Positive(t, redacted)
 
 	status, _ = b.get("/message?queue=" + url.QueryEscape(q) + "&id=nope")
