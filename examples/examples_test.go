@@ -189,6 +189,12 @@ func TestDemos(t *testing.T) {
 			"resume: 16 consumers consume again", "all 16 ended")
 	})
 
+	t.Run("dashboard", func(t *testing.T) {
+		out := run(t, 2*time.Minute, build(t, "dashboard"), "-backlog", "300", "-once", "-listen", "127.0.0.1:0")
+		contains(t, out, "backlog: 300 messages in the poison queue of warren.example.dashboard.orders",
+			"Overview · warren: RabbitMQ", "Read all 300 messages of the poison queue")
+	})
+
 	t.Run("metrics", func(t *testing.T) {
 		out := run(t, time.Minute, build(t, "metrics"))
 		contains(t, out, "warren_messages_poisoned_total")

@@ -102,14 +102,6 @@ func (o *Ops) DeletePoisoned(ctx context.Context, queue string, b Browse) (int, 
 // says so). At the end it hands back all the others at once. Past what the caller needs, the
 // rest is taken all the same: a quorum queue on RabbitMQ 3.x puts a message it gets back at
 // its tail (on 4.0 where it was), so only handing back all of them at once keeps the order.
-//
-// The broker streams the messages to consumers rather than giving them one basic.get (a
-// round trip) at a time: measured on RabbitMQ 3.10.8, basic.get did not take the 100,000
-// poison messages of a quorum queue within a minute; consumers took them in 2.9s, and in
-// about 7s once they had been handed back before (5.6–6.3s on 4.0.5). A consumer
-// holds at most 65,535 unacknowledged messages (its prefetch count, 16 bits; a quorum queue
-// gives one without a limit 2,000), so there is one per 65,535 messages. They share the
-// channel, whose delivery tags number the messages in the order the queue gave them.
 func (o *Ops) scan(ctx context.Context, what string, src source, limit int, each func(ch *amqp.Channel, pos int, d amqp.Delivery) (acked bool, err error)) error {
 	return o.call(ctx, what, func(ctx context.Context, ch *amqp.Channel) error {
 		q, err := passive(ctx, ch, src.queue)
@@ -120,98 +112,27 @@ func (o *Ops) scan(ctx context.Context, what string, src source, limit int, each
 		if limit > 0 {
 			n = min(n, limit)
 		}
-		var (
-			merged  = make(chan amqp.Delivery, 256)
-			quit    = make(chan struct{})
-			wg      sync.WaitGroup
-			tags    []string
-			pending = map[uint64]amqp.Delivery{} // delivered, not yet passed to each
-			last    uint64                       // the last message held
-			acked   int
-		)
+		tk, err := take(ctx, ch, src.queue, n)
+		if err != nil {
+			return err
+		}
+		defer tk.close()
+		var last uint64 // the last message held
+		acked := 0
 		defer func() {
-			// Cancel the consumers and hold what they were given meanwhile too, so that one
-			// nack hands back everything in order.
-			cancelled := true
-			for _, tag := range tags {
-				if amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }) != nil {
-					cancelled = false
-					break
-				}
-			}
-			if cancelled {
-				for d := range merged { // closed once every consumer is cancelled
-					pending[d.DeliveryTag] = d
-				}
-			}
-			close(quit)
-			for tag := range pending {
-				last = max(last, tag)
+			for _, d := range tk.stop(ctx) { // delivered meanwhile: held too
+				last = d.DeliveryTag
 			}
 			if last > 0 && ch.Nack(last, true, true) == nil {
 				settle(ctx, ch, src.queue, q.Messages-acked)
 			}
 		}()
-		err = amqpx.Do(ctx, ch, func() error {
-			for i := range (n + maxPrefetch - 1) / maxPrefetch {
-				if err := ch.Qos(min(n, maxPrefetch), 0, false); err != nil {
-					return err
-				}
-				tag := "warren-ops-scan-" + strconv.Itoa(i)
-				ds, err := ch.Consume(src.queue, tag, false, false, false, false, nil)
-				if err != nil {
-					return err
-				}
-				tags = append(tags, tag)
-				wg.Go(func() {
-					for d := range ds {
-						select {
-						case merged <- d:
-						case <-quit:
-							return
-						}
-					}
-				})
+		for pos := 1; pos <= n; pos++ {
+			d, ok, err := tk.next(ctx)
+			if err != nil || !ok {
+				return err
 			}
-			return nil
-		})
-		go func() {
-			wg.Wait()
-			close(merged)
-		}()
-		if err != nil {
-			return err
-		}
-		// Another reader may take some of the messages counted: when none has come for a
-		// tick, the scan ends if the queue has none left to give.
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		came := false
-		for pos, next := 1, uint64(1); pos <= n; pos, next = pos+1, next+1 { // a new channel's first tag is 1
-			d, ok := pending[next]
-			for !ok {
-				select {
-				case dd, open := <-merged:
-					if !open {
-						return fmt.Errorf("the broker cancelled the consumers of %s (deleted?)", src.queue)
-					}
-					pending[dd.DeliveryTag], came = dd, true
-					d, ok = pending[next]
-				case <-tick.C:
-					if came {
-						came = false
-						continue
-					}
-					if r, err := passive(ctx, ch, src.queue); err != nil || r.Messages == 0 {
-						return err
-					}
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				}
-			}
-			delete(pending, next)
-			ok, err := each(ch, pos, d)
-			if err != nil {
+			if ok, err = each(ch, pos, d); err != nil {
 				return err
 			}
 			if ok {
@@ -222,6 +143,131 @@ func (o *Ops) scan(ctx context.Context, what string, src source, limit int, each
 		}
 		return nil
 	})
+}
+
+// taker takes the messages of a queue through consumers on one channel, in queue order.
+//
+// The broker streams the messages to consumers rather than giving them one basic.get (a
+// round trip) at a time: measured on RabbitMQ 3.10.8, basic.get did not take the 100,000
+// poison messages of a quorum queue within a minute; consumers took them in 2.9s, and in
+// about 7s once they had been handed back before (5.6–6.3s on 4.0.5). A consumer holds at
+// most 65,535 unacknowledged messages (its prefetch count, 16 bits; a quorum queue gives one
+// without a limit 2,000), so there is one per 65,535 messages. They share the channel, whose
+// delivery tags number the messages in the order the queue gave them.
+type taker struct {
+	ch      *amqp.Channel
+	queue   string
+	merged  chan amqp.Delivery // from every consumer; closed once all have ended
+	quit    chan struct{}      // closed by close: the consumers' forwarders stop
+	tags    []string
+	pending map[uint64]amqp.Delivery // delivered, not yet returned by next
+	next1   uint64                   // the tag next returns
+	tick    *time.Ticker
+	came    bool // a message came since the last tick
+	closed  bool
+}
+
+// take starts taking n messages of queue on ch, a channel that has taken none before (its
+// first delivery tag is 1). Close the taker when done.
+func take(ctx context.Context, ch *amqp.Channel, queue string, n int) (*taker, error) {
+	t := &taker{ch: ch, queue: queue, merged: make(chan amqp.Delivery, 256), quit: make(chan struct{}),
+		pending: map[uint64]amqp.Delivery{}, next1: 1, tick: time.NewTicker(250 * time.Millisecond)}
+	var wg sync.WaitGroup
+	err := amqpx.Do(ctx, ch, func() error {
+		for i := range (n + maxPrefetch - 1) / maxPrefetch {
+			if err := ch.Qos(min(n, maxPrefetch), 0, false); err != nil {
+				return err
+			}
+			tag := "warren-ops-take-" + strconv.Itoa(i)
+			ds, err := ch.Consume(queue, tag, false, false, false, false, nil)
+			if err != nil {
+				return err
+			}
+			t.tags = append(t.tags, tag)
+			wg.Go(func() {
+				for d := range ds {
+					select {
+					case t.merged <- d:
+					case <-t.quit:
+						return
+					}
+				}
+			})
+		}
+		return nil
+	})
+	go func() {
+		wg.Wait()
+		close(t.merged)
+	}()
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// next returns the next message of the queue; ok is false when the queue has none left to
+// give: none came for a tick (250ms), and the queue counts none ready (another reader took
+// them).
+func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) {
+	for {
+		if d, ok := t.pending[t.next1]; ok {
+			delete(t.pending, t.next1)
+			t.next1++
+			return d, true, nil
+		}
+		select {
+		case d, open := <-t.merged:
+			if !open {
+				return d, false, fmt.Errorf("the broker cancelled the consumers of %s (deleted?)", t.queue)
+			}
+			t.pending[d.DeliveryTag], t.came = d, true
+		case <-t.tick.C:
+			if t.came {
+				t.came = false
+				continue
+			}
+			if q, err := passive(ctx, t.ch, t.queue); err != nil || q.Messages == 0 {
+				return d, false, err
+			}
+		case <-ctx.Done():
+			return d, false, context.Cause(ctx)
+		}
+	}
+}
+
+// stop cancels the consumers and returns, in order, the messages they were given that next
+// has not returned: they are held like the others, for one nack to hand everything back in
+// order. If a cancel fails (ctx is done, the channel is closed), it returns those it has.
+func (t *taker) stop(ctx context.Context) []amqp.Delivery {
+	cancelled := true
+	for _, tag := range t.tags {
+		if amqpx.Do(ctx, t.ch, func() error { return t.ch.Cancel(tag, false) }) != nil {
+			cancelled = false
+			break
+		}
+	}
+	if cancelled {
+		for d := range t.merged { // closed once every consumer is cancelled
+			t.pending[d.DeliveryTag] = d
+		}
+	}
+	t.close()
+	left := slices.Collect(maps.Values(t.pending))
+	slices.SortFunc(left, func(a, b amqp.Delivery) int { return cmp.Compare(a.DeliveryTag, b.DeliveryTag) })
+	t.pending = map[uint64]amqp.Delivery{}
+	return left
+}
+
+// close stops the forwarders (the channel's closing ends the consumers); it may be called
+// more than once.
+func (t *taker) close() {
+	if !t.closed {
+		t.closed = true
+		close(t.quit)
+		t.tick.Stop()
+	}
 }
 
 // maxPrefetch is the largest prefetch count AMQP 0-9-1 can give a consumer.
@@ -280,15 +326,6 @@ func settle(ctx context.Context, ch *amqp.Channel, queue string, n int) {
 		}
 		return nil
 	}, b)
-}
-
-// get takes the next message of queue, unacknowledged; ok is false when there is none.
-func get(ctx context.Context, ch *amqp.Channel, queue string) (d amqp.Delivery, ok bool, err error) {
-	err = amqpx.Do(ctx, ch, func() (err error) {
-		d, ok, err = ch.Get(queue, false)
-		return err
-	})
-	return d, ok, err
 }
 
 // ReplayOptions say which messages a replay sends, where and how fast.
@@ -419,9 +456,17 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 	defer in.close()
 	t := &txn{o: o, in: in, ch: ch, src: src, returns: returns, done: done, exists: map[route]bool{}, used: map[route]int{}, sent: map[string]amqp.Delivery{}}
 	pace := pacer{rate: opt.Rate}
+	if q.Messages == 0 {
+		return 0, nil
+	}
+	tk, err := take(ctx, ch, src.queue, q.Messages)
+	if err != nil {
+		return 0, err
+	}
+	defer tk.close()
 	for range q.Messages {
 		cctx, cancel := callCtx()
-		d, ok, err := get(cctx, ch, src.queue)
+		d, ok, err := tk.next(cctx)
 		cancel()
 		if err != nil {
 			return 0, err
@@ -473,6 +518,11 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 	if err := t.commit(callCtx, res, opt.Progress); err != nil {
 		return 0, err
 	}
+	cctx, cancel = callCtx()
+	for _, d := range tk.stop(cctx) { // delivered after the last one looked at
+		t.hold(d)
+	}
+	cancel()
 	return t.held, t.handBack(callCtx)
 }
 
