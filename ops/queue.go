@@ -163,7 +163,8 @@ type taker struct {
 	pending map[uint64]amqp.Delivery // delivered, not yet returned by next
 	next1   uint64                   // the tag next returns
 	tick    *time.Ticker
-	came    bool // a message came since the last tick
+	came    bool      // a message has come
+	last    time.Time // when the last one came
 	closed  bool
 }
 
@@ -208,8 +209,9 @@ func take(ctx context.Context, ch *amqp.Channel, queue string, n int) (*taker, e
 }
 
 // next returns the next message of the queue; ok is false when the queue has none left to
-// give: none came for a tick (250ms), and the queue counts none ready (another reader took
-// them).
+// give: once messages have come, none came for a second and the queue counts none ready
+// (another reader took them). Before the first one comes, the broker may be slow to start
+// (all of them are then counted as not ready), and next waits for as long as ctx lets it.
 func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) {
 	for {
 		if d, ok := t.pending[t.next1]; ok {
@@ -222,10 +224,9 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 			if !open {
 				return d, false, fmt.Errorf("the broker cancelled the consumers of %s (deleted?)", t.queue)
 			}
-			t.pending[d.DeliveryTag], t.came = d, true
+			t.pending[d.DeliveryTag], t.came, t.last = d, true, time.Now()
 		case <-t.tick.C:
-			if t.came {
-				t.came = false
+			if !t.came || time.Since(t.last) < time.Second {
 				continue
 			}
 			if q, err := passive(ctx, t.ch, t.queue); err != nil || q.Messages == 0 {

@@ -334,3 +334,28 @@ func TestBrowseScansTheHead(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{"m0", "m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8", "m9"}, ids)
 }
+
+// A replay right after a browse handed the head of the queue back takes every message: the
+// broker counts them as not ready before it delivers them again (with 20,000 messages, a
+// replay that took "none ready" for "none left" scanned none).
+func TestReplayRightAfterABrowse(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "after")
+	fill(t, env, q, 20000)
+	o := newOps(t, env.URL, topology.Delay{})
+	ctx := context.Background()
+	_, err := o.Poisoned(ctx, q, ops.Browse{Scan: 10000})
+	require.NoError(t, err)
+	res, err := o.ReplayPoisoned(ctx, q, ops.ReplayOptions{Filter: ops.Filter{Error: regexp.MustCompile("deadline")}})
+	require.NoError(t, err)
+	assert.Equal(t, 20000, res.Scanned)
+	assert.Equal(t, 6666, res.Replayed)
+	count := func(queue string) int {
+		d, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
+		require.NoError(t, err)
+		return d.Messages
+	}
+	assert.Equal(t, 6666, count(q))
+	assert.Eventually(t, func() bool { return count(topology.PoisonQueue(q)) == 13334 }, 5*time.Second, 10*time.Millisecond)
+}
