@@ -16,19 +16,21 @@
 //
 // # Browsing
 //
-// AMQP 0-9-1 cannot read a message without taking it, so Poisoned and Parked take each message
-// with basic.get, hold it unacknowledged, and hand all of them back at the end with one
-// basic.nack (requeue, multiple). Measured on RabbitMQ 3.10.8 and 4.0.5, classic and quorum:
-// the queue is left in the same order, with the same messages, bodies and headers. The broker
-// marks them redelivered and, on a quorum queue, raises their x-delivery-count; that counts
-// towards no limit, because warren declares poison and parking queues with a delivery limit
-// of 2³¹-1 (see topology), and a replay strips the header. While a browse holds them, the
-// messages are invisible to other readers (another browse or replay sees fewer); should the
-// browsing process die, the broker hands them back itself.
+// AMQP 0-9-1 cannot read a message without taking it, so Poisoned and Parked take the messages
+// through consumers (one per 65,535, the largest prefetch count), hold them unacknowledged, and
+// hand all of them back at the end with one basic.nack (requeue, multiple). Measured on RabbitMQ
+// 3.10.8 and 4.0.5, classic and quorum: the queue is left in the same order, with the same
+// messages, bodies and headers. The broker marks them redelivered and, on a quorum queue, raises
+// their x-delivery-count; that counts towards no limit, because warren declares poison and
+// parking queues with a delivery limit of 2³¹-1 (see topology), and a replay strips the header.
+// While a browse holds them, the messages are invisible to other readers (another browse or
+// replay waits for them or sees fewer); should the browsing process die, the broker hands them
+// back itself. Browse.Scan reads the head of the queue alone: faster on a long queue, but a
+// quorum queue on RabbitMQ 3.x puts what it hands back at its tail.
 //
 // # Replaying
 //
-// A replay takes messages the same way and, for each that matches, publishes a copy to its
+// A replay takes messages the same way (all of them) and, for each that matches, publishes a copy to its
 // destination and acknowledges the original in one AMQP transaction (tx.select), committed
 // every Batch messages. The broker answers a commit once it has the publishes; a connection
 // lost before that discards both the publishes and the acks, and the originals stay. The
