@@ -209,3 +209,14 @@ func (in *inspector) close() {
 		_ = in.ch.Close()
 	}
 }
+
+// Verify reports how the broker differs from the topology file f: what is missing, what exists
+// with other arguments, and whether it dead-letters as the delay levels need (see
+// topology.Builder.Verify, which declares nothing but a probe queue that it deletes).
+func (o *Ops) Verify(ctx context.Context, f topology.File) (topology.Report, error) {
+	b, err := topology.NewBuilder(f.Config, o.logger)
+	if err != nil {
+		return topology.Report{}, fmt.Errorf("ops: verify: %w", err)
+	}
+	return b.Verify(ctx, o.cfg.Connection, f.Topology)
+}

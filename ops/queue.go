@@ -209,9 +209,11 @@ func take(ctx context.Context, ch *amqp.Channel, queue string, n int) (*taker, e
 }
 
 // next returns the next message of the queue; ok is false when the queue has none left to
-// give: once messages have come, none came for a second and the queue counts none ready
-// (another reader took them). Before the first one comes, the broker may be slow to start
-// (all of them are then counted as not ready), and next waits for as long as ctx lets it.
+// give: once messages have come, none came for takeQuiet and the queue counts none ready
+// (another reader took them). The broker counts the messages it is sending as not ready, so
+// a shorter pause can end a take early on a busy machine (1s did, in the tests run 8 at
+// once with the race detector); before the first one comes, the broker may be slow to start,
+// and next waits for as long as ctx lets it.
 func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) {
 	for {
 		if d, ok := t.pending[t.next1]; ok {
@@ -226,7 +228,7 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 			}
 			t.pending[d.DeliveryTag], t.came, t.last = d, true, time.Now()
 		case <-t.tick.C:
-			if !t.came || time.Since(t.last) < time.Second {
+			if !t.came || time.Since(t.last) < takeQuiet {
 				continue
 			}
 			if q, err := passive(ctx, t.ch, t.queue); err != nil || q.Messages == 0 {
@@ -237,6 +239,10 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 		}
 	}
 }
+
+// takeQuiet is how long a take waits for the next message before it asks whether any is
+// left.
+const takeQuiet = 5 * time.Second
 
 // stop cancels the consumers and returns, in order, the messages they were given that next
 // has not returned: they are held like the others, for one nack to hand everything back in

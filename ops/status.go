@@ -59,6 +59,9 @@ type LevelStatus struct {
 	Queue string `json:"queue"`
 	// TTL is how long a message waits in it; in JSON ttl_ms, in milliseconds (see MarshalJSON).
 	TTL time.Duration `json:"-"`
+	// DueWithin bounds when a message waiting in it comes due: its TTL and the most the
+	// lower levels can add ((Radix^p-1)·Unit). In JSON due_within_ms.
+	DueWithin time.Duration `json:"-"`
 	// Messages is the number of messages waiting in it: for AMQP 0-9-1 those not yet expired;
 	// with the management API the ones it is dead-lettering too (DeadLettering).
 	Messages int  `json:"messages"`
@@ -173,7 +176,8 @@ func (o *Ops) delayStatus(ctx context.Context, conn *amqp.Connection) (DelayStat
 	s := DelayStatus{Name: d.Name(), Parked: -1}
 	for p := range d.Levels {
 		for digit := 1; digit < d.Radix; digit++ {
-			s.Levels = append(s.Levels, LevelStatus{Queue: d.LevelQueue(p, digit), TTL: d.TTL(p, digit)})
+			s.Levels = append(s.Levels, LevelStatus{Queue: d.LevelQueue(p, digit), TTL: d.TTL(p, digit),
+				DueWithin: d.TTL(p, digit) + d.TTL(p, 1) - d.Unit})
 		}
 	}
 	parking := len(s.Levels) // the last one inspected

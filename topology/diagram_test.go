@@ -1,6 +1,10 @@
 package topology_test
 
 import (
+	"encoding/xml"
+	"errors"
+	"io"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,4 +76,44 @@ func TestDiagramSumsUpTheDelayLevels(t *testing.T) {
 	assert.NotContains(t, dot, ".p0")
 	assert.Equal(t, 17, strings.Count(dot, "shape="), "3 of the delay levels, 2 exchanges, 4 work queues with poison queue and kill exchange each")
 	assert.Contains(t, topology.Mermaid(topology.Config{}, topology.Topology{}), "max delay 1193h2m47.295s (49.7 days)")
+}
+
+// SVG draws the same nodes and edges, well-formed, every name escaped, each edge from a
+// column to one on its right when it can.
+func TestSVG(t *testing.T) {
+	top := diagramTopology
+	top.Queues = append(top.Queues, topology.Queue{Name: "<b>\x1b"})
+	got := topology.SVG(topology.Config{Delay: topology.Delay{Prefix: "d", Levels: 2}}, top)
+	dec := xml.NewDecoder(strings.NewReader(got))
+	counts := map[string]int{}
+	xs := map[string]float64{} // the x of each box, by its first line
+	var lastX float64
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "well-formed XML")
+		if se, ok := tok.(xml.StartElement); ok {
+			counts[se.Name.Local]++
+			for _, a := range se.Attr {
+				if a.Name.Local == "x" && se.Name.Local == "text" {
+					lastX, _ = strconv.ParseFloat(a.Value, 64)
+				}
+			}
+			if se.Name.Local == "text" && len(se.Attr) == 3 { // a box's first line: x, y, font-weight
+				tok, err := dec.Token()
+				require.NoError(t, err)
+				xs[string(tok.(xml.CharData))] = lastX
+			}
+		}
+	}
+	assert.Equal(t, 6, counts["polygon"], "deliver, ev, lost, q.kill, amq.fanout, <b>'s kill exchange")
+	assert.Equal(t, 5+1, counts["rect"], "parked, q, q.poison, <b>, <b>.poison; the levels")
+	assert.Equal(t, 1+13, counts["path"], "the arrow head, then one per edge")
+	assert.Contains(t, got, "&lt;b&gt;\\x1b")
+	assert.NotContains(t, got, "<b>")
+	assert.Less(t, xs["q"], xs["q.poison"])
+	assert.Less(t, xs["ev"], xs["q"])
+	assert.Less(t, xs["d.quorum.1ms.r16.deliver"], xs["ev"])
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/warrenmq/warren/internal/visible"
 	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/topology"
 )
 
 // parsePages parses each page's template with the layout.
@@ -313,4 +314,33 @@ func showBody(body []byte) (kind, shown string) {
 		return "text", string(body)
 	}
 	return "binary", hex.Dump(body)
+}
+
+// topologyData is the topology page.
+type topologyData struct {
+	SVG    template.HTML // topology.SVG escapes every name
+	Verify bool          // asked for
+	Report topology.Report
+}
+
+func (h *Handler) topology(r *http.Request, p *page) (string, int) {
+	p.Title = "Topology"
+	if h.cfg.Topology == nil {
+		p.Error = "no topology to draw (ui.Config.Topology; warren ui --config FILE)"
+		return "topology", http.StatusNotFound
+	}
+	f := *h.cfg.Topology
+	d := topologyData{SVG: template.HTML(topology.SVG(f.Config, f.Topology)), Verify: r.FormValue("verify") != ""} //nolint:gosec // escaped by SVG
+	p.Data = &d
+	if d.Verify {
+		ctx, cancel := h.callCtx(r)
+		defer cancel()
+		rep, err := h.cfg.Ops.Verify(ctx, f)
+		if err != nil {
+			p.Error = "cannot verify: " + err.Error()
+			return "topology", http.StatusBadGateway
+		}
+		d.Report = rep
+	}
+	return "topology", http.StatusOK
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/topology"
 )
 
 // Action is what a request asks for, as Config.Authorize is told.
@@ -42,6 +43,9 @@ type Config struct {
 	// Queues are the work queues shown. Empty: the ones the management API lists
 	// (ops.Config.Management), read on every overview.
 	Queues []string
+	// Topology, if set, is drawn on the topology page, which also verifies the broker
+	// against it (ops.Ops.Verify) when asked.
+	Topology *topology.File
 	// Prefix is the path the Handler is mounted under, e.g. "/warren" (no trailing slash);
 	// every link and form starts with it. The Handler is given the whole path: mount it
 	// with http.StripPrefix(Prefix, h) only if you set no Prefix.
@@ -209,6 +213,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+p+"/message", h.view(h.message))
 	m.HandleFunc("GET "+p+"/parked", h.view(h.parked))
 	m.HandleFunc("GET "+p+"/jobs/{id}", h.view(h.job))
+	m.HandleFunc("GET "+p+"/topology", h.view(h.topology))
 	m.HandleFunc("POST "+p+"/replay", h.act(ActionReplay, h.replay))
 	m.HandleFunc("POST "+p+"/delete", h.act(ActionDelete, h.delete))
 	m.HandleFunc("POST "+p+"/kill", h.act(ActionKill, h.kill))
@@ -233,6 +238,7 @@ type page struct {
 	Prefix  string
 	Actions bool   // Config.AllowActions
 	Kill    bool   // a Killer is set
+	Drawn   bool   // a Topology is set
 	CSRF    string // the token of the forms
 	Error   string // what went wrong, shown above the content
 	Data    any
@@ -292,7 +298,8 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, msg
 }
 
 func (h *Handler) newPage(w http.ResponseWriter, r *http.Request) *page {
-	return &page{Prefix: h.cfg.Prefix, Actions: h.cfg.AllowActions, Kill: h.cfg.Killer != nil, CSRF: h.token(w, r)}
+	return &page{Prefix: h.cfg.Prefix, Actions: h.cfg.AllowActions, Kill: h.cfg.Killer != nil, Drawn: h.cfg.Topology != nil,
+		CSRF: h.token(w, r)}
 }
 
 // render writes page name with its layout, or, for "PAGE:TEMPLATE", that template of the page

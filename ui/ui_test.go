@@ -202,7 +202,7 @@ func TestOverview(t *testing.T) {
 	assert.Contains(t, page, "read-only")
 	assert.NotContains(t, page, `action="/kill"`) // read-only: no action is offered
 	assert.Contains(t, page, "1 waiting in 6 level queues")
-	assert.Contains(t, page, "<td>"+delay.LevelQueue(1, 3)+"</td><td>12s</td><td>-</td><td class=\"n\">1</td>")
+	assert.Contains(t, page, "<td>"+delay.LevelQueue(1, 3)+"</td><td>12s</td><td>15s</td><td>-</td><td class=\"n\">1</td>")
 	assert.Contains(t, page, "0 parked")
 
 	none, err := ops.New(ops.Config{Connection: env.Connection(), Delay: topology.Delay{Prefix: env.Name("none")}}, nil)
@@ -556,4 +556,30 @@ func TestPrefix(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+}
+
+// The topology page draws the topology and, asked, verifies the broker against it.
+func TestTopologyPage(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "drawn")
+	missing := env.Queue("absent")
+	f := topology.File{Config: topology.Config{Delay: topology.Delay{Disabled: true}},
+		Topology: topology.Topology{Queues: []topology.Queue{{Name: q}, {Name: missing}}}}
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, Topology: &f, SampleInterval: -1}, nil)
+	status, page := b.get("/topology")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `<svg xmlns="http://www.w3.org/2000/svg" class="topology"`)
+	assert.Contains(t, page, ">"+topology.PoisonQueue(missing)+"</text>")
+	assert.NotContains(t, page, "<h2>Verify</h2>")
+	status, page = b.get("/topology?verify=1")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `missing: queue &#34;`+missing+`&#34;`)
+	assert.NotContains(t, page, `missing: queue &#34;`+q+`&#34;`)
+
+	_, b2 := server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: -1}, nil)
+	status, _ = b2.get("/topology")
+	assert.Equal(t, http.StatusNotFound, status)
+	_, page = b2.get("/")
+	assert.NotContains(t, page, `/topology"`)
 }

@@ -34,18 +34,21 @@ func newUI(g *globals) *cobra.Command {
 			"--allow-actions: then its pages replay and delete poison messages, replay parked ones, and\n" +
 			"kill and resume queues. It has no login of its own: listen on 127.0.0.1 (the default), or\n" +
 			"mount package ui in a service behind its authentication. The work queues are --queue, the\n" +
-			"queues of --config FILE, else the ones the management API lists (--management).",
+			"queues of --config FILE (whose topology its topology page draws and verifies), else the ones\n" +
+			"the management API lists (--management).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := df.config(g.timeout)
 			if err != nil {
 				return err
 			}
+			var drawn *topology.File
 			if df.file != "" {
 				file, err := topology.Load(df.file)
 				if err != nil {
 					return fmt.Errorf("--config: %w", err)
 				}
+				drawn = &file
 				for _, q := range file.Queues {
 					if !slices.Contains(queues, q.Name) {
 						queues = append(queues, q.Name)
@@ -69,7 +72,8 @@ func newUI(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			h, err := ui.New(ui.Config{Ops: o, Killer: k, Queues: queues, Prefix: path, AllowActions: actions, Timeout: g.timeout},
+			h, err := ui.New(ui.Config{Ops: o, Killer: k, Queues: queues, Topology: drawn, Prefix: path,
+				AllowActions: actions, Timeout: g.timeout},
 				watermill.NewStdLoggerWithOut(cmd.ErrOrStderr(), false, false)) // every Info line: the audit log
 			if err != nil {
 				return err
