@@ -1,6 +1,6 @@
 // Command uishots saves screenshots of the dashboard's main pages, driving Chromium: the
 // overview, the poison page of a queue, one failure group, a replay's confirmation (the
-// count; nothing is replayed) and a message. `make screenshots` runs it against examples/dashboard, into docs/img.
+// count; nothing is replayed), a message, and the topology verified. `make screenshots` runs it against examples/dashboard, into docs/img.
 //
 //	go run ./internal/uishots -url http://127.0.0.1:18080/warren/ -queue Q -out docs/img
 //
@@ -78,5 +78,6 @@ func run(base, queue, out string) error {
 		chromedp.Click(`//button[contains(., "replay what")]`), chromedp.WaitVisible(`//button[contains(., " messages")]`), shot("confirm"),
 		chromedp.Navigate(base+"poison?queue="+url.QueryEscape(queue)),
 		chromedp.Click(`//table[contains(@class,"messages")]//a[contains(@href,"message?")]`), chromedp.WaitVisible(`pre.body`), shot("message"),
+		chromedp.Navigate(base+"topology?verify=1"), chromedp.WaitVisible(`svg.topology`), shot("topology"),
 	)
 }
