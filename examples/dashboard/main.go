@@ -94,7 +94,7 @@ func run(ctx context.Context, url, listen, password string, backlog int, hostile
 	}
 	dash, err := ui.New(ui.Config{
 		Ops: o, Killer: k, Queues: []string{orders, emails}, Prefix: "/warren",
-		Topology: &topology.File{Topology: topology.Topology{Queues: []topology.Queue{{Name: orders}, {Name: emails}}}},
+		Topology:     &topology.File{Topology: topology.Topology{Queues: []topology.Queue{{Name: orders}, {Name: emails}}}},
 		AllowActions: true,
 		// Every page is behind the login below; actions are for admin alone.
 		Authorize: func(r *http.Request, a ui.Action) error {
