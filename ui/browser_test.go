@@ -58,29 +58,29 @@ func chromium(t *testing.T) context.Context {
 }
 
 // step runs actions; if they fail, it saves a screenshot of the page and fails the test.
-func step(t *testing.T, ctx context.Context, name string, actions ...chromedp.Action[chromedp.Void]) {
+func step(ctx context.Context, t *testing.T, name string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := chromedp.Do(sctx, actions...); err != nil {
-		failed(t, ctx, name, err)
+		failed(ctx, t, name, err)
 	}
 }
 
 // read returns the text of the first element sel (XPath or CSS) finds, once visible.
-func read(t *testing.T, ctx context.Context, name, sel string) string {
+func read(ctx context.Context, t *testing.T, name, sel string) string {
 	t.Helper()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	s, err := chromedp.Run(sctx, chromedp.Text(sel))
 	if err != nil {
-		failed(t, ctx, name, err)
+		failed(ctx, t, name, err)
 	}
 	return s
 }
 
 // failed saves a screenshot of the page and fails the test.
-func failed(t *testing.T, ctx context.Context, name string, err error) {
+func failed(ctx context.Context, t *testing.T, name string, err error) {
 	t.Helper()
 	dir := os.Getenv("WARREN_UI_FAILURES")
 	if dir == "" {
@@ -96,7 +96,7 @@ func failed(t *testing.T, ctx context.Context, name string, err error) {
 }
 
 // shoot saves the page as $WARREN_UI_SCREENSHOTS/name.png when that is set.
-func shoot(t *testing.T, ctx context.Context, name string) {
+func shoot(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
 	dir := os.Getenv("WARREN_UI_SCREENSHOTS")
 	if dir == "" {
@@ -131,53 +131,53 @@ func TestBrowserOperatorFlow(t *testing.T) {
 	base := srv.URL + "/warren"
 
 	const poisonLink = `//table[contains(@class,"queues")]//a[contains(@href,"poison?queue=")]`
-	step(t, ctx, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`table.queues`))
-	require.Equal(t, "10", read(t, ctx, "overview", poisonLink))
+	step(ctx, t, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`table.queues`))
+	require.Equal(t, "10", read(ctx, t, "overview", poisonLink))
 	time.Sleep(300 * time.Millisecond) // a few samples for the charts
-	step(t, ctx, "overview again", chromedp.Reload(), chromedp.WaitVisible(`svg.chart`))
-	shoot(t, ctx, "overview")
+	step(ctx, t, "overview again", chromedp.Reload(), chromedp.WaitVisible(`svg.chart`))
+	shoot(ctx, t, "overview")
 
-	step(t, ctx, "poison page",
+	step(ctx, t, "poison page",
 		chromedp.Click(poisonLink),
 		chromedp.WaitVisible(`table.groups`))
-	shoot(t, ctx, "poison")
-	step(t, ctx, "filter a group",
+	shoot(ctx, t, "poison")
+	step(ctx, t, "filter a group",
 		chromedp.Click(`//table[contains(@class,"groups")]//tr[td[contains(., "not found")]]//a[contains(@href,"group=")]`),
 		chromedp.WaitVisible(`//p[contains(., "the filter selects 5")]`))
 
 	group, err := chromedp.Run(ctx, chromedp.Location())
 	require.NoError(t, err)
-	step(t, ctx, "message detail",
+	step(ctx, t, "message detail",
 		chromedp.Click(`//table[contains(@class,"messages")]//a[contains(@href,"message?")]`),
 		chromedp.WaitVisible(`pre.body`))
-	shoot(t, ctx, "message")
-	step(t, ctx, "back to the group", chromedp.Navigate(group), chromedp.WaitVisible(`//button[contains(., "replay what the filter selects")]`))
+	shoot(ctx, t, "message")
+	step(ctx, t, "back to the group", chromedp.Navigate(group), chromedp.WaitVisible(`//button[contains(., "replay what the filter selects")]`))
 
-	step(t, ctx, "replay: the count",
+	step(ctx, t, "replay: the count",
 		chromedp.Click(`//button[contains(., "replay what the filter selects")]`),
 		chromedp.WaitVisible(`//p[contains(., "selects 5 of the 10 messages")]`))
-	shoot(t, ctx, "confirm")
-	step(t, ctx, "replay: confirmed",
+	shoot(ctx, t, "confirm")
+	step(ctx, t, "replay: confirmed",
 		chromedp.Click(`//button[contains(., "replay 5 messages")]`),
 		chromedp.WaitVisible(`//div[@id="job"]//p[contains(., "finished")]`)) // htmx follows the job
-	require.Equal(t, "5", read(t, ctx, "replayed", `//div[@id="job"]//td[@class="done"]`))
-	shoot(t, ctx, "job")
+	require.Equal(t, "5", read(ctx, t, "replayed", `//div[@id="job"]//td[@class="done"]`))
+	shoot(ctx, t, "job")
 
-	step(t, ctx, "overview after the replay", chromedp.Navigate(base+"/"))
-	require.Equal(t, "5", read(t, ctx, "overview after the replay", poisonLink))
+	step(ctx, t, "overview after the replay", chromedp.Navigate(base+"/"))
+	require.Equal(t, "5", read(ctx, t, "overview after the replay", poisonLink))
 	require.Equal(t, 5, depth(t, env, q))
 
-	step(t, ctx, "kill",
+	step(ctx, t, "kill",
 		chromedp.Click(`//table[contains(@class,"queues")]//button[.="kill"]`),
 		chromedp.WaitVisible(`//h1[contains(., "stop")]`),
 		chromedp.Navigate(base+"/"))
-	killState := read(t, ctx, "kill state", `//table[contains(@class,"queues")]//tbody/tr/td[6]`)
+	killState := read(ctx, t, "kill state", `//table[contains(@class,"queues")]//tbody/tr/td[6]`)
 	require.True(t, strings.HasPrefix(killState, "stop "), killState)
-	step(t, ctx, "resume",
+	step(ctx, t, "resume",
 		chromedp.Click(`//table[contains(@class,"queues")]//button[.="resume"]`),
 		chromedp.WaitVisible(`//h1[contains(., "resume")]`),
 		chromedp.Navigate(base+"/"))
-	killState = read(t, ctx, "kill state", `//table[contains(@class,"queues")]//tbody/tr/td[6]`)
+	killState = read(ctx, t, "kill state", `//table[contains(@class,"queues")]//tbody/tr/td[6]`)
 	require.True(t, strings.HasPrefix(killState, "resume "), killState)
 	require.Equal(t, 5, depth(t, env, topology.PoisonQueue(q)))
 }
