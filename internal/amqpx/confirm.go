@@ -248,7 +248,7 @@ func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory
 	c.mu.Lock()
 	if c.err != nil || c.retired {
 		err := c.err
-		if err == nil {
+		if c.retired { // the channel may have closed since: retiring closes it
 			err = ErrRetired
 		}
 		c.mu.Unlock()
