@@ -583,3 +583,41 @@ func TestTopologyPage(t *testing.T) {
 	_, page = b2.get("/")
 	assert.NotContains(t, page, `/topology"`)
 }
+
+// The parked page lists the delayed messages whose destination was gone, and replays them
+// once it is back.
+func TestParkedPage(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	delay := topology.Delay{Prefix: env.Name("delay"), Unit: time.Second, Radix: 4, Levels: 2}
+	env.Remove(delay.Names())
+	b0, err := topology.NewBuilder(topology.Config{Delay: delay}, nil)
+	require.NoError(t, err)
+	require.NoError(t, b0.Apply(context.Background(), env.Connection(), topology.Topology{}))
+	dest := env.Queue("dest")
+	for i := range 3 {
+		require.NoError(t, env.Channel().PublishWithContext(context.Background(), "", delay.ParkingQueue(), false, false,
+			amqp.Publishing{MessageId: "p" + strconv.Itoa(i), Body: []byte("due"), DeliveryMode: amqp.Persistent,
+				Headers: amqp.Table{warren.DestQueueHeader: dest}}))
+	}
+	require.Eventually(t, func() bool { return depth(t, env, delay.ParkingQueue()) == 3 }, 5*time.Second, 10*time.Millisecond)
+	o, err := ops.New(ops.Config{Connection: env.Connection(), Delay: delay}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	_, b := server(t, env.URL, ui.Config{Ops: o, Queues: []string{}, AllowActions: true, SampleInterval: -1}, nil)
+
+	status, page := b.get("/parked")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "Read all 3 messages of the parking queue")
+	assert.Regexp(t, `>p0</a></td>\s*<td>destination gone</td>\s*<td>`+dest+`</td>`, page)
+	assert.NotContains(t, page, `action="/delete"`, "parked messages are replayed, not deleted")
+	_, detail := b.get("/message?id=p1")
+	assert.Contains(t, detail, "<th>destination</th><td>"+dest+"</td>")
+
+	_, err = env.Channel().QueueDeclare(dest, true, false, false, false, nil)
+	require.NoError(t, err)
+	job := waitJob(t, b, b.post("/replay", url.Values{"confirm": {"yes"}}, token(t, page)))
+	assert.Regexp(t, `<th>replayed</th><td class="done">3</td>`, job)
+	assert.Equal(t, 3, depth(t, env, dest))
+	assert.Equal(t, 0, depth(t, env, delay.ParkingQueue()))
+}
