@@ -63,6 +63,7 @@ func (h *Handler) funcs() template.FuncMap {
 		},
 		"chart":  func(name string) template.HTML { return h.samples.chart(name, time.Now()) },
 		"delays": func() string { return delaysSeries },
+		"rates":  func(name string) string { return h.samples.rates(name, time.Now()) },
 		// set returns the query of v with k set to val (encoded: a query, not a page's text).
 		"set": func(v url.Values, k, val string) template.URL {
 			c := url.Values{}

@@ -106,6 +106,35 @@ func (s *sampler) chart(name string, now time.Time) template.HTML {
 	return template.HTML(svg) // numbers only
 }
 
+// rateWindow is the time over which the overview's rates are taken.
+const rateWindow = 5 * time.Minute
+
+// rates says how fast the series of name changed over the last rateWindow (or the time
+// sampled, if shorter), per minute: "ready -120/min, poison +3/min over 5m0s"; "" with fewer
+// than 2 samples.
+func (s *sampler) rates(name string, now time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ser := s.series[name]
+	if len(ser) < 2 {
+		return ""
+	}
+	last, first := ser[len(ser)-1], ser[len(ser)-1]
+	for i := len(ser) - 1; i >= 0 && now.Sub(ser[i].at) <= rateWindow; i-- {
+		first = ser[i]
+	}
+	span := last.at.Sub(first.at)
+	if span <= 0 {
+		return ""
+	}
+	perMin := func(a, b int) string { return fmt.Sprintf("%+.0f/min", float64(b-a)/span.Minutes()) }
+	round := time.Second
+	if span < 10*time.Second {
+		round = time.Millisecond
+	}
+	return fmt.Sprintf("%s, %s over %s", perMin(first.ready, last.ready), perMin(first.poison, last.poison), span.Round(round))
+}
+
 // sample records the status of the queues every Config.SampleInterval until Close.
 func (h *Handler) sample() {
 	defer h.wg.Done()

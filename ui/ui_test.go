@@ -621,3 +621,20 @@ func TestParkedPage(t *testing.T) {
 	assert.Equal(t, 3, depth(t, env, dest))
 	assert.Equal(t, 0, depth(t, env, delay.ParkingQueue()))
 }
+
+// The overview says how fast each queue's depths change, from the samples it took.
+func TestOverviewRates(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := workQueue(t, env, "rates")
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: 20 * time.Millisecond}, nil)
+	require.Eventually(t, func() bool {
+		_, page := b.get("/")
+		return strings.Contains(page, "&#43;0/min, &#43;0/min over") // html/template writes + so
+	}, 5*time.Second, 20*time.Millisecond)
+	poison(t, env, q, 600)
+	require.Eventually(t, func() bool {
+		_, page := b.get("/")
+		return regexp.MustCompile(`&#43;0/min, &#43;[1-9][0-9]*/min over`).MatchString(page)
+	}, 5*time.Second, 20*time.Millisecond, "poison rising")
+}
