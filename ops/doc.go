@@ -30,9 +30,9 @@
 //
 // # Replaying
 //
-// A replay takes messages the same way (all of them) and, for each that matches, publishes a copy to its
-// destination and acknowledges the original in one AMQP transaction (tx.select), committed
-// every Batch messages. The broker answers a commit once it has the publishes; a connection
+// A replay takes messages the same way (all of them) and, for each that matches, publishes a
+// copy to its destination and acknowledges the original in one AMQP transaction (tx.select),
+// committed every Batch messages. The broker answers a commit once it has the publishes; a connection
 // lost before that discards both the publishes and the acks, and the originals stay. The
 // acks, though, may still be in flight when the answer comes: measured on RabbitMQ 4.0.5, a
 // connection dropped right after a commit handed some of its originals back. So a replay

@@ -80,7 +80,9 @@ func (o *Ops) browse(ctx context.Context, src source, b Browse) ([]Message, erro
 }
 
 // DeletePoisoned deletes the messages of the poison queue of queue that b selects (b.Bodies
-// aside), and returns how many; the others stay, in their order.
+// aside), and returns how many; the others stay, in their order. A lost connection is
+// retried, and then the count may hold a message twice: the broker does not confirm an ack,
+// so one it had not applied is deleted, and counted, again.
 func (o *Ops) DeletePoisoned(ctx context.Context, queue string, b Browse) (int, error) {
 	src := o.poison(queue)
 	var n int
