@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"maps"
 	"net/url"
 	"strconv"
 	"strings"
@@ -78,6 +79,10 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 		}
 		p.Title, p.Data = "Confirm "+string(a), d
 		h.render(w, http.StatusOK, "confirm", p)
+		return
+	}
+	if h.ctx.Err() != nil {
+		fail(http.StatusServiceUnavailable, "the dashboard is closing")
 		return
 	}
 	j := h.jobs.add(a, queue)
@@ -201,7 +206,9 @@ type jobView struct {
 	Err      string
 }
 
+// progress keeps r, with a copy of its Failed map, which the replay goes on writing.
 func (j *job) progress(r ops.ReplayResult) {
+	r.Failed = maps.Clone(r.Failed)
 	j.mu.Lock()
 	j.Result = r
 	j.mu.Unlock()
