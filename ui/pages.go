@@ -61,9 +61,10 @@ func (h *Handler) funcs() template.FuncMap {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"chart":  func(name string) template.HTML { return h.samples.chart(name, time.Now()) },
-		"delays": func() string { return delaysSeries },
-		"rates":  func(name string) string { return h.samples.rates(name, time.Now()) },
+		"chart":     func(name string) template.HTML { return h.samples.chart(name, time.Now()) },
+		"rateChart": func(name string) template.HTML { return h.samples.rateChart(name, time.Now()) },
+		"delays":    func() string { return delaysSeries },
+		"rates":     func(name string) string { return h.samples.rates(name, time.Now()) },
 		// set returns the query of v with k set to val (encoded: a query, not a page's text).
 		"set": func(v url.Values, k, val string) template.URL {
 			c := url.Values{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"html/template"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -70,40 +71,77 @@ func (s *sampler) lastStatus() ops.Status {
 }
 
 // chart draws the series of name as an SVG: ready (or waiting) and poison (or parked) over
-// the time sampled (the last hour at most), each scaled to the larger of the two. "" when
-// there are fewer than 2 samples.
+// the time sampled (the last hour at most), both on one scale; "" with fewer than 2 samples.
 func (s *sampler) chart(name string, now time.Time) template.HTML {
-	s.mu.Lock()
-	ser := append([]point(nil), s.series[name]...)
-	s.mu.Unlock()
+	ser := s.copy(name)
 	if len(ser) < 2 {
 		return ""
 	}
-	const w, h = 240.0, 40.0
-	top := 1
-	for _, p := range ser {
-		top = max(top, p.ready, p.poison)
-	}
-	span := max(now.Sub(ser[0].at), time.Second)
-	x := func(t time.Time) float64 { return w * (1 - float64(now.Sub(t))/float64(span)) }
-	y := func(v int) float64 { return h - 2 - (h-4)*float64(v)/float64(top) }
-	line := func(v func(point) int) string {
-		var b strings.Builder
-		for i, p := range ser {
-			if i > 0 {
-				b.WriteByte(' ')
-			}
-			fmt.Fprintf(&b, "%.1f,%.1f", max(x(p.at), 0), y(v(p)))
-		}
-		return b.String()
+	ready, poison := make([]float64, len(ser)), make([]float64, len(ser))
+	for i, p := range ser {
+		ready[i], poison[i] = float64(p.ready), float64(p.poison)
 	}
 	last := ser[len(ser)-1]
-	svg := fmt.Sprintf(`<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>the last %s, top %d: now %d and %d</title>`+
-		`<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/>`+
+	return draw(ser, ready, poison, now, false, fmt.Sprintf("depth now %d and %d", last.ready, last.poison))
+}
+
+// rateChart draws how fast the series of name changed from one sample to the next, per
+// minute, above and below a zero line; "" with fewer than 3 samples.
+func (s *sampler) rateChart(name string, now time.Time) template.HTML {
+	all := s.copy(name)
+	if len(all) < 3 {
+		return ""
+	}
+	prev, ser := all[0], all[1:]
+	ready, poison := make([]float64, len(ser)), make([]float64, len(ser))
+	for i, p := range ser {
+		m := p.at.Sub(prev.at).Minutes()
+		ready[i], poison[i] = float64(p.ready-prev.ready)/m, float64(p.poison-prev.poison)/m
+		prev = p
+	}
+	return draw(ser, ready, poison, now, true, "change per minute")
+}
+
+func (s *sampler) copy(name string) []point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]point(nil), s.series[name]...)
+}
+
+// draw draws the two series a (ready) and b (poison), sampled at ser's times, on one scale:
+// from 0 up, or around a zero line in the middle when signed.
+func draw(ser []point, a, b []float64, now time.Time, signed bool, what string) template.HTML {
+	const w, h = 240.0, 36.0
+	top := 1.0
+	for i := range a {
+		top = max(top, math.Abs(a[i]), math.Abs(b[i]))
+	}
+	span := max(now.Sub(ser[0].at), time.Second)
+	x := func(t time.Time) float64 { return max(w*(1-float64(now.Sub(t))/float64(span)), 0) }
+	y := func(v float64) float64 {
+		if signed {
+			return h/2 - (h/2-2)*v/top
+		}
+		return h - 2 - (h-4)*v/top
+	}
+	line := func(vs []float64) string {
+		var sb strings.Builder
+		for i, p := range ser {
+			fmt.Fprintf(&sb, "%.1f,%.1f ", x(p.at), y(vs[i]))
+		}
+		return strings.TrimSpace(sb.String())
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>the last %s, %s, top %.0f</title>`,
+		w, h, w, h, span.Round(time.Second), what, top)
+	if signed {
+		fmt.Fprintf(&sb, `<line class="zero" x1="0" y1="%.1f" x2="%.0f" y2="%.1f"/>`, h/2, w, h/2)
+	}
+	n := len(ser) - 1
+	fmt.Fprintf(&sb, `<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/>`+
 		`<circle class="ready" cx="%.1f" cy="%.1f" r="2"/><circle class="poison" cx="%.1f" cy="%.1f" r="2"/></svg>`,
-		w, h, w, h, span.Round(time.Second), top, last.ready, last.poison, line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }),
-		x(last.at), y(last.ready), x(last.at), y(last.poison))
-	return template.HTML(svg) // numbers only
+		line(a), line(b), x(ser[n].at), y(a[n]), x(ser[n].at), y(b[n]))
+	return template.HTML(sb.String()) // numbers only
 }
 
 // rateWindow is the time over which the overview's rates are taken.

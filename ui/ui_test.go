@@ -635,6 +635,7 @@ func TestOverviewRates(t *testing.T) {
 	poison(t, env, q, 600)
 	require.Eventually(t, func() bool {
 		_, page := b.get("/")
-		return regexp.MustCompile(`&#43;0/min, &#43;[1-9][0-9]*/min over`).MatchString(page)
+		return regexp.MustCompile(`&#43;0/min, &#43;[1-9][0-9]*/min over`).MatchString(page) &&
+			strings.Contains(page, `<line class="zero"`) // the chart of the change per minute
 	}, 5*time.Second, 20*time.Millisecond, "poison rising")
 }
