@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -442,7 +443,7 @@ func (n *Node) awaitUp(ctx context.Context, launched time.Time) error {
 
 // died tells why the node is known to have exited, or "".
 func (n *Node) died(launched time.Time) string {
-	if _, err := os.Stat(filepath.Join(n.dir, "erl_crash.dump")); err == nil {
+	if fi, err := os.Stat(filepath.Join(n.dir, "erl_crash.dump")); err == nil && !fi.ModTime().Before(launched) {
 		return "node crashed (erl_crash.dump written)"
 	}
 	if pid := n.pidFromFile(); pid > 0 && !alive(pid) {
@@ -457,7 +458,9 @@ func (n *Node) died(launched time.Time) string {
 // ctl runs rabbitmqctl -n <node> args... within ctx.
 func (n *Node) ctl(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(n.bin, "rabbitmqctl"), append([]string{"-n", n.name}, args...)...)
-	cmd.Dir, cmd.Env = n.dir, n.env
+	// The CLI is an Erlang VM too: its crash dump goes elsewhere than the node's, which died
+	// takes for the node's own.
+	cmd.Dir, cmd.Env = n.dir, append(slices.Clone(n.env), "ERL_CRASH_DUMP="+filepath.Join(n.dir, "ctl_crash.dump"))
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	if err != nil {
