@@ -40,6 +40,8 @@ func TestConnectTimeoutNamesTheNode(t *testing.T) {
 	for _, args := range [][]string{{"status", "q"}, {"delays", "verify"}, {"kill", "q"}} {
 		_, stderr, code := runCode(t, url, append(args, "--connect-timeout", "500ms", "--timeout", "1m")...)
 		assert.Equal(t, 1, code, "%v: %s", args, stderr)
-		assert.Contains(t, stderr, "connect: gave up after 500ms: "+amqpurl.Redact(url)+": dial tcp "+hostOf(url)+": connect: connection refused", "%v", args)
+		// The last attempt may be cut short by the deadline ("i/o timeout (before that: ...)").
+		assert.Contains(t, stderr, "connect: gave up after 500ms: "+amqpurl.Redact(url)+": dial tcp "+hostOf(url)+": ", "%v", args)
+		assert.Contains(t, stderr, amqpurl.Redact(url)+": dial tcp "+hostOf(url)+": connect: connection refused", "%v", args)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net"
 	neturl "net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -80,7 +81,7 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 		if errors.As(err, &perm) {
 			return prefixed(what, perm.Err)
 		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		if !cutShort(err) {
 			cause = err
 		}
 		if log == nil && logger != nil {
@@ -107,7 +108,7 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 			return prefixed(what, fmt.Errorf("%w (last failure: %w)", context.Cause(ctx), err))
 		}
 		if !time.Now().Before(deadline) {
-			if cause != nil && errors.Is(err, context.DeadlineExceeded) { // say why it failed before
+			if cause != nil && cutShort(err) { // say why it failed before
 				err = fmt.Errorf("%w (before that: %w)", err, cause)
 			}
 			err = prefixed(what, fmt.Errorf("gave up after %s: %w", limit, err))
@@ -115,6 +116,13 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 			return err
 		}
 	}
+}
+
+// cutShort reports whether err is the deadline's doing: a context's, or a socket's that
+// net.Dialer set from it (whichever comes first, a connect that the deadline cuts short
+// fails with either).
+func cutShort(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // retryLog tells a logger about one RetryLogged call; a nil *retryLog says nothing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -153,4 +154,22 @@ func TestRetryGivesUpWithTheCauseTheDeadlineDidNotHide(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorIs(t, err, refused)
 	assert.Equal(t, "op: gave up after 500ms: AMQP handshake: context deadline exceeded (before that: "+refused.Error()+")", err.Error())
+}
+
+// A socket deadline that cuts the last attempt short (net.Dialer's, os.ErrDeadlineExceeded)
+// hides the cause no more than a context's does.
+func TestRetryGivesUpWithTheCauseASocketDeadlineDidNotHide(t *testing.T) {
+	testenv.Slow(t)
+	refused := errors.New("connect: connection refused")
+	attempts := 0
+	err := amqpx.Retry(context.Background(), 300*time.Millisecond, "op", func(ctx context.Context) error {
+		attempts++
+		if attempts == 1 {
+			return refused
+		}
+		<-ctx.Done()
+		return fmt.Errorf("dial tcp: %w", os.ErrDeadlineExceeded)
+	})
+	require.ErrorIs(t, err, refused)
+	assert.Equal(t, "op: gave up after 300ms: dial tcp: i/o timeout (before that: "+refused.Error()+")", err.Error())
 }
