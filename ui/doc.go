@@ -2,8 +2,9 @@
 // that `warren ui` serves) to see and operate what warren puts on the broker, through ops.
 //
 //   - Overview: every work queue (ready, unacknowledged, consumers, kill state, poison depth)
-//     and the delay levels (waiting, parked), with their depths over the last hour, sampled
-//     in the process. A broker that cannot be read shows the error and the last values read.
+//     and the delay levels (waiting, when they come due at the latest, parked), with their
+//     depths and changes per minute over the last hour, sampled in the process. A broker that
+//     cannot be read shows the error and the last values read.
 //   - Poison and parked: failure groups, a filter (group, reason, handler, error text, a
 //     header, a time window) applied on the server, one page of the messages it selects, and
 //     each message's detail: its attempts, headers and body (indented JSON, text, or hex).
@@ -24,7 +25,9 @@
 //
 // # Large queues
 //
-// AMQP 0-9-1 reads a queue by taking its messages (see ops): a poison page reads the whole
-// poison queue once per load, and says how many messages it read. docs/dashboard.md has the
-// measured times.
+// AMQP 0-9-1 reads a queue by taking its messages (see ops): a poison or parked page reads
+// the first Config.ScanLimit messages, says how many of how many it read, and reuses them for
+// Config.SnapshotAge. On RabbitMQ 3.x a quorum queue puts the messages read back at its tail
+// (see ops.Browse.Scan). Replays, deletes and their counts read the whole queue.
+// docs/dashboard.md has the measured times.
 package ui
