@@ -181,3 +181,28 @@ func TestBrowserOperatorFlow(t *testing.T) {
 	require.True(t, strings.HasPrefix(killState, "resume "), killState)
 	require.Equal(t, 5, depth(t, env, topology.PoisonQueue(q)))
 }
+
+// The overview's refresh (htmx, every 10 s) shows a broker that went away: the error and the
+// last values read, in place of the page it had.
+func TestBrowserOverviewShowsABrokerThatWentAway(t *testing.T) {
+	t.Parallel()
+	ctx := chromium(t)
+	env := testenv.New(t)
+	q := workQueue(t, env, "went-away")
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: time.Second}, Timeout: time.Second}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	h, err := ui.New(ui.Config{Ops: o, Queues: []string{q}, SampleInterval: -1, Timeout: 2 * time.Second}, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer func() {
+		srv.Close()
+		require.NoError(t, h.Close())
+	}()
+	step(ctx, t, "overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(`table.queues`))
+	proxy.Close()
+	step(ctx, t, "refreshed", chromedp.WaitVisible(`//div[@id="overview"]//p[contains(., "Showing the last values read")]`))
+	require.Contains(t, read(ctx, t, "error", `//div[@id="overview"]//p[@class="error"]`), "cannot read the broker: ")
+	require.Equal(t, q, read(ctx, t, "queue", `//table[contains(@class,"queues")]//tbody/tr/td[1]`))
+}

@@ -81,7 +81,8 @@ func (h *Handler) funcs() template.FuncMap {
 // overviewData is the overview page.
 type overviewData struct {
 	Status ops.Status
-	Stale  bool // the broker could not be read: Status is the last one that could
+	Stale  bool   // the broker could not be read: Status is the last one that could
+	Err    string // why it could not
 }
 
 func (h *Handler) overview(r *http.Request, p *page) (string, int) {
@@ -89,10 +90,9 @@ func (h *Handler) overview(r *http.Request, p *page) (string, int) {
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
 	st, err := h.status(ctx)
-	if err != nil {
-		p.Error = "cannot read the broker: " + err.Error()
+	if err != nil { // said inside the part that the page's refresh swaps in
 		last := h.samples.lastStatus()
-		p.Data = overviewData{Status: last, Stale: !last.At.IsZero()}
+		p.Data = overviewData{Status: last, Stale: !last.At.IsZero(), Err: "cannot read the broker: " + err.Error()}
 		return "overview", http.StatusBadGateway
 	}
 	p.Data = overviewData{Status: st}

@@ -2,7 +2,9 @@ package ui_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -638,4 +640,29 @@ func TestOverviewRates(t *testing.T) {
 		return regexp.MustCompile(`&#43;0/min, &#43;[1-9][0-9]*/min over`).MatchString(page) &&
 			strings.Contains(page, `<line class="zero"`) // the chart of the change per minute
 	}, 5*time.Second, 20*time.Millisecond, "poison rising")
+}
+
+// The page's htmx configuration is JSON that swaps a 502 in (the overview's refresh then shows
+// a broker that went away) and no other error.
+func TestHTMXConfig(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	_, b := server(t, env.URL, ui.Config{Queues: []string{env.Name("q")}, SampleInterval: -1}, nil)
+	_, page := b.get("/")
+	m := regexp.MustCompile(`<meta name="htmx-config" content='([^']*)'>`).FindStringSubmatch(page)
+	require.NotNil(t, m)
+	var cfg struct {
+		ResponseHandling []struct {
+			Code string `json:"code"`
+			Swap bool   `json:"swap"`
+		} `json:"responseHandling"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(html.UnescapeString(m[1])), &cfg))
+	swaps := map[string]bool{}
+	for _, r := range cfg.ResponseHandling {
+		if _, seen := swaps[r.Code]; !seen {
+			swaps[r.Code] = r.Swap
+		}
+	}
+	assert.Equal(t, map[string]bool{"204": false, "[23]..": true, "502": true, "[45]..": false}, swaps)
 }
