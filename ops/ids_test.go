@@ -38,7 +38,7 @@ func poisonLong(t *testing.T, env *testenv.Env, queue, id string) {
 func TestLongIDsAreShownFilteredAndReplayed(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "longid")
+	q := env.WorkQueue("longid")
 	fill(t, env, q, 2)
 	poisonLong(t, env, q, longID)
 	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 3 }, 30*time.Second, 10*time.Millisecond)

@@ -27,16 +27,6 @@ func newOps(t *testing.T, url string, delay topology.Delay) *ops.Ops {
 	return o
 }
 
-// workQueue declares a work queue of the test's own with its poison queue (no delay levels).
-func workQueue(t *testing.T, env *testenv.Env, what string) string {
-	t.Helper()
-	q := env.Queue(what)
-	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q}))
-	return q
-}
-
 // poisonMessage is message i as the Poison middleware would have written it: it failed in
 // handler "charge" with one of three kinds of error.
 func poisonMessage(i int, queue string) amqp.Publishing {
@@ -110,7 +100,7 @@ func drain(t *testing.T, env *testenv.Env, queue string) []amqp.Delivery {
 func TestBrowseLeavesTheQueueAsItWas(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "browse")
+	q := env.WorkQueue("browse")
 	fill(t, env, q, 30)
 	o := newOps(t, env.URL, topology.Delay{})
 

@@ -162,7 +162,7 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 func TestReplayKeepsWhatThePropertyCannotTake(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "badexp")
+	q := env.WorkQueue("badexp")
 	ch := env.Channel()
 	for i, exp := range []string{"abc", "600000"} {
 		p := poisonMessage(i, q)
@@ -192,7 +192,7 @@ func TestReplayKeepsWhatThePropertyCannotTake(t *testing.T) {
 func TestExpiredInTheWorkQueueIsPoisonedAndReplayedWithoutExpiration(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "expired")
+	q := env.WorkQueue("expired")
 	ch := env.Channel()
 	require.NoError(t, ch.Publish("", q, false, false, amqp.Publishing{MessageId: "short-lived", Expiration: "1",
 		CorrelationId: "corr-1", Body: []byte("x")}))

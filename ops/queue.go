@@ -165,8 +165,7 @@ type taker struct {
 	pending map[uint64]amqp.Delivery // delivered, not yet returned by next
 	next1   uint64                   // the tag next returns
 	tick    *time.Ticker
-	came    bool      // a message has come
-	last    time.Time // when the last one came
+	last    time.Time // when the last message came; zero before the first
 	closed  bool
 }
 
@@ -228,9 +227,9 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 			if !open {
 				return d, false, fmt.Errorf("the broker cancelled the consumers of %s (deleted?)", t.queue)
 			}
-			t.pending[d.DeliveryTag], t.came, t.last = d, true, time.Now()
+			t.pending[d.DeliveryTag], t.last = d, time.Now()
 		case <-t.tick.C:
-			if !t.came || time.Since(t.last) < takeQuiet {
+			if t.last.IsZero() || time.Since(t.last) < takeQuiet {
 				continue
 			}
 			if q, err := passive(ctx, t.ch, t.queue); err != nil || q.Messages == 0 {
@@ -281,6 +280,22 @@ func (t *taker) close() {
 
 // maxPrefetch is the largest prefetch count AMQP 0-9-1 can give a consumer.
 const maxPrefetch = 65535
+
+// Depth returns the number of messages ready in the poison queue of queue, or in the parking
+// queue of the delay levels when queue is "".
+func (o *Ops) Depth(ctx context.Context, queue string) (int, error) {
+	src := o.parking()
+	if queue != "" {
+		src = o.poison(queue)
+	}
+	var n int
+	err := o.call(ctx, "ops: depth of "+src.queue, func(ctx context.Context, ch *amqp.Channel) error {
+		q, err := passive(ctx, ch, src.queue)
+		n = q.Messages
+		return err
+	})
+	return n, err
+}
 
 // PurgePoisoned deletes every message of the poison queue of queue, and returns how many.
 func (o *Ops) PurgePoisoned(ctx context.Context, queue string) (int, error) {

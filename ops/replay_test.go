@@ -30,7 +30,7 @@ import (
 func TestReplayGroup(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "replay")
+	q := env.WorkQueue("replay")
 	fill(t, env, q, 30)
 	reader := sdkmetric.NewManualReader()
 	o, err := ops.New(ops.Config{Connection: env.Connection(), MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))}, nil)
@@ -104,7 +104,7 @@ func TestReplayGroup(t *testing.T) {
 func TestReplayLimitAndMissingDestination(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "limit")
+	q := env.WorkQueue("limit")
 	fill(t, env, q, 10)
 	o := newOps(t, env.URL, topology.Delay{})
 	ctx := context.Background()
@@ -133,7 +133,7 @@ func TestReplayThroughADroppedConnection(t *testing.T) {
 	t.Parallel()
 	testenv.Slow(t)
 	env := testenv.New(t)
-	q := workQueue(t, env, "drop")
+	q := env.WorkQueue("drop")
 	const n = 1000
 	fill(t, env, q, n)
 	proxy, url := testenv.ProxyURL(t, env.URL)
@@ -251,9 +251,9 @@ func TestStatus(t *testing.T) {
 func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "noloop")
+	q := env.WorkQueue("noloop")
 	fill(t, env, q, 3)
-	other := workQueue(t, env, "other")
+	other := env.WorkQueue("other")
 	delay := env.Delay(topology.Delay{})
 	o := newOps(t, env.URL, delay)
 	ctx := context.Background()
@@ -291,7 +291,7 @@ func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 func TestDeletePoisoned(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "delete")
+	q := env.WorkQueue("delete")
 	fill(t, env, q, 12)
 	o := newOps(t, env.URL, topology.Delay{})
 	ctx := context.Background()
@@ -318,7 +318,7 @@ func TestDeletePoisoned(t *testing.T) {
 func TestBrowseScansTheHead(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "head")
+	q := env.WorkQueue("head")
 	fill(t, env, q, 10)
 	o := newOps(t, env.URL, topology.Delay{})
 	ms, err := o.Poisoned(context.Background(), q, ops.Browse{Scan: 3})
@@ -341,7 +341,7 @@ func TestBrowseScansTheHead(t *testing.T) {
 func TestReplayRightAfterABrowse(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "after")
+	q := env.WorkQueue("after")
 	fill(t, env, q, 20000)
 	o := newOps(t, env.URL, topology.Delay{})
 	ctx := context.Background()

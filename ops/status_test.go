@@ -33,7 +33,7 @@ func TestStatusWithManagement(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	delay := env.Delay(topology.Delay{Disabled: true})
-	q := workQueue(t, env, "mgmt")
+	q := env.WorkQueue("mgmt")
 	ch := env.Channel()
 	for range 3 {
 		require.NoError(t, ch.PublishWithContext(t.Context(), "", q, false, false, amqp.Publishing{Body: []byte("x")}))

@@ -61,12 +61,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 	if r.PostFormValue("confirm") == "" {
 		ctx, cancel := h.callCtx(r)
 		defer cancel()
-		var all []ops.Message
-		if queue == "" {
-			all, err = h.cfg.Ops.Parked(ctx, ops.Browse{})
-		} else {
-			all, err = h.cfg.Ops.Poisoned(ctx, queue, ops.Browse{})
-		}
+		all, err := h.browse(ctx, queue, ops.Browse{})
 		if err != nil {
 			fail(http.StatusBadGateway, "cannot read the queue: "+err.Error())
 			return

@@ -124,8 +124,9 @@ func (h *Handler) parked(r *http.Request, p *page) (string, int) {
 	return h.list(r, p, "")
 }
 
-// list reads the whole poison queue of queue (the parking queue for ""), groups its failures
-// and shows one page of what the request's filter selects.
+// list reads the head of the poison queue of queue (the parking queue for ""), or takes the
+// snapshot of a read that is young enough (see read), groups its failures and shows one page
+// of what the request's filter selects.
 func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
 	d := listData{Queue: queue, Form: filterForm(r), Page: 1}
 	p.Data = &d
@@ -198,18 +199,11 @@ func filterOf(r *http.Request, now time.Time) (ops.Filter, error) {
 			return f, fmt.Errorf("error text: %w", err)
 		}
 	}
-	for _, k := range []string{"since", "until"} {
-		if s := v.Get(k); s != "" {
-			t, err := when.Ago(s, now)
-			if err != nil {
-				return f, fmt.Errorf("%s: %w", k, err)
-			}
-			if k == "since" {
-				f.Since = t
-			} else {
-				f.Until = t
-			}
-		}
+	if f.Since, err = when.AgoIfSet(v.Get("since"), now); err != nil {
+		return f, fmt.Errorf("since: %w", err)
+	}
+	if f.Until, err = when.AgoIfSet(v.Get("until"), now); err != nil {
+		return f, fmt.Errorf("until: %w", err)
 	}
 	for _, w := range v["where"] {
 		for _, line := range strings.Split(w, "\n") {
@@ -254,14 +248,8 @@ func (h *Handler) message(r *http.Request, p *page) (string, int) {
 		}
 	}
 	if len(ms) == 0 { // not read lately: look through the whole queue
-		b := ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true}
 		var err error
-		if queue == "" {
-			ms, err = h.cfg.Ops.Parked(ctx, b)
-		} else {
-			ms, err = h.cfg.Ops.Poisoned(ctx, queue, b)
-		}
-		if err != nil {
+		if ms, err = h.browse(ctx, queue, ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true}); err != nil {
 			p.Error = "cannot read the queue: " + err.Error()
 			return "message", http.StatusBadGateway
 		}

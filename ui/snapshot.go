@@ -36,6 +36,14 @@ func (s *snapshots) put(queue string, r snapshot) {
 	s.m[queue] = r
 }
 
+// browse reads the poison queue of queue, or the parking queue for "".
+func (h *Handler) browse(ctx context.Context, queue string, b ops.Browse) ([]ops.Message, error) {
+	if queue == "" {
+		return h.cfg.Ops.Parked(ctx, b)
+	}
+	return h.cfg.Ops.Poisoned(ctx, queue, b)
+}
+
 // forget drops the snapshot of queue: an action changed it.
 func (s *snapshots) forget(queue string) {
 	s.mu.Lock()
@@ -50,27 +58,15 @@ func (h *Handler) read(ctx context.Context, queue string, fresh bool) (snapshot,
 		return r, nil
 	}
 	r := snapshot{at: time.Now(), depth: -1}
-	b := ops.Browse{Bodies: true, Scan: max(h.cfg.ScanLimit, 0)}
 	var err error
-	if queue == "" {
-		r.msgs, err = h.cfg.Ops.Parked(ctx, b)
-	} else {
-		r.msgs, err = h.cfg.Ops.Poisoned(ctx, queue, b)
-	}
-	if err != nil {
+	scan := max(h.cfg.ScanLimit, 0)
+	if r.msgs, err = h.browse(ctx, queue, ops.Browse{Bodies: true, Scan: scan}); err != nil {
 		return r, err
 	}
 	r.depth = len(r.msgs)
-	if len(r.msgs) == b.Scan { // there may be more: ask
-		var queues []string
-		if queue != "" {
-			queues = []string{queue}
-		}
-		if st, err := h.cfg.Ops.Status(ctx, queues...); err == nil { // the browse has handed them back
-			r.depth = st.Delay.Parked
-			if queue != "" {
-				r.depth = st.Queues[0].Poison
-			}
+	if len(r.msgs) == scan { // there may be more: ask (the browse has handed them back)
+		if n, err := h.cfg.Ops.Depth(ctx, queue); err == nil {
+			r.depth = n
 		}
 	}
 	h.reads.put(queue, r)

@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"embed"
@@ -309,7 +310,7 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, p *page
 	if !ok {
 		part = "layout"
 	}
-	var b strings.Builder
+	var b bytes.Buffer // the whole page first: an error still gets its status
 	if err := h.pages[name].ExecuteTemplate(&b, part, p); err != nil {
 		h.logger.Error("ui: cannot render a page", err, watermill.LogFields{"page": name})
 		http.Error(w, "cannot render the page: "+err.Error(), http.StatusInternalServerError)
@@ -317,7 +318,7 @@ func (h *Handler) render(w http.ResponseWriter, status int, name string, p *page
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write([]byte(b.String()))
+	_, _ = b.WriteTo(w)
 }
 
 // callCtx is a request's context bounded by Config.Timeout.

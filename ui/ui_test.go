@@ -30,16 +30,6 @@ import (
 	"github.com/warrenmq/warren/ui"
 )
 
-// workQueue declares a work queue of the test's own with its poison queue.
-func workQueue(t *testing.T, env *testenv.Env, what string) string {
-	t.Helper()
-	q := env.Queue(what)
-	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
-	require.NoError(t, err)
-	require.NoError(t, b.DeclareQueue(context.Background(), env.Channel(), topology.Queue{Name: q}))
-	return q
-}
-
 // poison publishes n messages into queue's poison queue as the Poison middleware writes them:
 // even ones failed with "card declined", odd ones with "order N not found"; headers[i] (if
 // any) are added to message i.
@@ -181,7 +171,7 @@ func TestConfigValidate(t *testing.T) {
 func TestOverview(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "overview")
+	q := env.WorkQueue("overview")
 	poison(t, env, q, 3)
 	missing := env.Name("missing")
 	delay := topology.Delay{Prefix: env.Name("delay"), Unit: time.Second, Radix: 4, Levels: 2}
@@ -224,7 +214,7 @@ func TestOverview(t *testing.T) {
 func TestOverviewShowsTheErrorAndTheLastValues(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "down")
+	q := env.WorkQueue("down")
 	poison(t, env, q, 2)
 	proxy, url := testenv.ProxyURL(t, env.URL)
 	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: time.Second}, Timeout: time.Second}, nil)
@@ -247,7 +237,7 @@ func TestOverviewShowsTheErrorAndTheLastValues(t *testing.T) {
 func TestPoisonPage(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "poison")
+	q := env.WorkQueue("poison")
 	poison(t, env, q, 7)
 	redacted := 0
 	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, PageSize: 2, SampleInterval: -1,
@@ -298,7 +288,7 @@ func TestPoisonPage(t *testing.T) {
 func TestPoisonPageReadsTheHead(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "head")
+	q := env.WorkQueue("head")
 	poison(t, env, q, 7)
 	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, ScanLimit: 3, SnapshotAge: time.Hour, SampleInterval: -1}, nil)
 	status, page := b.get("/poison?queue=" + url.QueryEscape(q))
@@ -319,7 +309,7 @@ func TestPoisonPageReadsTheHead(t *testing.T) {
 func TestReadOnlyRefusesActions(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "readonly")
+	q := env.WorkQueue("readonly")
 	poison(t, env, q, 2)
 	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: -1}, nil)
 	_, page := b.get("/poison?queue=" + url.QueryEscape(q))
@@ -338,7 +328,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 func TestActionsNeedCSRFOriginAndAuthorization(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "csrf")
+	q := env.WorkQueue("csrf")
 	poison(t, env, q, 2)
 	var asked []ui.Action
 	var mu sync.Mutex
@@ -437,7 +427,7 @@ func waitJob(t *testing.T, b *browser, resp *http.Response) string {
 func TestReplayAndDeleteFromThePage(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "bulk")
+	q := env.WorkQueue("bulk")
 	poison(t, env, q, 10)
 	logs := &captureLogger{}
 	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, SampleInterval: -1, Prefix: "/ops/warren",
@@ -475,7 +465,7 @@ func TestReplayAndDeleteFromThePage(t *testing.T) {
 func TestKillAndResume(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "kill")
+	q := env.WorkQueue("kill")
 	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Wait: 200 * time.Millisecond}, nil)
 	require.NoError(t, err)
 	logs := &captureLogger{}
@@ -505,7 +495,7 @@ func TestHostileDataIsEscaped(t *testing.T) {
 	t.Parallel()
 	node := testenv.StartNode(t)
 	env := testenv.NewAt(t, node.URL())
-	q := workQueue(t, env, "hostile")
+	q := env.WorkQueue("hostile")
 	script := `<script>alert("x")</script>`
 	poison(t, env, q, 1, amqp.Table{
 		warren.PoisonErrorKey:   script + "\x1b[2J",
@@ -540,7 +530,7 @@ func TestHostileDataIsEscaped(t *testing.T) {
 func TestPrefix(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "prefix")
+	q := env.WorkQueue("prefix")
 	srv, b := server(t, env.URL, ui.Config{Queues: []string{q}, Prefix: "/admin/queues", SampleInterval: -1}, nil)
 	status, page := b.get("/")
 	require.Equal(t, http.StatusOK, status)
@@ -564,7 +554,7 @@ func TestPrefix(t *testing.T) {
 func TestTopologyPage(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "drawn")
+	q := env.WorkQueue("drawn")
 	missing := env.Queue("absent")
 	f := topology.File{Config: topology.Config{Delay: topology.Delay{Disabled: true}},
 		Topology: topology.Topology{Queues: []topology.Queue{{Name: q}, {Name: missing}}}}
@@ -628,7 +618,7 @@ func TestParkedPage(t *testing.T) {
 func TestOverviewRates(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := workQueue(t, env, "rates")
+	q := env.WorkQueue("rates")
 	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: 20 * time.Millisecond}, nil)
 	require.Eventually(t, func() bool {
 		_, page := b.get("/")

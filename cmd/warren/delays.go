@@ -24,6 +24,7 @@ type delayFlags struct {
 	leaderLocator string
 	file          string
 	fs            *pflag.FlagSet
+	loaded        *topology.File // the file of --config, once read
 }
 
 // addDelayFlags adds the delay level flags to fs, with the library's defaults.
@@ -49,9 +50,9 @@ func (f *delayFlags) config(timeout time.Duration) (topology.Config, error) {
 				return cfg, fmt.Errorf("--%s and --config: give one (the file's config says which delay levels)", name)
 			}
 		}
-		file, err := topology.Load(f.file)
+		file, err := f.load()
 		if err != nil {
-			return cfg, fmt.Errorf("--config: %w", err)
+			return cfg, err
 		}
 		cfg = file.Config
 	} else {
@@ -67,6 +68,36 @@ func (f *delayFlags) config(timeout time.Duration) (topology.Config, error) {
 		return cfg, errors.New("--config: the file's delay levels are disabled")
 	}
 	return cfg.WithDefaults(), nil
+}
+
+// load reads the topology file of --config, once.
+func (f *delayFlags) load() (*topology.File, error) {
+	if f.loaded == nil {
+		file, err := topology.Load(f.file)
+		if err != nil {
+			return nil, fmt.Errorf("--config: %w", err)
+		}
+		f.loaded = &file
+	}
+	return f.loaded, nil
+}
+
+// workQueues returns queues and, with --config, the work queues of its file that are not
+// among them.
+func (f *delayFlags) workQueues(queues []string) ([]string, error) {
+	if f.file == "" {
+		return queues, nil
+	}
+	file, err := f.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, q := range file.Queues {
+		if !slices.Contains(queues, q.Name) {
+			queues = append(queues, q.Name)
+		}
+	}
+	return queues, nil
 }
 
 // builder is a topology.Builder of the delay levels the flags name.

@@ -62,10 +62,10 @@ func (f *filterFlags) filter(now time.Time) (ops.Filter, error) {
 			return flt, fmt.Errorf("--error: %w", err)
 		}
 	}
-	if flt.Since, err = since(f.since, now); err != nil {
+	if flt.Since, err = when.AgoIfSet(f.since, now); err != nil {
 		return flt, fmt.Errorf("--since: %w", err)
 	}
-	if flt.Until, err = since(f.until, now); err != nil {
+	if flt.Until, err = when.AgoIfSet(f.until, now); err != nil {
 		return flt, fmt.Errorf("--until: %w", err)
 	}
 	for _, w := range f.where {
@@ -79,14 +79,6 @@ func (f *filterFlags) filter(now time.Time) (ops.Filter, error) {
 		flt.Headers[k] = v
 	}
 	return flt, nil
-}
-
-// since reads --since or --until (see when.Ago); "" is the zero time.
-func since(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	return when.Ago(s, now)
 }
 
 // printJSON writes v as indented JSON.

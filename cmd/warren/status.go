@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -36,17 +35,9 @@ func newStatus(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			queues := args
-			if df.file != "" {
-				file, err := topology.Load(df.file)
-				if err != nil {
-					return fmt.Errorf("--config: %w", err)
-				}
-				for _, q := range file.Queues {
-					if !slices.Contains(queues, q.Name) {
-						queues = append(queues, q.Name)
-					}
-				}
+			queues, err := df.workQueues(args)
+			if err != nil {
+				return err
 			}
 			o, err := g.ops(cmd, cfg.Delay)
 			if err != nil {

@@ -7,14 +7,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/spf13/cobra"
 
 	"github.com/warrenmq/warren/kill"
-	"github.com/warrenmq/warren/topology"
 	"github.com/warrenmq/warren/ui"
 )
 
@@ -42,19 +40,10 @@ func newUI(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var drawn *topology.File
-			if df.file != "" {
-				file, err := topology.Load(df.file)
-				if err != nil {
-					return fmt.Errorf("--config: %w", err)
-				}
-				drawn = &file
-				for _, q := range file.Queues {
-					if !slices.Contains(queues, q.Name) {
-						queues = append(queues, q.Name)
-					}
-				}
+			if queues, err = df.workQueues(queues); err != nil {
+				return err
 			}
+			drawn := df.loaded // with --config, the file workQueues read; else nil
 			if len(queues) == 0 && g.managementURL() == "" {
 				return errors.New("name the work queues (--queue, --config) or give the management API (--management)")
 			}

@@ -132,6 +132,21 @@ func (e *Env) Queue(what string) string {
 	return e.TrackQueue(e.Name(what))
 }
 
+// WorkQueue declares a work queue of the test's own with its poison queue, as warren's
+// topology declares them (no delay levels), and removes them when the test ends.
+func (e *Env) WorkQueue(what string) string {
+	e.t.Helper()
+	q := e.Queue(what)
+	b, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
+	if err == nil {
+		err = b.DeclareQueue(context.Background(), e.Channel(), topology.Queue{Name: q})
+	}
+	if err != nil {
+		e.t.Fatalf("declare work queue %s: %v", q, err)
+	}
+	return q
+}
+
 // TrackQueue removes work queue q, its poison queue, kill exchange and kill state queue
 // (without a kill secret: with one, register kill.StateQueue's name too) when the
 // test ends.

@@ -27,6 +27,14 @@ func Parse(s string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
+// AgoIfSet is Ago, and the zero time for "" (a bound that is not set).
+func AgoIfSet(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	return Ago(s, now)
+}
+
 // Ago is Parse, except that a bare duration D is D before now ("2h": two hours ago), for
 // flags that select what happened in the past.
 func Ago(s string, now time.Time) (time.Time, error) {
