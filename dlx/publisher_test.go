@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -560,4 +561,66 @@ func TestPublisherTakesAListOfNodes(t *testing.T) {
 		require.NoError(t, p.Publish(q, message.NewMessage(fmt.Sprint(i), []byte("x"))))
 	}
 	assert.Len(t, consume(t, env, q, 5, 5*time.Second), 5)
+}
+
+// Delays beyond the levels' maximum wait in the chain first, then in the levels: with a
+// layout whose levels hold 150 ms and whose chain of 19 queues reaches 3 s, the long-range
+// path runs end to end in seconds. None arrives early; each arrives in the order it is due.
+//
+// Not parallel: delays 300 ms apart must arrive in their order.
+func TestLongDelaysThroughTheChain(t *testing.T) {
+	env := testenv.New(t)
+	q := env.Queue("chain")
+	layout := env.Delay(topology.Delay{Radix: 4, Levels: 2, Unit: 10 * time.Millisecond, Reach: 3 * time.Second})
+	require.Equal(t, 19, layout.Chain())
+	p := newPublisher(t, env, func(c *dlx.Config) { c.Topology.Delay = layout })
+
+	delays := []time.Duration{layout.Max(), 151 * time.Millisecond, 2 * time.Second, 100 * time.Millisecond,
+		1200 * time.Millisecond, 600 * time.Millisecond, 2600 * time.Millisecond}
+	due := map[string]time.Time{}
+	for _, d := range delays {
+		msg := message.NewMessage(d.String(), nil)
+		dlx.Delay(msg, d)
+		due[msg.UUID] = time.Now().Add(d)
+		require.NoError(t, p.Publish(q, msg))
+	}
+	got := consume(t, env, q, len(delays), 15*time.Second)
+	var order []string
+	for _, a := range got {
+		order = append(order, a.msg.UUID)
+		assert.False(t, a.at.Before(due[a.msg.UUID]), "%s arrived %s early", a.msg.UUID, due[a.msg.UUID].Sub(a.at))
+		t.Logf("%s: %s late", a.msg.UUID, a.at.Sub(due[a.msg.UUID]).Round(time.Millisecond))
+	}
+	sorted := slices.Clone(delays)
+	slices.Sort(sorted)
+	var want []string
+	for _, d := range sorted {
+		want = append(want, d.String())
+	}
+	assert.Equal(t, want, order)
+}
+
+// A delay past RabbitMQ's largest TTL (49.7 days) is accepted and waits in the chain queue
+// its plan names: here radix 2 levels, 2³²-1 ms, and a chain of one.
+func TestDelayPastTheLargestTTLWaitsInTheChain(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("sixty-days")
+	layout := env.Delay(topology.Delay{Radix: 2, Reach: 60 * 24 * time.Hour})
+	require.Equal(t, 1, layout.Chain())
+	p := newPublisher(t, env, func(c *dlx.Config) { c.Topology.Delay = layout })
+
+	msg := message.NewMessage("in-sixty-days", nil)
+	dlx.Delay(msg, 60*24*time.Hour)
+	require.NoError(t, p.Publish(q, msg))
+	ch := env.Channel()
+	require.Eventually(t, func() bool {
+		w, err := ch.QueueDeclarePassive(layout.ChainQueue(1), true, false, false, false, nil)
+		return err == nil && w.Messages == 1
+	}, 5*time.Second, 10*time.Millisecond, "the message waits in %s", layout.ChainQueue(1))
+	d, ok, err := ch.Get(layout.ChainQueue(1), true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, "in-sixty-days", d.MessageId)
+	assert.Equal(t, q, d.Headers[warren.DestQueueHeader])
 }

@@ -189,6 +189,11 @@ func TestDemos(t *testing.T) {
 			"resume: 16 consumers consume again", "all 16 ended")
 	})
 
+	t.Run("scheduler", func(t *testing.T) {
+		out := run(t, 2*time.Minute, build(t, "scheduler"), "-every", "1s", "-ticks", "2")
+		contains(t, out, "is active", "(SIGKILL)", "after the kill", "4 ticks, each 1s after the one before: no tick lost, none twice")
+	})
+
 	t.Run("dashboard", func(t *testing.T) {
 		out := run(t, 2*time.Minute, build(t, "dashboard"), "-backlog", "300", "-once", "-listen", "127.0.0.1:0")
 		contains(t, out, "backlog: 300 messages in the poison queue of warren.example.dashboard.orders",

@@ -81,7 +81,7 @@ func (l LevelStatus) Unavailable() bool { return unavailable(l.State) }
 type DelayStatus struct {
 	// Name of the layout (topology.Delay.Name).
 	Name string `json:"name"`
-	// Levels lists every level queue.
+	// Levels lists every level queue, then every chain queue (topology.Delay.ChainQueue).
 	Levels []LevelStatus `json:"levels"`
 	// Waiting is the number of messages in all levels.
 	Waiting int `json:"waiting"`
@@ -179,6 +179,11 @@ func (o *Ops) delayStatus(ctx context.Context, conn *amqp.Connection) (DelayStat
 			s.Levels = append(s.Levels, LevelStatus{Queue: d.LevelQueue(p, digit), TTL: d.TTL(p, digit),
 				DueWithin: d.TTL(p, digit) + d.TTL(p, 1) - d.Unit})
 		}
+	}
+	levelsMax := d.Max() - time.Duration(d.Chain())*d.ChainTTL()
+	for i := 1; i <= d.Chain(); i++ {
+		s.Levels = append(s.Levels, LevelStatus{Queue: d.ChainQueue(i), TTL: d.ChainTTL(),
+			DueWithin: time.Duration(i)*d.ChainTTL() + levelsMax})
 	}
 	parking := len(s.Levels) // the last one inspected
 	var parked amqp.Queue

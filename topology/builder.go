@@ -213,6 +213,18 @@ func (b *Builder) delayObjects() []object {
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 		}
 	}
+	for i := 1; i <= d.Chain(); i++ {
+		next := d.LevelExchange(d.Levels - 1)
+		if i > 1 {
+			next = d.ChainExchange(i - 1)
+		}
+		q := d.ChainQueue(i)
+		bd := Binding{Exchange: d.ChainExchange(i), Queue: q}
+		objs = append(objs,
+			object{what: "exchange", name: d.ChainExchange(i), kind: Fanout},
+			object{what: "queue", name: q, args: d.levelArgs(d.ChainTTL().Milliseconds(), next), role: levelQueue, typ: d.QueueType},
+			object{what: "binding", name: bd.String(), binding: bd})
+	}
 	return objs
 }
 

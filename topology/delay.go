@@ -33,6 +33,15 @@ const maxTTL = 1<<32 - 1
 // level. So has every level exchange: a message whose digit header is missing or not a digit
 // (a foreign message published to a level exchange) is parked with its headers, not dropped.
 //
+// Delays above the levels' own maximum (2³²-1 ms with the defaults: RabbitMQ's largest TTL)
+// wait first in a chain: Chain queues, each with the TTL ChainTTL and a fanout exchange in
+// front, where queue i dead-letters into exchange i-1 and queue 1 into the top level
+// exchange. A message enters the chain at the exchange of the number of hops it needs and
+// carries the digits of the rest of its delay, top position included (a zero digit there
+// passes straight on). No queue is visited twice (RabbitMQ drops a message that expires
+// into a queue it expired from before), so reaching further takes one more queue per
+// ChainTTL: 73 for Reach's default of 10 years.
+//
 // The queues are quorum queues by default, dead-lettering at least once from one level to
 // the next; classic ones (QueueType) dead-letter at most once and lose messages when the
 // broker crashes. The queue type is part of every name (Name), so classic and quorum levels
@@ -50,6 +59,11 @@ type Delay struct {
 	// (2³²-1 ms) allows; with the other defaults 8, for delays up to 2³²-1 ms (49.7 days)
 	// in 120 queues.
 	Levels int `yaml:"levels,omitempty" json:"levels,omitempty"`
+	// Reach is the longest delay: above the levels' maximum, the chain of queues makes up the
+	// rest (see Delay). Default 10 years when Levels is left to its default; when Levels is
+	// set, the levels' maximum (no chain). A Reach at or below the levels' maximum declares
+	// no chain.
+	Reach time.Duration `yaml:"reach,omitempty" json:"reach,omitempty"`
 	// QueueType of the level and parking queues. Within a Config it defaults to
 	// Config.QueueType, on its own to quorum (at-least-once dead-lettering from one level to
 	// the next). Classic level queues are queue version 2 (declared explicitly) and
@@ -73,7 +87,13 @@ const (
 	DefaultDelayPrefix = "warren.delay"
 	DefaultDelayUnit   = time.Millisecond
 	DefaultDelayRadix  = 16
+	// DefaultDelayReach is 10 years of 365.25 days.
+	DefaultDelayReach = 87660 * time.Hour
 )
+
+// maxChain is the most chain queues Validate accepts: a longer chain means a Reach far
+// beyond what the levels were sized for.
+const maxChain = 1000
 
 // WithDefaults returns d with every unset field set to its default.
 func (d Delay) WithDefaults() Delay {
@@ -85,6 +105,9 @@ func (d Delay) WithDefaults() Delay {
 	}
 	if d.Radix == 0 {
 		d.Radix = DefaultDelayRadix
+	}
+	if d.Levels == 0 && d.Reach == 0 {
+		d.Reach = DefaultDelayReach
 	}
 	if d.Levels == 0 && d.Radix >= 2 && d.Unit >= time.Millisecond {
 		// The most positions whose largest queue TTL, (Radix-1)·Radix^(Levels-1)·Unit,
@@ -122,11 +145,20 @@ func (d Delay) Validate() error {
 		return fmt.Errorf("topology: Delay.Levels %d with Radix %d and Unit %s needs a queue TTL of %.0f ms, above RabbitMQ's limit of %d ms",
 			d.Levels, d.Radix, d.Unit, top, int64(maxTTL))
 	}
+	switch n := d.Chain(); {
+	case d.Reach < 0:
+		return fmt.Errorf("topology: Delay.Reach %s is negative", d.Reach)
+	case n > maxChain:
+		return fmt.Errorf("topology: Delay.Reach %s needs %d chain queues of %s, more than %d: raise Delay.Levels or Delay.Unit",
+			d.Reach, n, d.ChainTTL(), maxChain)
+	}
 	if strings.HasPrefix(d.Prefix, "amq.") {
 		return fmt.Errorf("topology: Delay.Prefix %q: names starting with amq. are reserved", d.Prefix)
 	}
-	if longest := d.LevelQueue(d.Levels-1, d.Radix-1); len(longest) > maxName {
-		return fmt.Errorf("topology: Delay.Prefix %q makes names such as %q longer than %d bytes", d.Prefix, longest, maxName)
+	for _, longest := range []string{d.LevelQueue(d.Levels-1, d.Radix-1), d.ChainQueue(d.Chain())} {
+		if len(longest) > maxName {
+			return fmt.Errorf("topology: Delay.Prefix %q makes names such as %q longer than %d bytes", d.Prefix, longest, maxName)
+		}
 	}
 	return nil
 }
@@ -159,7 +191,14 @@ func (d Delay) ParkingExchange() string { return d.Name() + ".parking" }
 // messages that a level exchange could not route (a missing or bad digit header).
 func (d Delay) ParkingQueue() string { return d.Name() + ".parked" }
 
-// Names lists every queue and exchange of the levels (to inspect or remove them).
+// ChainExchange is the fanout exchange in front of ChainQueue(i), 1 ≤ i ≤ Chain().
+func (d Delay) ChainExchange(i int) string { return fmt.Sprintf("%s.c%d", d.Name(), i) }
+
+// ChainQueue is the chain queue a message enters with i chain hops to go.
+func (d Delay) ChainQueue(i int) string { return fmt.Sprintf("%s.c%d.q", d.Name(), i) }
+
+// Names lists every queue and exchange of the levels and the chain (to inspect or remove
+// them).
 func (d Delay) Names() (queues, exchanges []string) {
 	d = d.WithDefaults()
 	queues = []string{d.ParkingQueue()}
@@ -170,6 +209,10 @@ func (d Delay) Names() (queues, exchanges []string) {
 			queues = append(queues, d.LevelQueue(p, digit))
 		}
 	}
+	for i := 1; i <= d.Chain(); i++ {
+		exchanges = append(exchanges, d.ChainExchange(i))
+		queues = append(queues, d.ChainQueue(i))
+	}
 	return queues, exchanges
 }
 
@@ -179,16 +222,39 @@ func (d Delay) TTL(p, digit int) time.Duration {
 	return time.Duration(digit) * time.Duration(pow(d.Radix, p)) * d.Unit
 }
 
-// Max is the longest delay the levels can hold.
+// Max is the longest delay the levels and the chain can hold: at least Reach.
 func (d Delay) Max() time.Duration {
 	d = d.WithDefaults()
+	return d.levelsMax() + time.Duration(d.Chain())*d.ChainTTL()
+}
+
+// levelsMax is the longest delay the levels alone can hold.
+func (d Delay) levelsMax() time.Duration {
 	return time.Duration(pow(d.Radix, d.Levels)-1) * d.Unit
 }
 
-// QueueCount is the number of level queues (the parking queue not included).
+// ChainTTL is the x-message-ttl of every chain queue: the levels' maximum, or RabbitMQ's
+// largest TTL (in whole units) when that is less. It is at most the levels' maximum, so
+// that what remains after the chain always fits in the levels.
+func (d Delay) ChainTTL() time.Duration {
+	d = d.WithDefaults()
+	return min(d.levelsMax(), maxTTL*time.Millisecond/d.Unit*d.Unit)
+}
+
+// Chain is the number of chain queues: enough for Reach, none when the levels reach it.
+func (d Delay) Chain() int {
+	d = d.WithDefaults()
+	if d.Disabled || d.Reach <= d.levelsMax() || d.Unit < time.Millisecond || d.Radix < 2 || d.Levels < 1 {
+		return 0
+	}
+	c := d.ChainTTL()
+	return int((d.Reach - d.levelsMax() + c - 1) / c)
+}
+
+// QueueCount is the number of level and chain queues (the parking queue not included).
 func (d Delay) QueueCount() int {
 	d = d.WithDefaults()
-	return (d.Radix - 1) * d.Levels
+	return (d.Radix-1)*d.Levels + d.Chain()
 }
 
 // unlimited is the x-delivery-limit of quorum poison and parking queues: they are only
@@ -275,18 +341,29 @@ func (d Delay) Plan(delay time.Duration) (Plan, error) {
 	if units == 0 {
 		return plan, nil
 	}
+	// Above the levels' maximum, the fewest chain hops that leave a rest within it.
+	chain, top := 0, 0
+	if levels := int64(d.levelsMax() / d.Unit); units > levels {
+		c := int64(d.ChainTTL() / d.Unit)
+		chain = int((units - levels + c - 1) / c)
+		units -= int64(chain) * c
+		top = d.Levels - 1 // the chain leads into the top level exchange
+	}
 	plan.Headers = amqp.Table{}
-	top := 0
-	for p := 0; units > 0; p++ {
+	for p := 0; units > 0 || p <= top; p++ {
 		digit := int(units % int64(d.Radix))
 		units /= int64(d.Radix)
 		plan.Headers[warren.DigitHeader(p)] = strconv.Itoa(digit)
 		if digit != 0 {
 			plan.Hops++
 		}
-		top = p
+		top = max(top, p)
 	}
 	plan.Exchange = d.LevelExchange(top)
+	if chain > 0 {
+		plan.Exchange = d.ChainExchange(chain)
+		plan.Hops += chain
+	}
 	return plan, nil
 }
 

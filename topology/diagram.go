@@ -134,8 +134,12 @@ func newGraph(c Config, t Topology) *graph {
 	g := &graph{ids: map[string]string{}}
 	var deliver string
 	if !d.Disabled {
-		levels := g.node("levels", d.Name(), fmt.Sprintf("delay levels %s\n%d %s queues: %d levels, radix %d, unit %s\nmax delay %s",
-			d.Name(), d.QueueCount(), d.QueueType, d.Levels, d.Radix, d.Unit, maxDelay(d.Max())), levelsShape)
+		chain := ""
+		if n := d.Chain(); n > 0 {
+			chain = fmt.Sprintf(", chain of %d", n)
+		}
+		levels := g.node("levels", d.Name(), fmt.Sprintf("delay levels %s\n%d %s queues: %d levels, radix %d, unit %s%s\nmax delay %s",
+			d.Name(), d.QueueCount(), d.QueueType, d.Levels, d.Radix, d.Unit, chain, maxDelay(d.Max())), levelsShape)
 		deliver = g.exchange(d.DeliveryExchange(), d.DeliveryExchange()+"\nheaders, delivers delayed messages")
 		parked := g.queue(d.ParkingQueue(), d.ParkingQueue()+"\nparking queue")
 		g.edge(levels, deliver, "when due", false)

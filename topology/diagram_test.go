@@ -67,7 +67,7 @@ func TestDOTWithoutDelayLevels(t *testing.T) {
 `, got)
 }
 
-// The default 120 level queues are one node, whatever the radix and levels.
+// The default 193 level and chain queues are one node, whatever the radix and levels.
 func TestDiagramSumsUpTheDelayLevels(t *testing.T) {
 	f, err := topology.Load(exampleFile)
 	require.NoError(t, err)
@@ -75,7 +75,8 @@ func TestDiagramSumsUpTheDelayLevels(t *testing.T) {
 	assert.Contains(t, dot, `n0 [label="delay levels shop.delay.quorum.1ms.r16\n90 quorum queues: 6 levels, radix 16, unit 1ms\nmax delay 4h39m37.215s", shape=box3d];`)
 	assert.NotContains(t, dot, ".p0")
 	assert.Equal(t, 17, strings.Count(dot, "shape="), "3 of the delay levels, 2 exchanges, 4 work queues with poison queue and kill exchange each")
-	assert.Contains(t, topology.Mermaid(topology.Config{}, topology.Topology{}), "max delay 1193h2m47.295s (49.7 days)")
+	assert.Contains(t, topology.Mermaid(topology.Config{}, topology.Topology{}),
+		"193 quorum queues: 8 levels, radix 16, unit 1ms, chain of 73<br>max delay 88285h26m19.83s (3678.6 days)")
 }
 
 // SVG draws the same nodes and edges, well-formed, every name escaped, each edge from a

@@ -3,6 +3,9 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,10 +53,93 @@ func TestPlanRoundsUpAndWritesDigits(t *testing.T) {
 	assert.ErrorContains(t, err, "-1s is negative")
 }
 
+// Above the levels' maximum, a delay enters the chain with the fewest hops that leave a rest
+// the levels can hold, and carries that rest's digits down from the top position.
+func TestPlanThroughTheChain(t *testing.T) {
+	d := topology.Delay{Radix: 4, Levels: 2, Unit: 10 * time.Millisecond, Reach: 2 * time.Second}
+	assert.Equal(t, 150*time.Millisecond, d.ChainTTL(), "the levels' maximum, 15 units")
+	assert.Equal(t, 13, d.Chain(), "ceil((2000-150)/150)")
+	assert.Equal(t, 2100*time.Millisecond, d.Max())
+
+	plan, err := d.Plan(151 * time.Millisecond) // 16 units: one hop of 15, then 1
+	require.NoError(t, err)
+	assert.Equal(t, 160*time.Millisecond, plan.Delay)
+	assert.Equal(t, d.ChainExchange(1), plan.Exchange)
+	assert.Equal(t, amqp.Table{warren.DigitHeader(0): "1", warren.DigitHeader(1): "0"}, plan.Headers, "the top digit, 0, too")
+	assert.Equal(t, 2, plan.Hops)
+
+	plan, err = d.Plan(150 * time.Millisecond) // the levels' maximum: no chain
+	require.NoError(t, err)
+	assert.Equal(t, d.LevelExchange(1), plan.Exchange)
+
+	plan, err = d.Plan(d.Max())
+	require.NoError(t, err)
+	assert.Equal(t, d.ChainExchange(13), plan.Exchange)
+	assert.Equal(t, amqp.Table{warren.DigitHeader(0): "3", warren.DigitHeader(1): "3"}, plan.Headers)
+	_, err = d.Plan(d.Max() + time.Nanosecond)
+	assert.ErrorIs(t, err, topology.ErrDelayTooLong)
+}
+
+// For the default layout, across its whole range: the chain hops and the digits add up to
+// the delay rounded up to the unit, the rest fits in the levels, and the entry is right.
+func TestPlanArithmeticUpToTheLimit(t *testing.T) {
+	d := topology.Delay{}.WithDefaults()
+	levelsMax := time.Duration(1<<32-1) * time.Millisecond
+	delays := []time.Duration{time.Nanosecond, time.Millisecond, levelsMax - time.Millisecond, levelsMax,
+		levelsMax + time.Nanosecond, levelsMax + time.Millisecond, 2 * levelsMax, 2*levelsMax + 1, 365 * 24 * time.Hour,
+		topology.DefaultDelayReach, d.Max() - time.Millisecond, d.Max()}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		delays = append(delays, time.Duration(r.Int64N(int64(d.Max()))))
+	}
+	for _, delay := range delays {
+		plan, err := d.Plan(delay)
+		require.NoError(t, err, delay)
+		want := (delay + time.Millisecond - 1).Truncate(time.Millisecond)
+		require.Equal(t, want, plan.Delay, delay)
+
+		var total time.Duration
+		hops := 0
+		for p := range d.Levels {
+			s, ok := plan.Headers[warren.DigitHeader(p)].(string)
+			if !ok {
+				continue
+			}
+			digit, err := strconv.Atoi(s)
+			require.NoError(t, err)
+			require.Less(t, digit, d.Radix)
+			if digit > 0 {
+				total += d.TTL(p, digit)
+				hops++
+			}
+		}
+		chain := 0
+		if n, ok := strings.CutPrefix(plan.Exchange, d.Name()+".c"); ok {
+			chain, err = strconv.Atoi(n)
+			require.NoError(t, err, plan.Exchange)
+			require.Greater(t, plan.Delay, levelsMax, "only what the levels cannot hold enters the chain")
+			require.Len(t, plan.Headers, d.Levels, "every digit, down from the top position")
+			require.Equal(t, d.ChainExchange(chain), plan.Exchange)
+			require.Greater(t, total, levelsMax-d.ChainTTL(), "the fewest hops: one less would leave too much")
+		} else {
+			require.Equal(t, d.LevelExchange(len(plan.Headers)-1), plan.Exchange)
+		}
+		require.LessOrEqual(t, chain, d.Chain())
+		require.Equal(t, plan.Delay, total+time.Duration(chain)*d.ChainTTL(), delay)
+		require.Equal(t, hops+chain, plan.Hops)
+	}
+}
+
 func TestDefaultDelayLayout(t *testing.T) {
 	d := topology.Delay{}.WithDefaults()
-	assert.Equal(t, 120, d.QueueCount())
-	assert.Equal(t, time.Duration(1<<32-1)*time.Millisecond, d.Max())
+	assert.Equal(t, 120+73, d.QueueCount(), "8 levels of 15 queues and a chain of 73")
+	assert.Equal(t, 73, d.Chain())
+	assert.Equal(t, time.Duration(1<<32-1)*time.Millisecond, d.ChainTTL(), "RabbitMQ's largest TTL")
+	assert.Equal(t, 74*time.Duration(1<<32-1)*time.Millisecond, d.Max())
+	assert.GreaterOrEqual(t, d.Max(), topology.DefaultDelayReach)
+	assert.Equal(t, 87660*time.Hour, topology.DefaultDelayReach, "10 years of 365.25 days")
+	assert.Equal(t, 0, topology.Delay{Levels: 8}.Chain(), "Levels set, Reach not: the levels alone")
+	assert.Equal(t, 1, topology.Delay{Levels: 8, Reach: 60 * 24 * time.Hour}.Chain())
 	assert.Equal(t, topology.Quorum, d.QueueType, "a Delay on its own is quorum")
 	assert.Equal(t, "warren.delay.quorum.1ms.r16", d.Name())
 	assert.Equal(t, "warren.delay.classic.1ms.r16", topology.Delay{QueueType: topology.Classic}.Name())
@@ -77,6 +163,9 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		"ExchangeKind":    {ExchangeKind: "x-delayed-message"},
 		"DeliveryLimit":   {DeliveryLimit: -1},
 		"Delay.QueueType": {Delay: topology.Delay{QueueType: "lazy"}},
+		"Delay.Reach -1s": {Delay: topology.Delay{Reach: -time.Second}},
+		"Delay.Reach 1h0m0s needs 1085 chain queues of 3.315s": {Delay: topology.Delay{Radix: 4, Levels: 4, Unit: 13 * time.Millisecond,
+			Reach: time.Hour}},
 	} {
 		_, err := topology.NewBuilder(cfg, nil)
 		assert.ErrorContains(t, err, field)

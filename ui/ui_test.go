@@ -217,10 +217,12 @@ func TestOverviewShowsTheErrorAndTheLastValues(t *testing.T) {
 	q := env.WorkQueue("down")
 	poison(t, env, q, 2)
 	proxy, url := testenv.ProxyURL(t, env.URL)
-	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: time.Second}, Timeout: time.Second}, nil)
+	// Limits that a loaded broker meets (one status reads every delay level queue); the
+	// proxy's close fails the next one at once.
+	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: time.Second}, Timeout: 10 * time.Second}, nil)
 	require.NoError(t, err)
 	defer o.Close()
-	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, SampleInterval: -1, Timeout: 2 * time.Second}, nil)
+	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, SampleInterval: -1, Timeout: 10 * time.Second}, nil)
 	status, page := b.get("/")
 	require.Equal(t, http.StatusOK, status, page)
 

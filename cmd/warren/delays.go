@@ -34,6 +34,7 @@ func addDelayFlags(fs *pflag.FlagSet) *delayFlags {
 	fs.DurationVar(&f.d.Unit, "unit", topology.DefaultDelayUnit, "resolution of the delays, a whole number of milliseconds")
 	fs.IntVar(&f.d.Radix, "radix", topology.DefaultDelayRadix, "base of a delay's digits: (radix-1)·levels queues")
 	fs.IntVar(&f.d.Levels, "levels", 0, "number of digit positions (0: as many as RabbitMQ's largest TTL allows, 8 with radix 16 and unit 1ms)")
+	fs.DurationVar(&f.d.Reach, "reach", 0, "longest delay: a chain of queues makes up what the levels do not reach (0: 10 years (87660h) when --levels is 0, else the levels' maximum)")
 	fs.StringVar(&f.queueType, "queue-type", string(topology.Quorum), "type of the level and parking queues: quorum or classic")
 	fs.StringVar(&f.leaderLocator, "leader-locator", "", `x-queue-leader-locator of quorum levels: client-local, balanced, or "" (the broker's default)`)
 	fs.StringVar(&f.file, "config", "", "take the delay levels from the config of this topology file instead of the flags above")
@@ -45,7 +46,7 @@ func addDelayFlags(fs *pflag.FlagSet) *delayFlags {
 func (f *delayFlags) config(timeout time.Duration) (topology.Config, error) {
 	var cfg topology.Config
 	if f.file != "" {
-		for _, name := range []string{"prefix", "unit", "radix", "levels", "queue-type", "leader-locator"} {
+		for _, name := range []string{"prefix", "unit", "radix", "levels", "reach", "queue-type", "leader-locator"} {
 			if f.fs.Changed(name) {
 				return cfg, fmt.Errorf("--%s and --config: give one (the file's config says which delay levels)", name)
 			}

@@ -117,6 +117,10 @@ func describeDelay(d topology.Delay) string {
 	if d.Disabled {
 		return "no delay levels (disabled)"
 	}
-	return fmt.Sprintf("delay levels %s (%s: %s, radix %d, unit %s; delays up to %s)",
-		d.Name(), plural(d.QueueCount(), string(d.QueueType)+" queue"), plural(d.Levels, "level"), d.Radix, human(d.Unit), human(d.Max()))
+	chain := ""
+	if n := d.Chain(); n > 0 {
+		chain = fmt.Sprintf(", a chain of %d", n)
+	}
+	return fmt.Sprintf("delay levels %s (%s: %s, radix %d, unit %s%s; delays up to %s)",
+		d.Name(), plural(d.QueueCount(), string(d.QueueType)+" queue"), plural(d.Levels, "level"), d.Radix, human(d.Unit), chain, human(d.Max()))
 }

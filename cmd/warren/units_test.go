@@ -45,10 +45,11 @@ func TestPlural(t *testing.T) {
 	assert.Equal(t, "2 processes", plural(2, "process"))
 }
 
-// The delay levels are described in human units: the default ones delay up to 2^32-1 ms.
+// The delay levels are described in human units: the default ones delay up to 74·(2^32-1)
+// ms, through a chain of 73 queues after the levels.
 func TestDescribeDelay(t *testing.T) {
 	t.Parallel()
-	assert.Equal(t, "delay levels warren.delay.quorum.1ms.r16 (120 quorum queues: 8 levels, radix 16, unit 1ms; delays up to 49d17h2m47s)",
+	assert.Equal(t, "delay levels warren.delay.quorum.1ms.r16 (193 quorum queues: 8 levels, radix 16, unit 1ms, a chain of 73; delays up to 3678d13h26m19s)",
 		describeDelay(topology.Config{}.WithDefaults().Delay))
 	assert.Equal(t, "delay levels d.classic.1000ms.r2 (1 classic queue: 1 level, radix 2, unit 1s; delays up to 1s)",
 		describeDelay(topology.Delay{Prefix: "d", QueueType: topology.Classic, Unit: time.Second, Radix: 2, Levels: 1}.WithDefaults()))

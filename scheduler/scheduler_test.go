@@ -1,0 +1,132 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/scheduler"
+	"github.com/warrenmq/warren/topology"
+)
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	conn := warren.Connection{URL: "amqp://guest:guest@127.0.0.1:5672/"}
+	job := scheduler.Job{Name: "j", Schedule: "@every 1s", Topic: "q"}
+	for field, cfg := range map[string]scheduler.Config{
+		"Config.Connection.URL":             {Jobs: []scheduler.Job{job}},
+		"Config.Jobs is empty":              {Connection: conn},
+		"Config.Jobs[1].Name \"j\" is used": {Connection: conn, Jobs: []scheduler.Job{job, job}},
+		"Config.Jobs[0].Name is empty":      {Connection: conn, Jobs: []scheduler.Job{{Schedule: "@daily", Topic: "q"}}},
+		"Config.Jobs[0].Topic is empty":     {Connection: conn, Jobs: []scheduler.Job{{Name: "j", Schedule: "@daily"}}},
+		`Config.Jobs[0].Schedule "* * *"`:   {Connection: conn, Jobs: []scheduler.Job{{Name: "j", Schedule: "* * *", Topic: "q"}}},
+		`Config.Missed "later"`:             {Connection: conn, Jobs: []scheduler.Job{job}, Missed: "later"},
+		"Config.MaxCatchUp -1":              {Connection: conn, Jobs: []scheduler.Job{job}, MaxCatchUp: -1},
+		"Config.Prefix \"amq.s\"":           {Connection: conn, Jobs: []scheduler.Job{job}, Prefix: "amq.s"},
+		"Config.Topology: topology: Delay.Radix": {Connection: conn, Jobs: []scheduler.Job{job},
+			Topology: topology.Config{Delay: topology.Delay{Radix: 1000}}},
+	} {
+		_, err := scheduler.New(cfg, nil)
+		assert.ErrorContains(t, err, field)
+	}
+}
+
+// tick is a tick as it arrived.
+type tick struct {
+	id      string
+	at, due time.Time
+}
+
+// collect consumes queue and records every tick, until the test ends.
+func collect(t *testing.T, env *testenv.Env, queue string) func() []tick {
+	ch := env.Channel()
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	var (
+		mu  sync.Mutex
+		got []tick
+	)
+	go func() {
+		for d := range deliveries {
+			due, _ := time.Parse(time.RFC3339Nano, d.Headers[scheduler.MetadataTick].(string))
+			mu.Lock()
+			got = append(got, tick{id: d.MessageId, at: time.Now(), due: due})
+			mu.Unlock()
+		}
+	}()
+	return func() []tick {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]tick(nil), got...)
+	}
+}
+
+// Three schedulers of one group; the active one stops. Another takes over at once, and the
+// ticks go on: none lost, none twice, none early.
+func TestOneActiveAndHandover(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("ticks")
+	name := env.Name("group")
+	env.Remove([]string{scheduler.LockQueue(scheduler.DefaultPrefix, name), scheduler.StateQueue(scheduler.DefaultPrefix, name)}, nil)
+	ticks := collect(t, env, q)
+	delay := env.Delay(topology.Delay{})
+
+	var scheds []*scheduler.Scheduler
+	for range 3 {
+		s, err := scheduler.New(scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}, Name: name,
+			Jobs: []scheduler.Job{{Name: "every-second", Schedule: "@every 1s", Topic: q, Payload: []byte("tick")}}}, env.Logger())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		go func() { assert.NoError(t, s.Run(context.Background())) }()
+		scheds = append(scheds, s)
+	}
+	active := func() (n int, which *scheduler.Scheduler) {
+		for _, s := range scheds {
+			if s.Active() {
+				n, which = n+1, s
+			}
+		}
+		return n, which
+	}
+	require.Eventually(t, func() bool { n, _ := active(); return n == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(ticks()) >= 3 }, 10*time.Second, 10*time.Millisecond)
+	_, first := active()
+	require.NoError(t, first.Close())
+	stopped := time.Now()
+	require.Eventually(t, func() bool { n, s := active(); return n == 1 && s != first }, 10*time.Second, time.Millisecond)
+	t.Logf("handover in %s", time.Since(stopped).Round(time.Millisecond))
+	got := len(ticks())
+	require.Eventually(t, func() bool { return len(ticks()) >= got+3 }, 10*time.Second, 10*time.Millisecond)
+	for _, s := range scheds {
+		require.NoError(t, s.Close())
+	}
+	time.Sleep(1500 * time.Millisecond) // a tick published before the close arrives
+
+	all := ticks()
+	seen := map[string]bool{}
+	for i, tk := range all {
+		assert.False(t, seen[tk.id], "tick %s twice", tk.id)
+		seen[tk.id] = true
+		assert.False(t, tk.at.Before(tk.due), "tick %s %s early", tk.id, tk.due.Sub(tk.at))
+		if i > 0 {
+			assert.Equal(t, time.Second, tk.due.Sub(all[i-1].due), "ticks %s and %s: one lost between them?", all[i-1].id, tk.id)
+		}
+		t.Logf("%s %s late", tk.id, tk.at.Sub(tk.due).Round(time.Millisecond))
+	}
+	conn, err := amqp.Dial(env.URL)
+	require.NoError(t, err)
+	defer conn.Close()
+	g, found, err := scheduler.ReadGroup(context.Background(), conn, scheduler.DefaultPrefix, name)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.Zero(t, g.Schedulers, "all closed")
+	assert.Equal(t, "@every 1s", g.Jobs["every-second"].Schedule)
+	assert.Equal(t, all[len(all)-1].due, g.Jobs["every-second"].Next, "the last tick published is the last one recorded")
+}

@@ -1,0 +1,49 @@
+package scheduler
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestEveryTicksOnMultiplesSinceTheEpoch(t *testing.T) {
+	s, err := parseSpec("@every 10s", time.UTC)
+	require.NoError(t, err)
+	at := time.Date(2026, 11, 27, 10, 0, 3, 500, time.UTC)
+	assert.Equal(t, time.Date(2026, 11, 27, 10, 0, 10, 0, time.UTC), s.Next(at))
+	assert.Equal(t, time.Date(2026, 11, 27, 10, 0, 20, 0, time.UTC), s.Next(s.Next(at)), "a tick's next is the one after it")
+
+	for _, bad := range []string{"@every 1.5s", "@every 500ms", "@every soon", "*/5 * *", "@fortnightly"} {
+		_, err := parseSpec(bad, time.UTC)
+		assert.ErrorContains(t, err, bad)
+	}
+}
+
+// A cron expression is read on the clock of the location, unless it names its own.
+func TestCronInATimeZone(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	require.NoError(t, err)
+	s, err := parseSpec("30 9 * * *", paris)
+	require.NoError(t, err)
+	at := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	assert.Equal(t, time.Date(2026, 11, 27, 8, 30, 0, 0, time.UTC), s.Next(at).UTC(), "9:30 in Paris is 8:30 UTC in winter")
+
+	own, err := parseSpec("CRON_TZ=America/New_York 30 9 * * *", paris)
+	require.NoError(t, err)
+	assert.Equal(t, time.Date(2026, 11, 27, 14, 30, 0, 0, time.UTC), own.Next(at).UTC())
+}
+
+func TestBetweenKeepsTheLatest(t *testing.T) {
+	s, err := parseSpec("@every 1m", time.UTC)
+	require.NoError(t, err)
+	after := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ticks, more := between(s, after, after.Add(10*time.Minute), 3)
+	assert.Equal(t, []time.Time{after.Add(8 * time.Minute), after.Add(9 * time.Minute), after.Add(10 * time.Minute)}, ticks)
+	assert.Equal(t, 7, more)
+
+	ticks, more = between(s, after, after.Add(59*time.Second), 3)
+	assert.Empty(t, ticks, "after itself is not a tick after it")
+	assert.Zero(t, more)
+}
