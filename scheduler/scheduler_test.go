@@ -130,3 +130,60 @@ func TestOneActiveAndHandover(t *testing.T) {
 	assert.Equal(t, "@every 1s", g.Jobs["every-second"].Schedule)
 	assert.Equal(t, all[len(all)-1].due, g.Jobs["every-second"].Next, "the last tick published is the last one recorded")
 }
+
+// Ticks that came due while no scheduler of the group ran are published at once on takeover
+// (CatchUp), or counted and skipped (Skip).
+func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
+	t.Parallel()
+	for _, policy := range []scheduler.Missed{scheduler.CatchUp, scheduler.Skip} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			env := testenv.New(t)
+			q := env.WorkQueue("ticks")
+			name := env.Name("group")
+			env.Remove([]string{scheduler.LockQueue(scheduler.DefaultPrefix, name), scheduler.StateQueue(scheduler.DefaultPrefix, name)}, nil)
+			ticks := collect(t, env, q)
+			cfg := scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, Name: name,
+				Missed: policy, Jobs: []scheduler.Job{{Name: "j", Schedule: "@every 1s", Topic: q}}}
+			start := func() *scheduler.Scheduler {
+				s, err := scheduler.New(cfg, env.Logger())
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = s.Close() })
+				go func() { assert.NoError(t, s.Run(context.Background())) }()
+				return s
+			}
+			first := start()
+			require.Eventually(t, func() bool { return len(ticks()) >= 1 }, 10*time.Second, 10*time.Millisecond)
+			require.NoError(t, first.Close()) // its next tick waits in the levels, and is delivered
+			time.Sleep(3500 * time.Millisecond)
+			start()
+			n := len(ticks())
+			require.Eventually(t, func() bool { return len(ticks()) >= n+2 }, 10*time.Second, 10*time.Millisecond)
+
+			all := ticks()
+			var gaps []time.Duration
+			for i := 1; i < len(all); i++ {
+				if gap := all[i].due.Sub(all[i-1].due); gap != time.Second {
+					gaps = append(gaps, gap)
+				}
+			}
+			for _, tk := range all {
+				t.Logf("%s arrived %s after it was due", tk.id, tk.at.Sub(tk.due).Round(time.Millisecond))
+			}
+			conn, err := amqp.Dial(env.URL)
+			require.NoError(t, err)
+			defer conn.Close()
+			g, _, err := scheduler.ReadGroup(context.Background(), conn, scheduler.DefaultPrefix, name)
+			require.NoError(t, err)
+			if policy == scheduler.CatchUp {
+				assert.Empty(t, gaps, "every tick, the missed ones published on takeover")
+				assert.Zero(t, g.Jobs["j"].Missed)
+			} else {
+				require.Len(t, gaps, 1, "one gap, where the ticks were skipped")
+				skipped := int(gaps[0]/time.Second) - 1
+				assert.GreaterOrEqual(t, skipped, 2)
+				assert.Equal(t, skipped, g.Jobs["j"].Missed)
+			}
+		})
+	}
+}
