@@ -52,6 +52,12 @@ const (
 	MetadataDeliverAt = "warren_deliver_at" // an RFC 3339 time
 )
 
+// MetadataScheduleID makes a delayed message listable and cancellable under its value (see
+// dlx.Schedule and package ledger): the DLX publisher records it in the ledger of its delay
+// levels, and ledger.Ledger.Middleware checks it when the message arrives. The message's own:
+// it goes wherever the message goes, its retries included.
+const MetadataScheduleID = "warren_schedule_id"
+
 // MetadataPublishID asks the DLX publisher for the message's PublishIDHeader (instead of a new
 // random one). It is an instruction to the publisher: consumed by Publish, never sent, and
 // dropped on unmarshal.

@@ -21,6 +21,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
+	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -446,6 +447,7 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	route := p.cfg.Route(topic)
 	now := time.Now()
 	out := make([]outgoing, len(msgs))
+	var records []outgoing // to the ledger, before the messages
 	for i, msg := range msgs {
 		at, err := due(msg, now, p.cfg.PastTolerance)
 		var plan topology.Plan
@@ -476,6 +478,9 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 			return fmt.Errorf("dlx: publish message %s to %q: %w", msg.UUID, topic, err)
 		}
 		out[i] = outgoing{pub: pub, due: at}
+		if sid := msg.Metadata.Get(warren.MetadataScheduleID); sid != "" && plan.Exchange != "" {
+			records = append(records, p.scheduledRecord(sid, route, at, now))
+		}
 	}
 
 	ctx, cancel := messagesContext(msgs)
@@ -488,6 +493,14 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 		}
 		if err := p.declare(ctx, route); err != nil {
 			return err
+		}
+		if len(records) > 0 {
+			if err := p.declareLedger(ctx); err != nil {
+				return err
+			}
+			if err := p.publishAll(ctx, conf, p.ledgerRoute(), records); err != nil {
+				return err
+			}
 		}
 		for i := range out {
 			if out[i].suspect && !out[i].confirmed {
@@ -511,6 +524,54 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	if err != nil {
 		return fmt.Errorf("dlx: publish to %q: %w", topic, err) // formatted only on failure
 	}
+	return nil
+}
+
+// Schedule makes msg, delayed with Delay or DeliverAt, listable and cancellable under id
+// (msg.UUID when id is ""), and returns the id: Publish records it in the ledger of the
+// delay levels before it publishes the message, and ledger.Ledger lists and cancels it (see
+// package ledger). A message published without a delay is not recorded.
+func Schedule(msg *message.Message, id string) string {
+	if id == "" {
+		id = msg.UUID
+	}
+	msg.Metadata.Set(warren.MetadataScheduleID, id)
+	return id
+}
+
+// scheduledRecord is the ledger record of the message scheduled under id to route, due at
+// due, published now.
+func (p *Publisher) scheduledRecord(id string, route Route, due, now time.Time) outgoing {
+	e := ledger.Entry{ID: id, Exchange: route.Exchange, RoutingKey: route.RoutingKey, Due: due.UTC(), Scheduled: now.UTC()}
+	if route.Exchange == "" {
+		e.Queue, e.RoutingKey = route.RoutingKey, ""
+	}
+	return outgoing{pub: amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: ledger.ScheduledRecord(e)}}
+}
+
+// ledgerRoute is where ledger records go: the stream, through the default exchange.
+func (p *Publisher) ledgerRoute() Route {
+	return Route{RoutingKey: p.delay.LedgerQueue(), Declared: true}
+}
+
+// declareLedger declares the ledger stream, once per connection.
+func (p *Publisher) declareLedger(ctx context.Context) error {
+	key := Route{RoutingKey: p.delay.LedgerQueue()}
+	p.mu.Lock()
+	done := p.declared[key]
+	p.mu.Unlock()
+	if done {
+		return nil
+	}
+	err := p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+		return amqpx.Do(ctx, ch, func() error { return topology.DeclareLedger(ch, p.delay) })
+	})
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.declared[key] = true
+	p.mu.Unlock()
 	return nil
 }
 

@@ -197,8 +197,27 @@ func (d Delay) ChainExchange(i int) string { return fmt.Sprintf("%s.c%d", d.Name
 // ChainQueue is the chain queue a message enters with i chain hops to go.
 func (d Delay) ChainQueue(i int) string { return fmt.Sprintf("%s.c%d.q", d.Name(), i) }
 
+// LedgerQueue is the stream that records the messages scheduled with an id (dlx.Schedule),
+// their cancellations and deliveries (package ledger). Declared on first use.
+func (d Delay) LedgerQueue() string { return d.Name() + ".ledger" }
+
+// ledgerArgs declare the ledger: a stream (durable, replicated in a cluster, read from any
+// offset without removing anything) that keeps its records a little over 10 years, the
+// default Reach. The age is fixed rather than derived from Reach: layouts that differ only
+// in Levels or Reach share the name, and must declare it alike.
+var ledgerArgs = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeStream, amqp.StreamMaxAgeArg: "3700D"}
+
+// DeclareLedger declares d's ledger stream (LedgerQueue) on ch.
+func DeclareLedger(ch *amqp.Channel, d Delay) error {
+	_, err := ch.QueueDeclare(d.LedgerQueue(), true, false, false, false, ledgerArgs)
+	if err != nil {
+		return fmt.Errorf("topology: declare the ledger %q: %w", d.LedgerQueue(), err)
+	}
+	return nil
+}
+
 // Names lists every queue and exchange of the levels and the chain (to inspect or remove
-// them).
+// them); not the ledger (LedgerQueue), whose records are no messages waiting.
 func (d Delay) Names() (queues, exchanges []string) {
 	d = d.WithDefaults()
 	queues = []string{d.ParkingQueue()}

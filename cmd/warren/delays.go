@@ -300,6 +300,10 @@ func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, 
 		r.removed++
 		r.lost += n
 	}
+	// The ledger of scheduled messages goes with them: its records are history, not messages.
+	if err := amqpx.Do(ctx, ch, func() error { _, err := ch.QueueDelete(d.LedgerQueue(), false, false, false); return err }); err != nil {
+		return r, fmt.Errorf("delete the ledger %q: %w", d.LedgerQueue(), err)
+	}
 	return r, nil
 }
 

@@ -206,6 +206,7 @@ func (e *Env) Delay(d topology.Delay) topology.Delay {
 		if typ == "" || typ == t {
 			d.QueueType = t
 			e.Remove(d.Names())
+			e.Remove([]string{d.LedgerQueue()}, nil)
 		}
 	}
 	d = d.WithDefaults()

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/ledger"
+	"github.com/warrenmq/warren/topology"
+)
+
+// A reminder a year ahead: listed with its destination and due time, cancelled, and then
+// no longer listed; a second list filters by topic and due time.
+func TestScheduledListAndCancel(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	delay := env.Delay(topology.Delay{Reach: 400 * 24 * time.Hour, Levels: 8})
+	q := env.Queue("reminders")
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}, env.Logger())
+	require.NoError(t, err)
+	defer pub.Close()
+	msg := message.NewMessage("renewal-42", []byte("renew"))
+	dlx.Delay(msg, 365*24*time.Hour)
+	dlx.Schedule(msg, "")
+	require.NoError(t, pub.Publish(q, msg))
+	flags := []string{"--prefix", delay.Prefix, "--levels", "8", "--reach", "9600h"}
+
+	var entries []ledger.Entry
+	require.NoError(t, json.Unmarshal([]byte(run(t, env.URL, append([]string{"scheduled", "list", "--json"}, flags...)...)), &entries))
+	require.Len(t, entries, 1)
+	assert.Equal(t, "renewal-42", entries[0].ID)
+	assert.Equal(t, q, entries[0].Queue)
+	assert.WithinDuration(t, time.Now().Add(365*24*time.Hour), entries[0].Due, time.Minute)
+
+	out := run(t, env.URL, append([]string{"scheduled", "list", "--topic", q, "--before", "+8761h"}, flags...)...)
+	assert.Contains(t, out, "renewal-42  "+q+"  -  ")
+	assert.Contains(t, out, "1 message scheduled")
+	out = run(t, env.URL, append([]string{"scheduled", "list", "--before", "+24h"}, flags...)...)
+	assert.Contains(t, out, "0 messages scheduled")
+
+	assert.Contains(t, run(t, env.URL, append([]string{"scheduled", "cancel", "renewal-42"}, flags...)...), "cancelled renewal-42")
+	assert.Contains(t, run(t, env.URL, append([]string{"scheduled", "list"}, flags...)...), "0 messages scheduled")
+	_, stderr, code := runCode(t, env.URL, append([]string{"scheduled", "cancel", "nosuch"}, flags...)...)
+	assert.Equal(t, exitNoQueue, code)
+	assert.Contains(t, stderr, "no message is scheduled under this id")
+}

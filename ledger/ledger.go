@@ -1,0 +1,437 @@
+// Package ledger lists and cancels delayed messages that were published with a schedule id
+// (dlx.Schedule), across processes and restarts, with nothing but the broker.
+//
+// The ledger of a delay layout is a RabbitMQ stream (topology.Delay.LedgerQueue): an
+// append-only log, durable and replicated, that any number of readers read from the start
+// without taking anything out. Three kinds of record go into it: the DLX publisher appends
+// "scheduled" (id, destination, due time) for each such message before publishing it;
+// Cancel appends "cancelled"; Middleware appends "delivered" when the message arrives at a
+// warren consumer. The stream orders them all, and for each id the first of "cancelled" and
+// "delivered" wins: Middleware acks a message whose cancellation came first without handling
+// it, and Cancel says ErrDelivered when the delivery came first. Each side appends its
+// record, then reads the stream up to it, so both see the same order.
+//
+// A Ledger reads the stream from its start when it is made (and when it reconnects), and
+// keeps the ids in memory: about 100 bytes per scheduled message within the stream's
+// retention (3700 days). Listing reads the ledger, never the delay levels: their order and
+// timing are not disturbed. See docs/scheduling.md.
+package ledger
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v4"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/topology"
+)
+
+// Errors of Cancel.
+var (
+	// ErrDelivered: the message reached a warren consumer before the cancellation.
+	ErrDelivered = errors.New("ledger: the message was delivered before the cancellation")
+	// ErrUnknown: no message was scheduled under the id (within the ledger's retention). The
+	// cancellation is recorded all the same: a message with that id that arrives later is
+	// not handled.
+	ErrUnknown = errors.New("ledger: no message is scheduled under this id")
+)
+
+// Config configures a Ledger.
+type Config struct {
+	// Connection says how to reach the broker (URL required).
+	Connection warren.Connection
+	// Delay is the delay layout whose ledger this is: the one the publishers use.
+	Delay topology.Delay
+	// Timeout bounds Cancel, List and the check of each arriving message, connecting and
+	// reading included. Default 30s.
+	Timeout time.Duration
+}
+
+// DefaultTimeout is Config.Timeout's default.
+const DefaultTimeout = 30 * time.Second
+
+// WithDefaults returns c with every unset field set to its default.
+func (c Config) WithDefaults() Config {
+	c.Connection = c.Connection.WithDefaults()
+	c.Delay = c.Delay.WithDefaults()
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	if err := c.Connection.Validate(); err != nil {
+		return fmt.Errorf("ledger: Config.%w", err)
+	}
+	if err := c.Delay.Validate(); err != nil {
+		return fmt.Errorf("ledger: Config.Delay: %w", err)
+	}
+	if c.Delay.Disabled {
+		return errors.New("ledger: Config.Delay is disabled: there are no delayed messages")
+	}
+	if c.Timeout < 0 {
+		return fmt.Errorf("ledger: Config.Timeout %s is negative", c.Timeout)
+	}
+	return nil
+}
+
+// Entry is a message that waits: scheduled, neither cancelled nor delivered yet.
+type Entry struct {
+	ID string `json:"id"`
+	// Exchange and Queue: where it goes (Queue when published to a queue).
+	Exchange   string `json:"exchange,omitempty"`
+	Queue      string `json:"queue,omitempty"`
+	RoutingKey string `json:"routing_key,omitempty"`
+	// Due is when it is due; Scheduled when it was published.
+	Due       time.Time `json:"due"`
+	Scheduled time.Time `json:"scheduled"`
+}
+
+// Destination is the queue, or the exchange, of e.
+func (e Entry) Destination() string {
+	if e.Queue != "" {
+		return e.Queue
+	}
+	return e.Exchange
+}
+
+// Ops of the records.
+const (
+	opScheduled = "scheduled"
+	opCancelled = "cancelled"
+	opDelivered = "delivered"
+	opMark      = "mark" // appended by List, to know where the stream's end was
+)
+
+// record is one entry of the stream.
+type record struct {
+	Op    string    `json:"op"`
+	ID    string    `json:"id,omitempty"`
+	Token string    `json:"token,omitempty"`
+	Entry *Entry    `json:"entry,omitempty"`
+	At    time.Time `json:"at"`
+}
+
+// ScheduledRecord is the body of the "scheduled" record of e, which the DLX publisher
+// appends to the ledger before it publishes the message.
+func ScheduledRecord(e Entry) []byte {
+	body, _ := json.Marshal(record{Op: opScheduled, ID: e.ID, Entry: &e, At: e.Scheduled})
+	return body
+}
+
+// idState is what the ledger says of one id.
+type idState struct {
+	entry   *Entry // while it waits
+	known   bool   // a "scheduled" record was read
+	decided string // "", opCancelled or opDelivered: the first of them since it was scheduled
+}
+
+// outcome is what the reader found when it read a record appended with a token.
+type outcome struct {
+	decided string
+	known   bool
+}
+
+// Ledger reads a delay layout's ledger and appends to it.
+type Ledger struct {
+	cfg    Config
+	logger watermill.LoggerAdapter
+	queue  string
+
+	mu      sync.Mutex
+	ids     map[string]*idState
+	waiters map[string]chan outcome
+	conf    *amqpx.Confirmer // the current connection's, for appending; nil while none
+	ready   chan struct{}    // closed, and replaced, when conf is set
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Ledger that follows the ledger of config.Delay, or an error naming the first
+// invalid field of config. It connects (and declares the stream) in the background; a call
+// waits for it, up to Config.Timeout.
+func New(config Config, logger watermill.LoggerAdapter) (*Ledger, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	config = config.WithDefaults()
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Ledger{cfg: config, logger: logger, queue: config.Delay.LedgerQueue(), waiters: map[string]chan outcome{},
+		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go l.run(ctx)
+	return l, nil
+}
+
+// Close stops following the ledger. Calls under way fail.
+func (l *Ledger) Close() error {
+	l.cancel()
+	<-l.done
+	return nil
+}
+
+// run follows the stream, connecting again (and reading it again from the start) when the
+// connection is lost.
+func (l *Ledger) run(ctx context.Context) {
+	defer close(l.done)
+	wait := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second),
+		backoff.WithMaxElapsedTime(0))
+	for ctx.Err() == nil {
+		err := l.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		next := wait.NextBackOff()
+		l.logger.Error("Ledger lost its connection; connecting again", err, watermill.LogFields{"ledger": l.queue, "in": next})
+		select {
+		case <-ctx.Done():
+		case <-time.After(next):
+		}
+	}
+}
+
+// follow connects, declares the stream and reads it from the start until the connection
+// ends or ctx does.
+func (l *Ledger) follow(ctx context.Context) error {
+	conn, _, err := amqpx.Dial(ctx, l.cfg.Connection, "warren ledger")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = amqpx.Close(conn) }()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	read, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	appendCh, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	var deliveries <-chan amqp.Delivery
+	dctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	err = amqpx.Do(dctx, read, func() error {
+		if err := topology.DeclareLedger(read, l.cfg.Delay); err != nil {
+			return err
+		}
+		if err := read.Qos(1000, 0, false); err != nil { // a stream is read with a prefetch
+			return err
+		}
+		var err error
+		deliveries, err = read.Consume(l.queue, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+		return err
+	})
+	cancel()
+	if err != nil {
+		return err
+	}
+	conf, err := amqpx.NewConfirmer(appendCh)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.ids = map[string]*idState{} // read again from the start
+	l.conf = conf
+	close(l.ready)
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.conf = nil
+		l.ready = make(chan struct{})
+		l.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-closed:
+			return fmt.Errorf("ledger: connection closed: %w", err)
+		case d, ok := <-deliveries:
+			if !ok {
+				return errors.New("ledger: the broker cancelled the reader of " + l.queue)
+			}
+			var r record
+			if json.Unmarshal(d.Body, &r) == nil {
+				l.read(r)
+			}
+			if err := d.Ack(false); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// read applies r to the ids, and tells the caller that appended it what it found.
+func (l *Ledger) read(r record) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.ids[r.ID]
+	if s == nil && r.ID != "" {
+		s = &idState{}
+		l.ids[r.ID] = s
+	}
+	switch r.Op {
+	case opScheduled:
+		// Scheduled (again): a retry of a delivered message waits anew, and may be cancelled.
+		s.known, s.decided, s.entry = true, "", r.Entry
+	case opCancelled, opDelivered:
+		if s.decided == "" {
+			s.decided, s.entry = r.Op, nil
+		}
+	}
+	if w, ok := l.waiters[r.Token]; ok && r.Token != "" {
+		delete(l.waiters, r.Token)
+		o := outcome{}
+		if s != nil {
+			o = outcome{decided: s.decided, known: s.known}
+		}
+		w <- o
+	}
+}
+
+// append appends a record of op for id with a token of its own, and waits until the reader
+// has read it: what it found then.
+func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	token := newToken()
+	found := make(chan outcome, 1)
+	l.mu.Lock()
+	l.waiters[token] = found
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.waiters, token)
+		l.mu.Unlock()
+	}()
+	body, _ := json.Marshal(record{Op: op, ID: id, Token: token, At: time.Now().UTC()})
+	err := amqpx.Retry(ctx, l.cfg.Timeout, "ledger: append", func(ctx context.Context) error {
+		l.mu.Lock()
+		conf, ready := l.conf, l.ready
+		l.mu.Unlock()
+		if conf == nil {
+			select {
+			case <-ready:
+				return errors.New("connecting") // retried at once with the new connection
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		f, err := conf.Publish(ctx, "", l.queue, true, amqp.Publishing{ContentType: "application/json", DeliveryMode: amqp.Persistent, Body: body})
+		if err != nil {
+			return err
+		}
+		return f.Wait(ctx)
+	})
+	if err != nil {
+		return outcome{}, fmt.Errorf("ledger: append to %s: %w", l.queue, err)
+	}
+	select {
+	case o := <-found:
+		return o, nil
+	case <-ctx.Done():
+		return outcome{}, fmt.Errorf("ledger: read %s up to the record appended: %w", l.queue, ctx.Err())
+	}
+}
+
+// newToken returns 16 random hex digits.
+func newToken() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Cancel makes sure the message scheduled under id is never handled by a warren consumer
+// (one whose handlers have Middleware): nil once the cancellation is in the ledger before
+// any delivery of it, ErrDelivered if the message arrived first, ErrUnknown if nothing was
+// scheduled under id (the cancellation stands all the same). Cancelling twice is nil.
+func (l *Ledger) Cancel(ctx context.Context, id string) error {
+	if id == "" {
+		return errors.New("ledger: Cancel: the id is empty")
+	}
+	o, err := l.append(ctx, opCancelled, id)
+	switch {
+	case err != nil:
+		return err
+	case o.decided == opDelivered:
+		return fmt.Errorf("%w: %s", ErrDelivered, id)
+	case !o.known:
+		return fmt.Errorf("%w: %s (the cancellation is recorded)", ErrUnknown, id)
+	}
+	return nil
+}
+
+// Filter selects entries for List: all of them when zero.
+type Filter struct {
+	// Destination: only messages to this queue or exchange.
+	Destination string
+	// Before: only messages due before this time.
+	Before time.Time
+}
+
+// List returns the messages that wait (scheduled, neither cancelled nor delivered), as of
+// now, sorted by due time. A message that is due but was not consumed by a warren consumer
+// (its queue has no consumer, or a foreign one) is listed until it is.
+func (l *Ledger) List(ctx context.Context, f Filter) ([]Entry, error) {
+	if _, err := l.append(ctx, opMark, ""); err != nil { // read everything appended before now
+		return nil, err
+	}
+	l.mu.Lock()
+	var entries []Entry
+	for _, s := range l.ids {
+		e := s.entry
+		if e == nil || (f.Destination != "" && e.Destination() != f.Destination) || (!f.Before.IsZero() && !e.Due.Before(f.Before)) {
+			continue
+		}
+		entries = append(entries, *e)
+	}
+	l.mu.Unlock()
+	slices.SortFunc(entries, func(a, b Entry) int {
+		if c := a.Due.Compare(b.Due); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return entries, nil
+}
+
+// Middleware checks each message that carries a schedule id (warren.MetadataScheduleID)
+// against the ledger: it records the delivery and handles the message, unless a
+// cancellation came first, in which case the message is acked unhandled. Messages without
+// a schedule id pass untouched. Put it in router.HandlerConfig.Middleware: inside Backoff, a
+// ledger that cannot be reached within Config.Timeout is a failure of the handler, retried.
+func (l *Ledger) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		id := msg.Metadata.Get(warren.MetadataScheduleID)
+		if id == "" {
+			return h(msg)
+		}
+		o, err := l.append(msg.Context(), opDelivered, id)
+		if err != nil {
+			return nil, err
+		}
+		if o.decided == opCancelled {
+			l.logger.Info("Message cancelled: acked, not handled", watermill.LogFields{"schedule_id": id, "message_uuid": msg.UUID})
+			return nil, nil
+		}
+		return h(msg)
+	}
+}

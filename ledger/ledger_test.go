@@ -1,0 +1,162 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/ledger"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// fixture is a publisher, a ledger and (started by consume) a router, on delay levels of the
+// test's own.
+type fixture struct {
+	env   *testenv.Env
+	delay topology.Delay
+	pub   *dlx.Publisher
+	l     *ledger.Ledger
+}
+
+func newFixture(t *testing.T) *fixture {
+	env := testenv.New(t)
+	f := &fixture{env: env, delay: env.Delay(topology.Delay{})}
+	var err error
+	f.pub, err = dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: f.delay}}, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.pub.Close() })
+	f.l, err = ledger.New(ledger.Config{Connection: env.Connection(), Delay: f.delay}, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.l.Close() })
+	return f
+}
+
+// schedule publishes a message with body id to queue, due after d, under schedule id id.
+func (f *fixture) schedule(t *testing.T, queue, id string, d time.Duration) {
+	msg := message.NewMessage(id, []byte(id))
+	dlx.Delay(msg, d)
+	require.Equal(t, id, dlx.Schedule(msg, ""), "the message's UUID by default")
+	require.NoError(t, f.pub.Publish(queue, msg))
+}
+
+// consume runs a router whose handler of queue has the ledger's middleware; it returns the
+// bodies handled so far.
+func (f *fixture) consume(t *testing.T, queue string) func() []string {
+	r, err := router.New(router.Config{Connection: f.env.Connection(), Topology: topology.Config{Delay: f.delay}}, f.env.Logger())
+	require.NoError(t, err)
+	var (
+		mu      sync.Mutex
+		handled []string
+	)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Middleware: []message.HandlerMiddleware{f.l.Middleware}},
+		func(msg *message.Message) error {
+			mu.Lock()
+			handled = append(handled, string(msg.Payload))
+			mu.Unlock()
+			return nil
+		}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); assert.NoError(t, r.Run(ctx)) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-r.Running()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), handled...)
+	}
+}
+
+// A cancelled message never reaches the handler; its neighbours, due at the same time, do. A
+// cancel after the delivery says so; a cancel of an id never scheduled too.
+func TestCancelledMessagesAreNeverHandled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	q := f.env.Queue("reminders")
+	handled := f.consume(t, q)
+	var ids []string
+	for i := range 10 {
+		id := fmt.Sprintf("reminder-%d", i)
+		ids = append(ids, id)
+		f.schedule(t, q, id, 1500*time.Millisecond)
+	}
+	ctx := context.Background()
+	require.NoError(t, f.l.Cancel(ctx, "reminder-3"))
+	require.NoError(t, f.l.Cancel(ctx, "reminder-7"))
+	require.NoError(t, f.l.Cancel(ctx, "reminder-7"), "twice")
+
+	require.Eventually(t, func() bool { return len(handled()) == 8 }, 15*time.Second, 10*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // a cancelled one that arrived would be handled by now
+	assert.ElementsMatch(t, []string{"reminder-0", "reminder-1", "reminder-2", "reminder-4", "reminder-5", "reminder-6",
+		"reminder-8", "reminder-9"}, handled())
+
+	assert.ErrorIs(t, f.l.Cancel(ctx, "reminder-1"), ledger.ErrDelivered)
+	assert.ErrorIs(t, f.l.Cancel(ctx, "never-scheduled"), ledger.ErrUnknown)
+	entries, err := f.l.List(ctx, ledger.Filter{})
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing waits any more")
+}
+
+// List shows exactly what waits (id, destination, due), filtered by destination and due
+// time; a cancellation and a delivery take an entry off. Another Ledger, as another process
+// would, sees the same.
+func TestListShowsWhatWaits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	a, b := f.env.Queue("a"), f.env.Queue("b")
+	start := time.Now()
+	f.schedule(t, a, "a-soon", 800*time.Millisecond)
+	f.schedule(t, a, "a-later", time.Minute)
+	f.schedule(t, b, "b-later", 50*time.Second)
+	unlisted := message.NewMessage("not-scheduled", nil)
+	dlx.Delay(unlisted, time.Minute) // delayed, but without a schedule id
+	require.NoError(t, f.pub.Publish(a, unlisted))
+
+	ctx := context.Background()
+	entries, err := f.l.List(ctx, ledger.Filter{})
+	require.NoError(t, err)
+	require.Len(t, entries, 3)
+	assert.Equal(t, []string{"a-soon", "b-later", "a-later"}, []string{entries[0].ID, entries[1].ID, entries[2].ID}, "by due time")
+	assert.Equal(t, a, entries[0].Destination())
+	assert.WithinDuration(t, start.Add(time.Minute), entries[2].Due, time.Second)
+
+	only, err := f.l.List(ctx, ledger.Filter{Destination: b})
+	require.NoError(t, err)
+	assert.Len(t, only, 1)
+	soon, err := f.l.List(ctx, ledger.Filter{Before: start.Add(55 * time.Second)})
+	require.NoError(t, err)
+	assert.Len(t, soon, 2)
+
+	require.NoError(t, f.l.Cancel(ctx, "b-later"))
+	handled := f.consume(t, a)
+	require.Eventually(t, func() bool { return len(handled()) == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	other, err := ledger.New(ledger.Config{Connection: f.env.Connection(), Delay: f.delay}, nil)
+	require.NoError(t, err)
+	defer other.Close()
+	left, err := other.List(ctx, ledger.Filter{})
+	require.NoError(t, err)
+	require.Len(t, left, 1)
+	assert.Equal(t, "a-later", left[0].ID)
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	for field, cfg := range map[string]ledger.Config{
+		"Config.Connection.URL":    {},
+		"Config.Delay: topology":   {Connection: testenv.New(t).Connection(), Delay: topology.Delay{Radix: 1}},
+		"Config.Delay is disabled": {Connection: testenv.New(t).Connection(), Delay: topology.Delay{Disabled: true}},
+		"Config.Timeout -1s":       {Connection: testenv.New(t).Connection(), Timeout: -time.Second},
+	} {
+		_, err := ledger.New(cfg, nil)
+		assert.ErrorContains(t, err, field)
+	}
+}
