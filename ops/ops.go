@@ -15,6 +15,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/mgmt"
 	"github.com/warrenmq/warren/internal/telemetry"
+	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -87,6 +88,7 @@ type Ops struct {
 
 	mu     sync.Mutex
 	conn   *amqp.Connection
+	ledger *ledger.Ledger // made on first use by Scheduled or Cancel
 	closed bool
 }
 
@@ -127,7 +129,47 @@ func (o *Ops) Close() error {
 	if o.mgmt != nil {
 		o.mgmt.Close()
 	}
+	if o.ledger != nil {
+		_ = o.ledger.Close()
+	}
 	return amqpx.Close(o.conn)
+}
+
+// theLedger returns the ledger of the delay levels, following it from the first call on.
+func (o *Ops) theLedger() (*ledger.Ledger, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil, warren.ErrClosed
+	}
+	if o.ledger == nil {
+		l, err := ledger.New(ledger.Config{Connection: o.cfg.Connection, Delay: o.cfg.Delay, Timeout: o.cfg.Timeout}, o.logger)
+		if err != nil {
+			return nil, err
+		}
+		o.ledger = l
+	}
+	return o.ledger, nil
+}
+
+// Scheduled lists the delayed messages published with a schedule id (dlx.Schedule) that
+// wait, from the ledger of the delay levels: see ledger.Ledger.List. The levels are not
+// read.
+func (o *Ops) Scheduled(ctx context.Context, f ledger.Filter) ([]ledger.Entry, error) {
+	l, err := o.theLedger()
+	if err != nil {
+		return nil, err
+	}
+	return l.List(ctx, f)
+}
+
+// Cancel cancels the message scheduled under id: see ledger.Ledger.Cancel.
+func (o *Ops) Cancel(ctx context.Context, id string) error {
+	l, err := o.theLedger()
+	if err != nil {
+		return err
+	}
+	return l.Cancel(ctx, id)
 }
 
 // connection returns the open connection, dialling it (with retries, for up to

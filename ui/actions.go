@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/warrenmq/warren/kill"
+	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/ops"
 )
 
@@ -150,6 +151,32 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, a Action) {
 	h.audit(r, a, queue, fields)
 	p.Title, p.Data = string(action)+" "+queue, res
 	h.render(w, status, "kill", p)
+}
+
+// cancelScheduled cancels the scheduled message of the form's id, and shows the scheduled page.
+func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request, a Action) {
+	id := r.PostFormValue("id")
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	err := h.cfg.Ops.Cancel(ctx, id)
+	fields := watermill.LogFields{}
+	if err != nil {
+		fields["err"] = err.Error()
+	}
+	h.audit(r, a, id, fields)
+	p := h.newPage(w, r)
+	status := http.StatusOK
+	if err != nil {
+		p.Error, status = err.Error(), http.StatusBadGateway
+		if errors.Is(err, ledger.ErrDelivered) || errors.Is(err, ledger.ErrUnknown) {
+			status = http.StatusConflict
+		}
+	}
+	name, _ := h.scheduled(r, p)
+	if err == nil {
+		p.Title = "Cancelled " + id
+	}
+	h.render(w, status, name, p)
 }
 
 // jobs are the replays and deletes started, the last maxJobs kept.

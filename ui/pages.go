@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/visible"
 	"github.com/warrenmq/warren/internal/when"
+	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/topology"
 )
@@ -333,4 +334,35 @@ func (h *Handler) topology(r *http.Request, p *page) (string, int) {
 		d.Report = rep
 	}
 	return "topology", http.StatusOK
+}
+
+// scheduledData is the scheduled page.
+type scheduledData struct {
+	Topic, Before string // the filter, as the request gave it
+	ReadAt        time.Time
+	Entries       []ledger.Entry
+	Shown         []ledger.Entry // the first PageSize
+}
+
+func (h *Handler) scheduled(r *http.Request, p *page) (string, int) {
+	p.Title = "Scheduled"
+	d := scheduledData{Topic: r.FormValue("topic"), Before: r.FormValue("before"), ReadAt: time.Now()}
+	p.Data = &d
+	f := ledger.Filter{Destination: d.Topic}
+	if d.Before != "" {
+		var err error
+		if f.Before, err = when.Parse(d.Before, d.ReadAt); err != nil {
+			p.Error = "due before: " + err.Error()
+			return "scheduled", http.StatusBadRequest
+		}
+	}
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	entries, err := h.cfg.Ops.Scheduled(ctx, f)
+	if err != nil {
+		p.Error = "cannot read the ledger: " + err.Error()
+		return "scheduled", http.StatusBadGateway
+	}
+	d.Entries, d.Shown = entries, entries[:min(len(entries), h.cfg.PageSize)]
+	return "scheduled", http.StatusOK
 }

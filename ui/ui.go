@@ -32,6 +32,7 @@ const (
 	ActionDelete Action = "delete" // delete poison messages
 	ActionKill   Action = "kill"   // stop every consumer of a queue
 	ActionResume Action = "resume" // let them consume again
+	ActionCancel Action = "cancel" // cancel a scheduled message (see package ledger)
 )
 
 // Config configures a Handler.
@@ -51,7 +52,7 @@ type Config struct {
 	// every link and form starts with it. The Handler is given the whole path: mount it
 	// with http.StripPrefix(Prefix, h) only if you set no Prefix.
 	Prefix string
-	// AllowActions lets the pages replay, delete, kill and resume. False, the default, is
+	// AllowActions lets the pages replay, delete, kill, resume and cancel. False, the default, is
 	// read-only: every action is refused on the server, whatever the request.
 	AllowActions bool
 	// Authorize, if set, is called with every request and its action before it is served;
@@ -215,6 +216,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+p+"/parked", h.view(h.parked))
 	m.HandleFunc("GET "+p+"/jobs/{id}", h.view(h.job))
 	m.HandleFunc("GET "+p+"/topology", h.view(h.topology))
+	m.HandleFunc("GET "+p+"/scheduled", h.view(h.scheduled))
+	m.HandleFunc("POST "+p+"/cancel", h.act(ActionCancel, h.cancelScheduled))
 	m.HandleFunc("POST "+p+"/replay", h.act(ActionReplay, h.replay))
 	m.HandleFunc("POST "+p+"/delete", h.act(ActionDelete, h.delete))
 	m.HandleFunc("POST "+p+"/kill", h.act(ActionKill, h.kill))

@@ -18,11 +18,13 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
@@ -657,4 +659,43 @@ func TestHTMXConfig(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string]bool{"204": false, "[23]..": true, "502": true, "[45]..": false}, swaps)
+}
+
+// The scheduled page lists what waits in the ledger, filtered; cancel takes a message off,
+// and a second cancel of it says it is gone.
+func TestScheduledPageListsAndCancels(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	delay := env.Delay(topology.Delay{})
+	q := env.Queue("reminders")
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}, nil)
+	require.NoError(t, err)
+	defer pub.Close()
+	for _, id := range []string{"r1", "r2"} {
+		msg := message.NewMessage(id, nil)
+		dlx.Delay(msg, time.Minute)
+		dlx.Schedule(msg, "")
+		require.NoError(t, pub.Publish(q, msg))
+	}
+	o, err := ops.New(ops.Config{Connection: env.Connection(), Delay: delay}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	logs := &captureLogger{}
+	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, AllowActions: true, SampleInterval: -1}, logs)
+	status, page := b.get("/scheduled")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "2 scheduled")
+	assert.Contains(t, page, "<td>r1</td><td>"+q+"</td>")
+	_, none := b.get("/scheduled?before=%2B30s")
+	assert.Contains(t, none, "0 scheduled")
+
+	resp := b.post("/cancel", url.Values{"id": {"r1"}}, token(t, page))
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "1 scheduled")
+	assert.NotContains(t, body, "<td>r1</td>")
+	resp = b.post("/cancel", url.Values{"id": {"nosuch"}}, token(t, body))
+	assert.Equal(t, http.StatusConflict, resp.StatusCode)
+	require.Len(t, logs.actions(), 2)
+	assert.Equal(t, "cancel", logs.actions()[0]["action"])
 }
