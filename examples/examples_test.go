@@ -189,6 +189,12 @@ func TestDemos(t *testing.T) {
 			"resume: 16 consumers consume again", "all 16 ended")
 	})
 
+	t.Run("reminders", func(t *testing.T) {
+		out := run(t, time.Minute, build(t, "reminders"))
+		contains(t, out, "in a year", "listed    renew-passport-", "cancelled call-mum-", "arrived   tea-", "arrived   stretch-",
+			"never arrived: cancelled", "the message was delivered before the cancellation", "0 reminders left scheduled")
+	})
+
 	t.Run("scheduler", func(t *testing.T) {
 		out := run(t, 2*time.Minute, build(t, "scheduler"), "-every", "1s", "-ticks", "2")
 		contains(t, out, "is active", "(SIGKILL)", "after the kill", "4 ticks, each 1s after the one before: no tick lost, none twice")

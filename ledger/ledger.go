@@ -111,6 +111,12 @@ func (e Entry) Destination() string {
 	return e.Exchange
 }
 
+// Reading the stream: up to prefetch records in flight, acked every ackEvery.
+const (
+	prefetch = 2000
+	ackEvery = 500
+)
+
 // Ops of the records.
 const (
 	opScheduled = "scheduled"
@@ -232,7 +238,7 @@ func (l *Ledger) follow(ctx context.Context) error {
 		if err := topology.DeclareLedger(read, l.cfg.Delay); err != nil {
 			return err
 		}
-		if err := read.Qos(1000, 0, false); err != nil { // a stream is read with a prefetch
+		if err := read.Qos(prefetch, 0, false); err != nil { // a stream is read with a prefetch
 			return err
 		}
 		var err error
@@ -258,6 +264,7 @@ func (l *Ledger) follow(ctx context.Context) error {
 		l.ready = make(chan struct{})
 		l.mu.Unlock()
 	}()
+	unacked := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -272,8 +279,13 @@ func (l *Ledger) follow(ctx context.Context) error {
 			if json.Unmarshal(d.Body, &r) == nil {
 				l.read(r)
 			}
-			if err := d.Ack(false); err != nil {
-				return err
+			// A stream counts acks as credit only: one for all read so far, when the
+			// reader has caught up or every ackEvery records.
+			if unacked++; unacked == ackEvery || len(deliveries) == 0 {
+				if err := d.Ack(true); err != nil {
+					return err
+				}
+				unacked = 0
 			}
 		}
 	}

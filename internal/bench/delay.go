@@ -15,6 +15,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -23,11 +24,11 @@ import (
 // against the time Publish was called plus its delay: on levels of this run's queue type
 // (quorum by default), then, unless -delay-classic=false, once more on classic levels.
 func benchDelay() {
-	s := runDelay(queueType())
+	s := runDelay(queueType(), false)
 	s.report("delay")
 	result("delay_queues", "%d", s.queues)
 	if *dclassic && queueType() != topology.Classic {
-		runDelay(topology.Classic).report("delay_classic")
+		runDelay(topology.Classic, false).report("delay_classic")
 	}
 }
 
@@ -42,10 +43,22 @@ func (s delayStats) report(prefix string) {
 type delayStats struct {
 	p50, p99, max float64
 	early, queues int
+	lists         int     // with listing: how many times the ledger was listed
+	listMs        float64 // and the mean time a list took
 }
 
-// runDelay runs the delay bench on levels (and a destination queue) of type typ.
-func runDelay(typ topology.QueueType) delayStats {
+// benchLedger is the delay bench with every message scheduled under an id (dlx.Schedule),
+// and the ledger listed over and over while they wait: listing must not make them late.
+func benchLedger() {
+	s := runDelay(queueType(), true)
+	s.report("delay_listing")
+	result("ledger_lists", "%d", s.lists)
+	result("ledger_list_ms", "%.1f", s.listMs)
+}
+
+// runDelay runs the delay bench on levels (and a destination queue) of type typ; with
+// listing, the messages are scheduled under ids and a ledger lists them until they arrived.
+func runDelay(typ topology.QueueType, listing bool) delayStats {
 	cfg := config(topology.Delay{Prefix: name("delay"), Radix: *radix})
 	cfg.QueueType, cfg.Delay.QueueType = typ, typ
 	layout := cfg.Delay
@@ -100,15 +113,51 @@ func runDelay(typ topology.QueueType) delayStats {
 	<-ready
 
 	start := time.Now()
-	_, err = parallel(*dpubs, len(delays), nextPublish(p, q, delays, due, &mu))
+	_, err = parallel(*dpubs, len(delays), nextPublish(p, q, delays, due, &mu, listing))
 	must(err)
 	fmt.Printf("   published in %s; waiting for the longest delay\n", time.Since(start).Round(time.Millisecond))
-	must(<-consumed)
+	var lists int
+	var listTime time.Duration
+	if listing {
+		l, err := ledger.New(ledger.Config{Connection: warren.Connection{URL: *url}, Delay: layout}, nil)
+		must(err)
+		defer l.Close()
+		defer cleanup([]string{layout.LedgerQueue()}, nil)
+	list:
+		for {
+			select {
+			case err := <-consumed:
+				must(err)
+				break list
+			default:
+			}
+			t := time.Now()
+			entries, err := l.List(context.Background(), ledger.Filter{})
+			must(err)
+			listTime += time.Since(t)
+			if lists++; lists == 1 {
+				fmt.Printf("   first list: %d entries in %s\n", len(entries), time.Since(t).Round(time.Millisecond))
+			}
+			select { // as an operator or a dashboard would: now and then
+			case err := <-consumed:
+				must(err)
+				break list
+			case <-time.After(*listEvery):
+			}
+		}
+		fmt.Printf("   listed %d times while they waited (every %s), %.1f ms each on average\n", lists, *listEvery,
+			float64(listTime)/float64(lists)/1e6)
+	} else {
+		must(<-consumed)
+	}
 
 	sort.Float64s(lateness)
 	s := delayStats{
 		p50: percentile(lateness, 0.50), p99: percentile(lateness, 0.99), max: lateness[len(lateness)-1],
-		early: early, queues: layout.QueueCount(),
+		early: early, queues: layout.QueueCount(), lists: lists,
+	}
+	if lists > 0 {
+		s.listMs = float64(listTime) / float64(lists) / 1e6
 	}
 	fmt.Printf("   lateness: p50 %.1f ms, p99 %.1f ms, max %.1f ms; early: %d; mean hops %.2f\n",
 		s.p50, s.p99, s.max, early, float64(hops)/float64(len(delays)))
@@ -123,7 +172,7 @@ func runDelay(typ topology.QueueType) delayStats {
 
 // nextPublish returns a function that publishes the next delayed message each time it is
 // called, recording its due time just before Publish.
-func nextPublish(p *dlx.Publisher, q string, delays []time.Duration, due []time.Time, mu *sync.Mutex) func() error {
+func nextPublish(p *dlx.Publisher, q string, delays []time.Duration, due []time.Time, mu *sync.Mutex, scheduled bool) func() error {
 	var next int
 	var nmu sync.Mutex
 	return func() error {
@@ -133,6 +182,9 @@ func nextPublish(p *dlx.Publisher, q string, delays []time.Duration, due []time.
 		nmu.Unlock()
 		msg := message.NewMessage(strconv.Itoa(i), nil)
 		dlx.Delay(msg, delays[i])
+		if scheduled {
+			dlx.Schedule(msg, "")
+		}
 		mu.Lock()
 		due[i] = time.Now().Add(delays[i])
 		mu.Unlock()
