@@ -188,7 +188,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ledger, error) {
 	return l, nil
 }
 
-// Close stops following the ledger. Calls under way fail.
+// Close stops following the ledger. Calls under way fail with warren.ErrClosed.
 func (l *Ledger) Close() error {
 	l.cancel()
 	<-l.done
@@ -342,7 +342,9 @@ func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 		if conf == nil {
 			select {
 			case <-ready:
-				return errors.New("connecting") // retried at once with the new connection
+				return errors.New("connecting") // retried with the new connection
+			case <-l.done:
+				return amqpx.Permanent(warren.ErrClosed)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -359,6 +361,8 @@ func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 	select {
 	case o := <-found:
 		return o, nil
+	case <-l.done:
+		return outcome{}, warren.ErrClosed
 	case <-ctx.Done():
 		return outcome{}, fmt.Errorf("ledger: read %s up to the record appended: %w", l.queue, ctx.Err())
 	}

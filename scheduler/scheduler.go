@@ -290,19 +290,16 @@ func (s *Scheduler) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var token amqp.Delivery
 	select {
 	case <-ctx.Done():
 		return nil
 	case err := <-closed:
 		return fmt.Errorf("scheduler: connection closed: %w", err)
-	case d, ok := <-deliveries:
+	case _, ok := <-deliveries: // the token: held, never acked; the broker hands it on when this connection ends
 		if !ok {
 			return errors.New("scheduler: the broker cancelled the lock queue's consumer")
 		}
-		token = d
 	}
-	_ = token // held, never acked: the broker hands it on when this connection ends
 
 	s.active.Store(true)
 	defer s.active.Store(false)
