@@ -27,8 +27,9 @@ type fixture struct {
 	l     *ledger.Ledger
 }
 
-func newFixture(t *testing.T) *fixture {
-	env := testenv.New(t)
+func newFixture(t *testing.T) *fixture { return newFixtureAt(t, testenv.New(t)) }
+
+func newFixtureAt(t *testing.T, env *testenv.Env) *fixture {
 	f := &fixture{env: env, delay: env.Delay(topology.Delay{})}
 	var err error
 	f.pub, err = dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: f.delay}}, env.Logger())
@@ -83,11 +84,8 @@ func TestCancelledMessagesAreNeverHandled(t *testing.T) {
 	f := newFixture(t)
 	q := f.env.Queue("reminders")
 	handled := f.consume(t, q)
-	var ids []string
 	for i := range 10 {
-		id := fmt.Sprintf("reminder-%d", i)
-		ids = append(ids, id)
-		f.schedule(t, q, id, 1500*time.Millisecond)
+		f.schedule(t, q, fmt.Sprintf("reminder-%d", i), 1500*time.Millisecond)
 	}
 	ctx := context.Background()
 	require.NoError(t, f.l.Cancel(ctx, "reminder-3"))
@@ -147,6 +145,36 @@ func TestListShowsWhatWaits(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, left, 1)
 	assert.Equal(t, "a-later", left[0].ID)
+}
+
+// The broker is killed (kill -9) and restarted while cancelled and other messages wait: the
+// ledger reconnects and reads its stream again, the cancellation holds, and the others are
+// handled. On a node of its own.
+func TestCancellationSurvivesABrokerCrash(t *testing.T) {
+	t.Parallel()
+	node := testenv.StartNode(t)
+	f := newFixtureAt(t, testenv.NewAt(t, node.URL()))
+	q := f.env.Queue("reminders")
+	for i := range 4 {
+		f.schedule(t, q, fmt.Sprintf("r%d", i), 5*time.Second)
+	}
+	require.NoError(t, f.l.Cancel(context.Background(), "r2"))
+	node.Crash()
+	crashed := time.Now()
+	f.l.Close()
+	var err error
+	f.l, err = ledger.New(ledger.Config{Connection: f.env.Connection(), Delay: f.delay, Timeout: 3 * time.Minute}, f.env.Logger())
+	require.NoError(t, err)
+
+	entries, err := f.l.List(context.Background(), ledger.Filter{}) // after the ledger reconnected
+	require.NoError(t, err)
+	t.Logf("listed %s after the crash", time.Since(crashed))
+	assert.Len(t, entries, 3, "the three not cancelled wait")
+	handled := f.consume(t, q)
+	require.Eventually(t, func() bool { return len(handled()) == 3 }, time.Minute, 10*time.Millisecond)
+	time.Sleep(time.Second)
+	assert.ElementsMatch(t, []string{"r0", "r1", "r3"}, handled())
+	assert.ErrorIs(t, f.l.Cancel(context.Background(), "r0"), ledger.ErrDelivered)
 }
 
 func TestConfigValidationNamesTheField(t *testing.T) {

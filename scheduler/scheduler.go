@@ -308,18 +308,22 @@ func (s *Scheduler) session(ctx context.Context) error {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- s.lead(lead, conn) }()
+	// Whatever ends the term first is the reason; the lead's own error, once stopped, is not.
+	end := func() {
+		stop()
+		if err := <-done; err != nil {
+			s.logger.Debug("Scheduler's term ended", watermill.LogFields{"err": err})
+		}
+	}
 	select {
 	case <-ctx.Done():
-		stop()
-		<-done
+		end()
 		return nil
 	case err := <-closed:
-		stop()
-		<-done
+		end()
 		return fmt.Errorf("scheduler: connection closed: %w", err)
 	case <-deliveries: // closed: the consumer was cancelled
-		stop()
-		<-done
+		end()
 		return errors.New("scheduler: the broker cancelled the lock queue's consumer")
 	case err := <-done:
 		return err // closing the connection hands the token on
