@@ -122,7 +122,10 @@ func newDelays(g *globals) *cobra.Command {
 }
 
 func newDelaysApply(g *globals) *cobra.Command {
-	var df *delayFlags
+	var (
+		df     *delayFlags
+		ledger bool
+	)
 	apply := &cobra.Command{
 		Use:   "apply",
 		Short: "Declare the delay levels (idempotent)",
@@ -139,11 +142,28 @@ func newDelaysApply(g *globals) *cobra.Command {
 			if err := b.Apply(cmd.Context(), conn, topology.Topology{}); err != nil {
 				return err
 			}
+			if ledger {
+				err := g.onBroker(cmd, "declare the ledger", func(ctx context.Context, conn *amqp.Connection) error {
+					ch, err := conn.Channel()
+					if err != nil {
+						return err
+					}
+					defer ch.Close()
+					return amqpx.Do(ctx, ch, func() error { return topology.DeclareLedger(ch, b.Delay()) })
+				})
+				if err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "declared %s\n", describeDelay(b.Delay()))
+			if ledger {
+				fmt.Fprintf(cmd.OutOrStdout(), "declared the ledger %s\n", b.Delay().LedgerQueue())
+			}
 			return nil
 		},
 	}
 	df = addDelayFlags(apply.Flags())
+	apply.Flags().BoolVar(&ledger, "ledger", false, "declare the ledger of scheduled messages too (a stream; declared on first use otherwise)")
 	return apply
 }
 

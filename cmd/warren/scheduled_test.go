@@ -30,6 +30,7 @@ func TestScheduledListAndCancel(t *testing.T) {
 	dlx.Schedule(msg, "")
 	require.NoError(t, pub.Publish(q, msg))
 	flags := []string{"--prefix", delay.Prefix, "--levels", "8", "--reach", "9600h"}
+	assert.Contains(t, run(t, env.URL, append([]string{"delays", "apply", "--ledger"}, flags...)...), "declared the ledger "+delay.LedgerQueue())
 
 	var entries []ledger.Entry
 	require.NoError(t, json.Unmarshal([]byte(run(t, env.URL, append([]string{"scheduled", "list", "--json"}, flags...)...)), &entries))

@@ -260,9 +260,15 @@ func (e *Env) Logger() watermill.LoggerAdapter {
 }
 
 func (e *Env) cleanup() {
-	defer e.conn.Close()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.conn.IsClosed() { // a test that restarted its node: connect again
+		if err := DeleteAt(e.URL, e.queues, e.exchanges); err != nil {
+			e.t.Errorf("cleanup: %v", err)
+		}
+		return
+	}
+	defer e.conn.Close()
 	if err := deleteAll(e.conn, e.queues, e.exchanges); err != nil {
 		e.t.Errorf("cleanup: %v", err)
 	}
