@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,15 +130,21 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		"warren.delay.lateness{warren.queue=" + queue + "}":                                                              retried + 1, // every retry is delayed
 		parked: 0,
 	}
-	require.Eventually(t, func() bool {
+	var differ []string
+	settled := assert.Eventually(t, func() bool {
 		got := metricPoints(t, reader)
+		differ = differ[:0]
 		for k, v := range want {
 			if got[k] != v {
-				return false
+				differ = append(differ, fmt.Sprintf("%s: %v, want %v", k, got[k], v))
 			}
 		}
-		return true
-	}, 30*time.Second, 50*time.Millisecond, "the workload's metrics")
+		return len(differ) == 0
+	}, time.Minute, 50*time.Millisecond, "the workload's metrics")
+	if !settled {
+		env.LogDepths()
+		t.Fatalf("metrics that differ:\n%s", strings.Join(differ, "\n"))
+	}
 
 	k, err := kill.NewKiller(kill.Config{Connection: env.Connection()}, env.Logger())
 	require.NoError(t, err)
