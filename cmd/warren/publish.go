@@ -27,6 +27,7 @@ type publishFlags struct {
 	headers  []string
 	exchange string
 	file     string
+	schedule bool
 	delays   *delayFlags
 }
 
@@ -53,6 +54,7 @@ func newPublish(g *globals) *cobra.Command {
 	fs.StringArrayVar(&f.headers, "header", nil, "a header, key=value; repeat for more")
 	fs.StringVar(&f.exchange, "exchange", "", "publish to this exchange, with TOPIC as the routing key")
 	fs.StringVar(&f.file, "file", "", "read the body from this file (default: stdin)")
+	fs.BoolVar(&f.schedule, "schedule", false, "record it in the ledger under its message id, to list and cancel it (with --delay or --at)")
 	f.delays = addDelayFlags(fs)
 	publish.MarkFlagsMutuallyExclusive("delay", "at")
 	return publish
@@ -82,6 +84,12 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		due = t
 	}
 	delayed := f.delay > 0 || f.at != ""
+	if f.schedule && !delayed {
+		return errors.New("--schedule needs --delay or --at: only a delayed message can be listed and cancelled")
+	}
+	if f.schedule {
+		dlx.Schedule(msg, "")
+	}
 	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
 	var plan topology.Plan
 	if delayed {
@@ -131,6 +139,9 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "published message %s to %s; %s\n", msg.UUID, dest, timing(f, plan, due, start, cfg.Delay))
+	if f.schedule {
+		fmt.Fprintf(cmd.OutOrStdout(), "scheduled under id %s: `warren scheduled list` shows it, `warren scheduled cancel %s` cancels it\n", msg.UUID, msg.UUID)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +48,17 @@ func TestScheduledListAndCancel(t *testing.T) {
 
 	assert.Contains(t, run(t, env.URL, append([]string{"scheduled", "cancel", "renewal-42"}, flags...)...), "cancelled renewal-42")
 	assert.Contains(t, run(t, env.URL, append([]string{"scheduled", "list"}, flags...)...), "0 messages scheduled")
-	_, stderr, code := runCode(t, env.URL, append([]string{"scheduled", "cancel", "nosuch"}, flags...)...)
+
+	// From the CLI alone: publish a year ahead, list, cancel.
+	out = runIn(t, env.URL, "renew", append([]string{"publish", q, "--at", "+8760h", "--schedule"}, flags...)...)
+	require.Contains(t, out, "scheduled under id ")
+	id := strings.TrimSuffix(strings.Fields(strings.SplitAfter(out, "scheduled under id ")[1])[0], ":")
+	assert.Contains(t, run(t, env.URL, append([]string{"scheduled", "list"}, flags...)...), id+"  "+q)
+	assert.Contains(t, run(t, env.URL, append([]string{"scheduled", "cancel", id}, flags...)...), "cancelled "+id)
+	_, stderr, code := runCode(t, env.URL, append([]string{"publish", q, "--schedule"}, flags...)...)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--schedule needs --delay or --at")
+	_, stderr, code = runCode(t, env.URL, append([]string{"scheduled", "cancel", "nosuch"}, flags...)...)
 	assert.Equal(t, exitNoQueue, code)
 	assert.Contains(t, stderr, "no message is scheduled under this id")
 }
