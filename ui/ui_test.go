@@ -209,7 +209,7 @@ func TestOverview(t *testing.T) {
 	assert.Eventually(t, func() bool {
 		_, page := b.get("/")
 		return strings.Contains(page, `<svg class="chart"`)
-	}, 5*time.Second, 50*time.Millisecond)
+	}, 30*time.Second, 50*time.Millisecond)
 }
 
 // A broker that cannot be reached shows as an error in the page, with the last values read.
@@ -627,13 +627,13 @@ func TestOverviewRates(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, page := b.get("/")
 		return strings.Contains(page, "&#43;0/min, &#43;0/min over") // html/template writes + so
-	}, 5*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond)
 	poison(t, env, q, 600)
 	require.Eventually(t, func() bool {
 		_, page := b.get("/")
 		return regexp.MustCompile(`&#43;0/min, &#43;[1-9][0-9]*/min over`).MatchString(page) &&
 			strings.Contains(page, `<line class="zero"`) // the chart of the change per minute
-	}, 5*time.Second, 20*time.Millisecond, "poison rising")
+	}, 30*time.Second, 20*time.Millisecond, "poison rising")
 }
 
 // The page's htmx configuration is JSON that swaps a 502 in (the overview's refresh then shows
