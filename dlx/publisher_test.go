@@ -576,8 +576,8 @@ func TestLongDelaysThroughTheChain(t *testing.T) {
 	require.Equal(t, 19, layout.Chain())
 	p := newPublisher(t, env, func(c *dlx.Config) { c.Topology.Delay = layout })
 
-	delays := []time.Duration{layout.Max(), 151 * time.Millisecond, 2 * time.Second, 100 * time.Millisecond,
-		1200 * time.Millisecond, 600 * time.Millisecond, 2600 * time.Millisecond}
+	delays := []time.Duration{layout.Max(), 450 * time.Millisecond, 2 * time.Second, 100 * time.Millisecond,
+		1200 * time.Millisecond, 750 * time.Millisecond, 2600 * time.Millisecond}
 	due := map[string]time.Time{}
 	for _, d := range delays {
 		msg := message.NewMessage(d.String(), nil)

@@ -21,7 +21,8 @@ import (
 func TestScheduledListAndCancel(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	delay := env.Delay(topology.Delay{Reach: 400 * 24 * time.Hour, Levels: 8})
+	// Radix 2, 1 s unit: 23 levels reach 97 days, and a chain of 4 a year and more (27 queues).
+	delay := env.Delay(topology.Delay{Radix: 2, Unit: time.Second, Levels: 23, Reach: 400 * 24 * time.Hour})
 	q := env.Queue("reminders")
 	pub, err := dlx.NewPublisher(dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}, env.Logger())
 	require.NoError(t, err)
@@ -30,7 +31,7 @@ func TestScheduledListAndCancel(t *testing.T) {
 	dlx.Delay(msg, 365*24*time.Hour)
 	dlx.Schedule(msg, "")
 	require.NoError(t, pub.Publish(q, msg))
-	flags := []string{"--prefix", delay.Prefix, "--levels", "8", "--reach", "9600h"}
+	flags := []string{"--prefix", delay.Prefix, "--radix", "2", "--unit", "1s", "--levels", "23", "--reach", "9600h"}
 	assert.Contains(t, run(t, env.URL, append([]string{"delays", "apply", "--ledger"}, flags...)...), "declared the ledger "+delay.LedgerQueue())
 
 	var entries []ledger.Entry
