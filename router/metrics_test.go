@@ -73,7 +73,10 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	r := newRouter(t, env, func(c *router.Config) {
 		c.MeterProvider = mp
 		c.Topology.Delay = delay
-		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}} // 3 attempts
+		// 3 attempts. Delays long enough that each retry still has a wait left when it is
+		// published (one whose delay passed before its publish goes straight to the queue,
+		// and records no lateness): on a loaded machine a 50 ms delay did not.
+		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{time.Second, time.Second}}
 	})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(msg *message.Message) error {
 		switch fail := msg.Metadata.Get("fail"); {
