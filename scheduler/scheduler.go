@@ -402,6 +402,10 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 	if err != nil {
 		return err
 	}
+	// A round, once begun, ends: what it publishes it records, even when the term ends
+	// meanwhile (Close), so that a successor need not publish it again. Each of its calls
+	// has a time limit of its own.
+	round := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
 		now := time.Now()
 		wake, changed := now.Add(time.Hour), false
@@ -411,7 +415,7 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 				js = JobState{Schedule: j.Schedule, Topic: j.Topic} // new, or changed: from now on
 			}
 			if !js.Next.After(now) {
-				if err := s.advance(ctx, j, &js, now); err != nil {
+				if err := s.advance(round, j, &js, now); err != nil {
 					return err
 				}
 				st.Jobs[j.Name], changed = js, true
@@ -421,7 +425,7 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 			}
 		}
 		if changed {
-			if err := s.writeState(ctx, conf, st); err != nil {
+			if err := s.writeState(round, conf, st); err != nil {
 				return err
 			}
 		}
