@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +52,17 @@ func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Pu
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// dueOrder is the order messages named by their delays are due in.
+func dueOrder(delays []time.Duration) []string {
+	sorted := slices.Clone(delays)
+	slices.Sort(sorted)
+	var names []string
+	for _, d := range sorted {
+		names = append(names, d.String())
+	}
+	return names
 }
 
 type arrival struct {
@@ -130,13 +140,7 @@ func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
 		// Blocked behind a longer delay, a message would be seconds late.
 		assert.Less(t, a.at.Sub(due[a.msg.UUID]), time.Second, "%s is late", a.msg.UUID)
 	}
-	sorted := append([]time.Duration(nil), delays...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	var want []string
-	for _, d := range sorted {
-		want = append(want, d.String())
-	}
-	assert.Equal(t, want, order)
+	assert.Equal(t, dueOrder(delays), order)
 }
 
 // Many random delays, published concurrently: none arrives before it is due.
@@ -592,13 +596,7 @@ func TestLongDelaysThroughTheChain(t *testing.T) {
 		assert.False(t, a.at.Before(due[a.msg.UUID]), "%s arrived %s early", a.msg.UUID, due[a.msg.UUID].Sub(a.at))
 		t.Logf("%s: %s late", a.msg.UUID, a.at.Sub(due[a.msg.UUID]).Round(time.Millisecond))
 	}
-	sorted := slices.Clone(delays)
-	slices.Sort(sorted)
-	var want []string
-	for _, d := range sorted {
-		want = append(want, d.String())
-	}
-	assert.Equal(t, want, order)
+	assert.Equal(t, dueOrder(delays), order)
 }
 
 // A delay past RabbitMQ's largest TTL (49.7 days) is accepted and waits in the chain queue

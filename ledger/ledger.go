@@ -19,8 +19,6 @@ package ledger
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,11 +29,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/killstate"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -199,20 +197,7 @@ func (l *Ledger) Close() error {
 // connection is lost.
 func (l *Ledger) run(ctx context.Context) {
 	defer close(l.done)
-	wait := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second),
-		backoff.WithMaxElapsedTime(0))
-	for ctx.Err() == nil {
-		err := l.follow(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		next := wait.NextBackOff()
-		l.logger.Error("Ledger lost its connection; connecting again", err, watermill.LogFields{"ledger": l.queue, "in": next})
-		select {
-		case <-ctx.Done():
-		case <-time.After(next):
-		}
-	}
+	amqpx.Reconnect(ctx, l.logger, "Ledger lost its connection; connecting again", watermill.LogFields{"ledger": l.queue}, l.follow)
 }
 
 // follow connects, declares the stream and reads it from the start until the connection
@@ -324,7 +309,7 @@ func (l *Ledger) read(r record) {
 func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
-	token := newToken()
+	token := killstate.NewID()
 	found := make(chan outcome, 1)
 	l.mu.Lock()
 	l.waiters[token] = found
@@ -366,13 +351,6 @@ func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 	case <-ctx.Done():
 		return outcome{}, fmt.Errorf("ledger: read %s up to the record appended: %w", l.queue, ctx.Err())
 	}
-}
-
-// newToken returns 16 random hex digits.
-func newToken() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // Cancel makes sure the message scheduled under id is never handled by a warren consumer

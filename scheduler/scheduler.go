@@ -11,7 +11,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
@@ -238,24 +237,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer close(s.running)
 
-	wait := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMaxInterval(5*time.Second),
-		backoff.WithMaxElapsedTime(0))
-	for ctx.Err() == nil {
-		start := time.Now()
-		err := s.session(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		if time.Since(start) > time.Minute {
-			wait.Reset()
-		}
-		next := wait.NextBackOff()
-		s.logger.Error("Scheduler lost its connection; connecting again", err, watermill.LogFields{"in": next})
-		select {
-		case <-ctx.Done():
-		case <-time.After(next):
-		}
-	}
+	amqpx.Reconnect(ctx, s.logger, "Scheduler lost its connection; connecting again", nil, s.session)
 	return nil
 }
 

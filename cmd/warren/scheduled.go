@@ -10,6 +10,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/ledger"
+	"github.com/warrenmq/warren/ops"
 )
 
 func newScheduled(g *globals) *cobra.Command {
@@ -25,22 +26,19 @@ func newScheduled(g *globals) *cobra.Command {
 	return scheduled
 }
 
-// withLedger runs op with a Ledger of the delay levels the flags name, bounded by --timeout.
-func (g *globals) withLedger(df *delayFlags, op func(l *ledger.Ledger) error) error {
+// withOps runs op with the Ops of the delay levels the flags name: its ledger, bounded by
+// --timeout.
+func (g *globals) withOps(cmd *cobra.Command, df *delayFlags, op func(o *ops.Ops) error) error {
 	cfg, err := df.config(g.timeout)
 	if err != nil {
 		return err
 	}
-	conn, err := g.connection()
+	o, err := g.ops(cmd, cfg.Delay)
 	if err != nil {
 		return err
 	}
-	l, err := ledger.New(ledger.Config{Connection: conn, Delay: cfg.Delay, Timeout: g.timeout}, nil)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
-	return op(l)
+	defer o.Close()
+	return op(o)
 }
 
 func newScheduledList(g *globals) *cobra.Command {
@@ -61,8 +59,8 @@ func newScheduledList(g *globals) *cobra.Command {
 					return fmt.Errorf("--before: %w", err)
 				}
 			}
-			return g.withLedger(df, func(l *ledger.Ledger) error {
-				entries, err := l.List(cmd.Context(), f)
+			return g.withOps(cmd, df, func(o *ops.Ops) error {
+				entries, err := o.Scheduled(cmd.Context(), f)
 				if err != nil {
 					return err
 				}
@@ -114,8 +112,8 @@ func newScheduledCancel(g *globals) *cobra.Command {
 			"scheduled under ID (the cancellation is recorded all the same).",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return g.withLedger(df, func(l *ledger.Ledger) error {
-				err := l.Cancel(cmd.Context(), args[0])
+			return g.withOps(cmd, df, func(o *ops.Ops) error {
+				err := o.Cancel(cmd.Context(), args[0])
 				switch {
 				case errors.Is(err, ledger.ErrUnknown):
 					return &exitError{exitNoQueue, err.Error(), err}
