@@ -25,9 +25,8 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// declaring lets two tests at a time declare their delay levels (60 quorum queues each; 120
-// before testenv.DelayLevels):
-// eight at once made RabbitMQ 3.10 on two cores take more than the 30 s ConnectTimeout.
+// declaring lets two tests at a time declare their delay levels: eight at once made
+// RabbitMQ 3.10 on two cores take more than the 30 s ConnectTimeout.
 var declaring = make(chan struct{}, 2)
 
 // oneOfFewDeclaring runs declare while at most one other test declares its levels.
@@ -37,10 +36,13 @@ func oneOfFewDeclaring(declare func()) {
 	declare()
 }
 
-// newPublisher starts a publisher with delay levels of the test's own.
+// newPublisher starts a publisher with delay levels of the test's own: 4 levels of the
+// default radix 16 (60 queues, delays up to 65.5 s), where the other packages' tests have
+// testenv's lighter layout.
 func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Publisher {
 	t.Helper()
-	cfg := dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
+	delay := env.Delay(topology.Delay{Radix: topology.DefaultDelayRadix, Levels: 4})
+	cfg := dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}
 	if mod != nil {
 		mod(&cfg)
 	}

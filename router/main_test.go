@@ -50,7 +50,7 @@ func consumerProcess() int {
 		KillSecret: []byte(os.Getenv("SECRET")), OnKill: func(e router.KillEvent) {
 			line("event %s %s %d", e.Handler, e.State, e.At.UnixNano())
 		},
-		Topology: topology.Config{Delay: topology.Delay{Prefix: os.Getenv("DELAY_PREFIX"), Levels: testenv.DelayLevels}},
+		Topology: topology.Config{Delay: topology.Delay{Prefix: os.Getenv("DELAY_PREFIX"), Radix: testenv.DelayRadix, Levels: testenv.DelayLevels}},
 	}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -110,10 +110,16 @@ func TestOneActiveAndHandover(t *testing.T) {
 	conn, err := amqp.Dial(env.URL)
 	require.NoError(t, err)
 	defer conn.Close()
-	g, found, err := scheduler.ReadGroup(context.Background(), conn, scheduler.DefaultPrefix, name)
-	require.NoError(t, err)
-	require.True(t, found)
-	assert.Zero(t, g.Schedulers, "all closed")
+	// The lock queue is a quorum queue: it counts a closed consumer out once the broker has
+	// seen its channel go, a moment after Close.
+	var g scheduler.Group
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var found bool
+		g, found, err = scheduler.ReadGroup(context.Background(), conn, scheduler.DefaultPrefix, name)
+		require.NoError(c, err)
+		require.True(c, found)
+		assert.Zero(c, g.Schedulers, "all closed")
+	}, 10*time.Second, 10*time.Millisecond)
 	assert.Equal(t, "@every 1s", g.Jobs["every-second"].Schedule)
 	// The last tick published ahead, and recorded, is still delivered after the close.
 	last := g.Jobs["every-second"].Next

@@ -23,7 +23,7 @@ import (
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	d, x, q := env.Delay(topology.Delay{}), env.Exchange("codes"), env.Queue("codes")
+	d, x, q := cliDelay(env), env.Exchange("codes"), env.Queue("codes")
 	file := writeFile(t, d, x, q, 20)
 	levels := []string{"--prefix", d.Prefix, "--levels", fmt.Sprint(d.Levels)}
 	noLevels := []string{"--prefix", env.Name("nolevels"), "--levels", fmt.Sprint(d.Levels)}

@@ -226,3 +226,7 @@ func TestKillNotConfirmedByEveryConsumerExits3(t *testing.T) {
 	assert.Regexp(t, regexp.QuoteMeta("warning: stop confirmed by 1 consumer in 1 process within ")+`.+`+
 		regexp.QuoteMeta(" (the queue had 2 consumers); the others may still be finishing their messages")+`.*\n$`, stdout)
 }
+
+// cliDelay returns delay levels of the test's own that the flags --prefix and --levels name
+// (the default radix): 4 levels, 60 queues, delays up to 65.5 s.
+func cliDelay(env *testenv.Env) topology.Delay { return env.Delay(topology.Delay{Levels: 4}) }

@@ -42,7 +42,7 @@ func cliErr(url string, args ...string) (string, error) {
 func TestPoisonCommands(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	delay := env.Delay(topology.Delay{})
+	delay := cliDelay(env)
 	q := env.Queue("orders")
 	var (
 		mu      sync.Mutex

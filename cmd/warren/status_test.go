@@ -23,7 +23,7 @@ import (
 func TestStatusWithoutManagement(t *testing.T) {
 	env := testenv.New(t)
 	t.Setenv("WARREN_MANAGEMENT_URL", "")
-	delay := env.Delay(topology.Delay{})
+	delay := cliDelay(env)
 	out := run(t, env.URL, "status", "--prefix", delay.Prefix, "--levels", fmt.Sprint(delay.Levels))
 	t.Log("\n" + out)
 	assert.Contains(t, out, "no work queue named: give their names (warren status QUEUE...), a topology file (--config FILE),\n"+

@@ -92,7 +92,7 @@ func hostileValuesAreShownEscaped(t *testing.T, url string) {
 	}
 
 	// Parked: a delayed message whose destination (a header) is hostile.
-	delay := env.Delay(topology.Delay{})
+	delay := cliDelay(env)
 	delayFlags := []string{"--prefix", delay.Prefix, "--levels", fmt.Sprint(delay.Levels)}
 	ch := env.Channel()
 	_, err := ch.QueueDeclare(delay.ParkingQueue(), true, false, false, false, nil)

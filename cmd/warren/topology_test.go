@@ -55,7 +55,7 @@ bindings:
 func TestTopologyApplyVerify(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	d, x, q := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing")
+	d, x, q := cliDelay(env), env.Exchange("events"), env.Queue("billing")
 	file := writeFile(t, d, x, q, 20)
 
 	out := run(t, env.URL, "topology", "apply", file)
@@ -91,7 +91,7 @@ func TestTopologyApplyVerify(t *testing.T) {
 func TestTopologyVerifyMissing(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	d, x, q := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing")
+	d, x, q := cliDelay(env), env.Exchange("events"), env.Queue("billing")
 	file := writeFile(t, d, x, q, 20)
 	out, err := cliErr(env.URL, "topology", "verify", file)
 	require.Error(t, err)
@@ -221,7 +221,7 @@ func TestDelaysFlagsOrConfig(t *testing.T) {
 func TestPublishDelayed(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	d, x, q := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing")
+	d, x, q := cliDelay(env), env.Exchange("events"), env.Queue("billing")
 	run(t, env.URL, "topology", "apply", writeFile(t, d, x, q, 20))
 	deliveries, err := env.Channel().Consume(q, "", true, false, false, false, nil)
 	require.NoError(t, err)
@@ -290,7 +290,7 @@ func TestPublishDelayed(t *testing.T) {
 func TestPublishNowAndRefusals(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	d, x, q := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing")
+	d, x, q := cliDelay(env), env.Exchange("events"), env.Queue("billing")
 	run(t, env.URL, "topology", "apply", writeFile(t, d, x, q, 20))
 
 	out := runIn(t, env.URL, "now", "publish", q)
@@ -328,7 +328,7 @@ func TestPublishNowAndRefusals(t *testing.T) {
 func TestTopologyFileConsistency(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	d, x, q, typo := env.Delay(topology.Delay{}), env.Exchange("events"), env.Queue("billing"), env.Queue("biling")
+	d, x, q, typo := cliDelay(env), env.Exchange("events"), env.Queue("billing"), env.Queue("biling")
 	path := filepath.Join(t.TempDir(), "topology.yaml")
 	data := fmt.Sprintf("config:\n  delay: {prefix: %s, levels: %d}\nexchanges: [{name: %s}]\nqueues: [{name: %s}]\n"+
 		"bindings:\n  - {exchange: %s, queue: %s}\n  - {exchange: %s, queue: %s}\n", d.Prefix, d.Levels, x, q, x, q, x, typo)

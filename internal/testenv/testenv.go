@@ -185,21 +185,25 @@ func (e *Env) LogDepths() {
 	}
 }
 
-// DelayLevels is the number of delay levels Env.Delay gives a test that sets none: 4 digits
-// of the default radix 16 (60 queues, delays up to 65.5 s) instead of the default 8 (120
-// queues, 49.7 days). No test delays longer, and every test declares its levels: with 8, the
-// broker spent most of `make test` creating quorum queues (2.5 s per test on RabbitMQ 3.10),
-// and parallel tests made it exceed ConnectTimeout. topology's tests check the defaults.
-const DelayLevels = 4
+// DelayRadix and DelayLevels are the delay levels Env.Delay gives a test that sets none:
+// 16 levels of radix 2, one queue each (delays up to 65.5 s; no test delays longer), instead
+// of the default's 193 quorum queues. Creating and deleting quorum queues is most of what the
+// broker does in make test: 60 queues per test (4 levels of radix 16) made parallel tests on
+// a loaded 2-core machine exceed the 30 s declare limit. The tests of dlx and topology cover
+// the default radix and layout.
+const (
+	DelayRadix  = 2
+	DelayLevels = 16
+)
 
-// Delay returns delay levels of this test's own (d with a Prefix of its own, Levels
-// DelayLevels if unset, and defaults), removed when the test ends. An unset QueueType stays
-// unset, so that it follows topology.Config.QueueType; the levels of either type are removed
-// then.
+// Delay returns delay levels of this test's own (d with a Prefix of its own, DelayRadix and
+// DelayLevels if none of Levels, Unit and Radix is set, and defaults), removed when the test
+// ends. An unset QueueType stays unset, so that it follows topology.Config.QueueType; the
+// levels of either type are removed then.
 func (e *Env) Delay(d topology.Delay) topology.Delay {
 	d.Prefix = e.Name("delay")
 	if d.Levels == 0 && d.Unit == 0 && d.Radix == 0 {
-		d.Levels = DelayLevels
+		d.Radix, d.Levels = DelayRadix, DelayLevels
 	}
 	typ := d.QueueType
 	for _, t := range []topology.QueueType{topology.Quorum, topology.Classic} {
