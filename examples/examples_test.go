@@ -197,7 +197,8 @@ func TestDemos(t *testing.T) {
 
 	t.Run("scheduler", func(t *testing.T) {
 		out := run(t, 2*time.Minute, build(t, "scheduler"), "-every", "1s", "-ticks", "2")
-		contains(t, out, "is active", "(SIGKILL)", "after the kill", "4 ticks, each 1s after the one before: no tick lost, none twice")
+		contains(t, out, "is active", "(SIGKILL)", "after the kill", "4 ticks, each 1s after the one before: no tick lost, none twice",
+			"the tick published ahead came with no scheduler running")
 	})
 
 	t.Run("dashboard", func(t *testing.T) {
