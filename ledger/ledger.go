@@ -276,23 +276,27 @@ func (l *Ledger) follow(ctx context.Context) error {
 	}
 }
 
-// read applies r to the ids, and tells the caller that appended it what it found.
+// read applies r to the ids, and tells the caller that appended it what it found. A record
+// of another op, or of no id, changes nothing: anyone who may publish to the default exchange
+// can append to the stream.
 func (l *Ledger) read(r record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.ids[r.ID]
-	if s == nil && r.ID != "" {
+	if s == nil && r.ID != "" && (r.Op == opScheduled || r.Op == opCancelled || r.Op == opDelivered) {
 		s = &idState{}
 		l.ids[r.ID] = s
 	}
-	switch r.Op {
-	case opScheduled:
+	switch {
+	case s == nil:
+	case r.Op == opScheduled:
 		// Scheduled (again): a retry of a delivered message waits anew, and may be cancelled.
 		s.known, s.decided, s.entry = true, "", r.Entry
-	case opCancelled, opDelivered:
-		if s.decided == "" {
-			s.decided, s.entry = r.Op, nil
+		if s.entry != nil {
+			s.entry.ID = r.ID // the id it is listed, and cancelled, under
 		}
+	case (r.Op == opCancelled || r.Op == opDelivered) && s.decided == "":
+		s.decided, s.entry = r.Op, nil
 	}
 	if w, ok := l.waiters[r.Token]; ok && r.Token != "" {
 		delete(l.waiters, r.Token)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -75,6 +76,46 @@ func (f *fixture) consume(t *testing.T, queue string) func() []string {
 		defer mu.Unlock()
 		return append([]string(nil), handled...)
 	}
+}
+
+// Records warren did not write (anyone who may publish to the default exchange can append to
+// the stream) are ignored: none stops a reader or shows in a list, and the ledger goes on. On
+// a node of its own (hostile input).
+func TestForgedRecordsAreIgnored(t *testing.T) {
+	t.Parallel()
+	node := testenv.StartNode(t)
+	f := newFixtureAt(t, testenv.NewAt(t, node.URL()))
+	q := f.env.Queue("reminders")
+	f.schedule(t, q, "real", time.Minute)
+	ch := f.env.Channel()
+	require.NoError(t, ch.Confirm(false))
+	for _, body := range []string{`{"op":"scheduled"}`, `{"op":"cancelled"}`, `{"op":"delivered","token":"x"}`,
+		`{"op":"scheduled","id":"no-entry"}`, `{"op":"scheduled","id":"bad","entry":{"due":"tomorrow"}}`,
+		`{"op":"other","id":"real"}`, `{"op":"mark","id":"real"}`, `not json`, `null`, `[]`, ``} {
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", f.delay.LedgerQueue(), false, false,
+			amqp.Publishing{Body: []byte(body)})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(context.Background())
+		require.NoError(t, err)
+		require.True(t, ok, "record %s confirmed", body)
+	}
+
+	ids := func(l *ledger.Ledger) []string {
+		entries, err := l.List(context.Background(), ledger.Filter{})
+		require.NoError(t, err)
+		var ids []string
+		for _, e := range entries {
+			ids = append(ids, e.ID)
+		}
+		return ids
+	}
+	assert.Equal(t, []string{"real"}, ids(f.l))
+	fresh, err := ledger.New(ledger.Config{Connection: f.env.Connection(), Delay: f.delay}, f.env.Logger())
+	require.NoError(t, err)
+	defer fresh.Close()
+	assert.Equal(t, []string{"real"}, ids(fresh), "a ledger that reads the stream from its start")
+	require.NoError(t, fresh.Cancel(context.Background(), "real"))
+	assert.Empty(t, ids(f.l))
 }
 
 // A cancelled message never reaches the handler; its neighbours, due at the same time, do. A
