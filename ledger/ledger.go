@@ -150,6 +150,7 @@ type idState struct {
 type outcome struct {
 	decided string
 	known   bool
+	reads   int // Ledger.reads then
 }
 
 // Ledger reads a delay layout's ledger and appends to it.
@@ -163,6 +164,7 @@ type Ledger struct {
 	waiters map[string]chan outcome
 	conf    *amqpx.Confirmer // the current connection's, for appending; nil while none
 	ready   chan struct{}    // closed, and replaced, when conf is set
+	reads   int              // how many times ids was read from the start
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -209,37 +211,18 @@ func (l *Ledger) follow(ctx context.Context) error {
 	}
 	defer func() { _ = amqpx.Close(conn) }()
 	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
-	read, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	appendCh, err := conn.Channel()
-	if err != nil {
-		return err
-	}
-	var deliveries <-chan amqp.Delivery
+	// Opening the channels and confirm mode wait for the broker: bounded by Timeout and Close.
 	dctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	err = amqpx.Do(dctx, read, func() error {
-		if err := topology.DeclareLedger(read, l.cfg.Delay); err != nil {
-			return err
-		}
-		if err := read.Qos(prefetch, 0, false); err != nil { // a stream is read with a prefetch
-			return err
-		}
-		var err error
-		deliveries, err = read.Consume(l.queue, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
-		return err
-	})
+	stopWatch := amqpx.Watch(dctx, conn)
+	deliveries, conf, err := l.open(dctx, conn)
+	stopWatch()
 	cancel()
-	if err != nil {
-		return err
-	}
-	conf, err := amqpx.NewConfirmer(appendCh)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	l.ids = map[string]*idState{} // read again from the start
+	l.reads++
 	l.conf = conf
 	close(l.ready)
 	l.mu.Unlock()
@@ -256,6 +239,8 @@ func (l *Ledger) follow(ctx context.Context) error {
 			return nil
 		case err := <-closed:
 			return fmt.Errorf("ledger: connection closed: %w", err)
+		case <-conf.Done(): // the broker closed the channel appends go on
+			return errors.New("ledger: the channel of appends was closed")
 		case d, ok := <-deliveries:
 			if !ok {
 				return errors.New("ledger: the broker cancelled the reader of " + l.queue)
@@ -276,6 +261,39 @@ func (l *Ledger) follow(ctx context.Context) error {
 	}
 }
 
+// open declares the stream and starts reading it from the start on a channel of conn, and
+// opens another channel, in confirm mode, for appending.
+func (l *Ledger) open(ctx context.Context, conn *amqp.Connection) (<-chan amqp.Delivery, *amqpx.Confirmer, error) {
+	read, err := conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	appendCh, err := conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	var deliveries <-chan amqp.Delivery
+	err = amqpx.Do(ctx, read, func() error {
+		if err := topology.DeclareLedger(read, l.cfg.Delay); err != nil {
+			return err
+		}
+		if err := read.Qos(prefetch, 0, false); err != nil { // a stream is read with a prefetch
+			return err
+		}
+		var err error
+		deliveries, err = read.Consume(l.queue, "", false, false, false, false, amqp.Table{"x-stream-offset": "first"})
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	conf, err := amqpx.NewConfirmer(appendCh)
+	if err != nil {
+		return nil, nil, err
+	}
+	return deliveries, conf, nil
+}
+
 // read applies r to the ids, and tells the caller that appended it what it found. A record
 // of another op, or of no id, changes nothing: anyone who may publish to the default exchange
 // can append to the stream.
@@ -289,6 +307,10 @@ func (l *Ledger) read(r record) {
 	}
 	switch {
 	case s == nil:
+	case r.Op == opScheduled && s.decided == opCancelled:
+		// A cancellation stands: a message scheduled under its id after it (a cancel that
+		// came first, or a publish retried after a cancel) is not handled either.
+		s.known = true
 	case r.Op == opScheduled:
 		// Scheduled (again): a retry of a delivered message waits anew, and may be cancelled.
 		s.known, s.decided, s.entry = true, "", r.Entry
@@ -300,9 +322,9 @@ func (l *Ledger) read(r record) {
 	}
 	if w, ok := l.waiters[r.Token]; ok && r.Token != "" {
 		delete(l.waiters, r.Token)
-		o := outcome{}
+		o := outcome{reads: l.reads}
 		if s != nil {
-			o = outcome{decided: s.decided, known: s.known}
+			o.decided, o.known = s.decided, s.known
 		}
 		w <- o
 	}
@@ -360,10 +382,14 @@ func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 // Cancel makes sure the message scheduled under id is never handled by a warren consumer
 // (one whose handlers have Middleware): nil once the cancellation is in the ledger before
 // any delivery of it, ErrDelivered if the message arrived first, ErrUnknown if nothing was
-// scheduled under id (the cancellation stands all the same). Cancelling twice is nil.
+// scheduled under id (the cancellation stands all the same). Cancelling twice is nil. A
+// cancellation is final: a message scheduled under the same id later is not handled either.
 func (l *Ledger) Cancel(ctx context.Context, id string) error {
 	if id == "" {
 		return errors.New("ledger: Cancel: the id is empty")
+	}
+	if len(id) > amqpx.MaxHeaderFrame { // its record could exceed the broker's message size
+		return fmt.Errorf("ledger: Cancel: an id of %d bytes: no message can carry one over %d", len(id), amqpx.MaxHeaderFrame)
 	}
 	o, err := l.append(ctx, opCancelled, id)
 	switch {
@@ -389,10 +415,17 @@ type Filter struct {
 // now, sorted by due time. A message that is due but was not consumed by a warren consumer
 // (its queue has no consumer, or a foreign one) is listed until it is.
 func (l *Ledger) List(ctx context.Context, f Filter) ([]Entry, error) {
-	if _, err := l.append(ctx, opMark, ""); err != nil { // read everything appended before now
-		return nil, err
+	for {
+		o, err := l.append(ctx, opMark, "") // read everything appended before now
+		if err != nil {
+			return nil, err
+		}
+		l.mu.Lock()
+		if o.reads == l.reads {
+			break // (locked) the ids are those read up to the mark
+		}
+		l.mu.Unlock() // the reader started again from the start since: a mark of the new read
 	}
-	l.mu.Lock()
 	var entries []Entry
 	for _, s := range l.ids {
 		e := s.entry

@@ -267,6 +267,9 @@ func (d Delay) Chain() int {
 		return 0
 	}
 	c := d.ChainTTL()
+	if c <= 0 { // a Unit above the largest TTL: refused by Validate
+		return 0
+	}
 	return int((d.Reach - d.levelsMax() + c - 1) / c)
 }
 
