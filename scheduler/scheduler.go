@@ -393,11 +393,14 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 		wake, changed := now.Add(time.Hour), false
 		for _, j := range s.cfg.Jobs {
 			js, ok := st.Jobs[j.Name]
-			if !ok || js.Schedule != j.Schedule || js.Topic != j.Topic {
-				js = JobState{Schedule: j.Schedule, Topic: j.Topic} // new, or changed: from now on
+			sp := s.specs[j.Name]
+			// New, changed, or recorded more than a tick ahead of this clock (a clock ahead,
+			// or a forged state, would stop the job until then): from now on.
+			if !ok || js.Schedule != j.Schedule || js.Topic != j.Topic || js.Next.After(sp.Next(sp.Next(now))) {
+				js = JobState{Schedule: j.Schedule, Topic: j.Topic}
 			}
 			if !js.Next.After(now) {
-				if err := s.advance(round, j, &js, now); err != nil {
+				if err := s.advance(round, conn, j, &js, now); err != nil {
 					return err
 				}
 				st.Jobs[j.Name], changed = js, true
@@ -420,8 +423,9 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 }
 
 // advance publishes job j's missed ticks after js.Next (by policy), and its next tick
-// after now, delayed until it is due; js.Next becomes that tick.
-func (s *Scheduler) advance(ctx context.Context, j Job, js *JobState, now time.Time) error {
+// after now, delayed until it is due; js.Next becomes that tick. It stops once the lock's
+// connection is lost: another scheduler is active then, or soon.
+func (s *Scheduler) advance(ctx context.Context, lock *amqp.Connection, j Job, js *JobState, now time.Time) error {
 	sp := s.specs[j.Name]
 	if !js.Next.IsZero() {
 		missed, more := between(sp, js.Next, now, s.cfg.MaxCatchUp)
@@ -433,7 +437,10 @@ func (s *Scheduler) advance(ctx context.Context, j Job, js *JobState, now time.T
 			s.logger.Info("Scheduler skips missed ticks", watermill.LogFields{"job": j.Name, "skipped": more, "policy": s.cfg.Missed})
 		}
 		for _, t := range missed {
-			if err := s.publish(ctx, j, t, false); err != nil {
+			if lock.IsClosed() {
+				return amqp.ErrClosed
+			}
+			if err := s.publish(ctx, j, t); err != nil {
 				return err
 			}
 		}
@@ -444,15 +451,19 @@ func (s *Scheduler) advance(ctx context.Context, j Job, js *JobState, now time.T
 		js.Next = now.Add(24 * time.Hour) // a cron expression that never matches: look again tomorrow
 		return nil
 	}
-	if err := s.publish(ctx, j, next, true); err != nil {
+	if lock.IsClosed() {
+		return amqp.ErrClosed
+	}
+	if err := s.publish(ctx, j, next); err != nil {
 		return err
 	}
 	js.Next = next
 	return nil
 }
 
-// publish publishes job j's tick at t: delayed until t, or at once.
-func (s *Scheduler) publish(ctx context.Context, j Job, t time.Time, delayed bool) error {
+// publish publishes job j's tick at t: delayed until t, or at once if t has come (a tick
+// whose catch-up or retries took until after it).
+func (s *Scheduler) publish(ctx context.Context, j Job, t time.Time) error {
 	msg := message.NewMessage(TickID(s.cfg.Name, j.Name, t), j.Payload)
 	msg.SetContext(ctx)
 	for k, v := range j.Metadata {
@@ -460,7 +471,7 @@ func (s *Scheduler) publish(ctx context.Context, j Job, t time.Time, delayed boo
 	}
 	msg.Metadata.Set(MetadataJob, s.cfg.Name+"/"+j.Name)
 	msg.Metadata.Set(MetadataTick, t.UTC().Format(time.RFC3339Nano))
-	if delayed {
+	if t.After(time.Now()) {
 		dlx.DeliverAt(msg, t)
 	}
 	err := s.pub.Publish(j.Topic, msg)

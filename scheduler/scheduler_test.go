@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -195,4 +196,43 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A state whose next tick is far ahead of the clock (forged here; a clock set back would do
+// the same) does not stop the job: it goes on from the clock's next tick. On a node of its own
+// (a forged message).
+func TestAStateAheadOfTheClockIsDropped(t *testing.T) {
+	t.Parallel()
+	node := testenv.StartNode(t)
+	env := testenv.NewAt(t, node.URL())
+	q := env.WorkQueue("ticks")
+	name := env.Name("group")
+	ticks := collect(t, env, q)
+	cfg := scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, Name: name,
+		Jobs: []scheduler.Job{{Name: "j", Schedule: "@every 1s", Topic: q}}}
+	start := func() *scheduler.Scheduler {
+		s, err := scheduler.New(cfg, env.Logger())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		go func() { assert.NoError(t, s.Run(context.Background())) }()
+		return s
+	}
+	first := start()
+	require.Eventually(t, func() bool { return len(ticks()) >= 1 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, first.Close())
+
+	forged := fmt.Sprintf(`{"jobs":{"j":{"schedule":"@every 1s","topic":%q,"next":"9999-01-01T00:00:00Z"}},"by":"forger","at":"9999-01-01T00:00:00Z"}`, q)
+	ch := env.Channel()
+	require.NoError(t, ch.Confirm(false))
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", scheduler.StateQueue(scheduler.DefaultPrefix, name), false, false,
+		amqp.Publishing{DeliveryMode: amqp.Persistent, Body: []byte(forged)})
+	require.NoError(t, err)
+	ok, err := dc.WaitContext(context.Background())
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	n := len(ticks())
+	start()
+	require.Eventually(t, func() bool { return len(ticks()) >= n+3 }, 15*time.Second, 10*time.Millisecond,
+		"ticks go on after a takeover that read the forged state")
 }

@@ -19,8 +19,13 @@ type spec interface {
 type every time.Duration
 
 func (e every) Next(t time.Time) time.Time {
-	d := time.Duration(e)
-	return t.Truncate(d).Add(d)
+	// In whole seconds (time.Truncate counts from year 1; UnixNano overflows before 1678).
+	sec, d := t.Unix(), int64(time.Duration(e)/time.Second)
+	q := sec / d
+	if sec%d != 0 && sec < 0 {
+		q-- // floor
+	}
+	return time.Unix((q+1)*d, 0).In(t.Location())
 }
 
 // parseSpec reads a cron expression (five fields, or @yearly, @monthly, @weekly, @daily,
@@ -35,6 +40,10 @@ func parseSpec(s string, loc *time.Location) (spec, error) {
 			return nil, fmt.Errorf("%q: not a whole number of seconds of at least 1s", s)
 		}
 		return every(d), nil
+	}
+	if f := strings.Fields(s); len(f) > 1 && strings.HasPrefix(f[1], "@every") &&
+		(strings.HasPrefix(f[0], "CRON_TZ=") || strings.HasPrefix(f[0], "TZ=")) {
+		return nil, fmt.Errorf("%q: @every takes no time zone", s)
 	}
 	sched, err := cron.ParseStandard(s)
 	if err != nil {
@@ -51,9 +60,30 @@ type inLocation struct {
 
 func (l inLocation) Next(t time.Time) time.Time { return l.Schedule.Next(t.In(l.loc)) }
 
+// maxMissedSpan bounds how far back between looks for the ticks of a cron expression: a
+// state recorded that long ago (or forged) must not keep the scheduler stepping through
+// every minute since.
+const maxMissedSpan = 366 * 24 * time.Hour
+
 // between returns the ticks of s in (after, until], at most limit of them (the latest ones),
-// and how many more there were.
+// and how many more there were (of a cron expression, within maxMissedSpan before until).
 func between(s spec, after, until time.Time, limit int) (ticks []time.Time, more int) {
+	if e, ok := s.(every); ok && until.After(after) { // counted, not stepped through
+		d := int64(time.Duration(e) / time.Second)
+		first := e.Next(after)
+		if first.After(until) {
+			return nil, 0
+		}
+		n := int((until.Unix()-first.Unix())/d) + 1
+		k := min(n, limit)
+		for i := n - k; i < n; i++ {
+			ticks = append(ticks, time.Unix(first.Unix()+int64(i)*d, 0).In(first.Location()))
+		}
+		return ticks, n - k
+	}
+	if earliest := until.Add(-maxMissedSpan); after.Before(earliest) {
+		after = earliest
+	}
 	for t := s.Next(after); !t.IsZero() && !t.After(until); t = s.Next(t) {
 		ticks = append(ticks, t)
 		if len(ticks) > limit {
