@@ -1,8 +1,10 @@
 package ops
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -107,10 +109,19 @@ type Filter struct {
 	Since, Until time.Time
 	// Headers: the message has each of these headers with this value.
 	Headers map[string]string
+	// Redact, if set, is applied to a copy of each message before the conditions are
+	// checked (see Redacted), so that the filter selects by what a reader who sees redacted
+	// messages alone sees: a header that Redact blanks matches its blanked value only. What
+	// is replayed or deleted is the message itself, not the copy. Redact must be safe for
+	// concurrent use; it is given no body in a delete or a replay.
+	Redact func(*Message)
 }
 
 // Match reports whether m is selected.
 func (f Filter) Match(m Message) bool {
+	if f.Redact != nil {
+		m = Redacted(m, f.Redact)
+	}
 	switch {
 	case len(f.IDs) > 0 && !slices.Contains(f.IDs, m.ID),
 		f.Group != "" && m.Group != f.Group,
@@ -127,6 +138,20 @@ func (f Filter) Match(m Message) bool {
 		}
 	}
 	return true
+}
+
+// Redacted returns a copy of m that redact has changed, m itself left as it is: the copy's
+// Headers and Body are copies too. The Group of a poison message is then computed again from
+// the Handler, ErrorType and Error that redact left, as Group computes a group's ID, so that
+// the groups of redacted messages and a Filter on their Group agree.
+func Redacted(m Message, redact func(*Message)) Message {
+	grouped := m.Group != "" // a poison message; a parked one has no group
+	m.Headers, m.Body = maps.Clone(m.Headers), bytes.Clone(m.Body)
+	redact(&m)
+	if grouped {
+		m.Group = groupID(m.Handler, m.ErrorType, Normalize(m.Error))
+	}
+	return m
 }
 
 // FailureGroup is the failures of one kind: the same handler, error type and normalised

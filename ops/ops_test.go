@@ -156,6 +156,39 @@ func TestGroup(t *testing.T) {
 	assert.Equal(t, "context deadline exceeded", groups[2].Error)
 }
 
+// Redacted changes a copy alone, and groups it by what redact left; a Filter with Redact
+// selects by that copy.
+func TestRedacted(t *testing.T) {
+	m := ops.Message{ID: "m1", Handler: "charge", ErrorType: "*errors.errorString", Error: "card 4242 declined",
+		Headers: map[string]string{"tenant": "t0"}, Body: []byte("secret")}
+	m.Group = ops.Group([]ops.Message{m})[0].ID
+	redact := func(m *ops.Message) {
+		m.Headers["tenant"], m.Error = "***", "hidden"
+		copy(m.Body, "******")
+	}
+	r := ops.Redacted(m, redact)
+	assert.Equal(t, "t0", m.Headers["tenant"])
+	assert.Equal(t, "secret", string(m.Body))
+	assert.Equal(t, "card 4242 declined", m.Error)
+	assert.Equal(t, "***", r.Headers["tenant"])
+	assert.Equal(t, "******", string(r.Body))
+	assert.Equal(t, ops.Group([]ops.Message{r})[0].ID, r.Group)
+	assert.NotEqual(t, m.Group, r.Group)
+
+	for f, want := range map[*ops.Filter]bool{
+		{Headers: map[string]string{"tenant": "t0"}}:                  true,
+		{Headers: map[string]string{"tenant": "t0"}, Redact: redact}:  false,
+		{Headers: map[string]string{"tenant": "***"}, Redact: redact}: true,
+		{Error: regexp.MustCompile("4242"), Redact: redact}:           false,
+		{Group: m.Group, Redact: redact}:                              false,
+		{Group: r.Group, Redact: redact}:                              true,
+	} {
+		assert.Equal(t, want, f.Match(m), "%+v", *f)
+	}
+	assert.Equal(t, "t0", m.Headers["tenant"], "Match redacts a copy")
+	assert.Empty(t, ops.Redacted(ops.Message{ID: "p1", Headers: map[string]string{}}, redact).Group, "a parked message has no group")
+}
+
 func TestNormalize(t *testing.T) {
 	for in, want := range map[string]string{
 		`user "bob" not found`:                                 `user <str> not found`,

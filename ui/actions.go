@@ -52,6 +52,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
+	f.Redact = h.cfg.Redact // select what the pages show, and nothing by what Redact hides
 	rate := 0.0
 	if s := strings.TrimSpace(r.PostFormValue("rate")); s != "" {
 		if rate, err = strconv.ParseFloat(s, 64); err != nil || rate < 0 {
@@ -60,47 +61,27 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 		}
 	}
 	if r.PostFormValue("confirm") == "" {
-		ctx, cancel := h.callCtx(r)
-		defer cancel()
-		all, err := h.browse(ctx, queue, ops.Browse{})
+		d, err := h.count(r, queue, f)
 		if err != nil {
-			fail(http.StatusBadGateway, "cannot read the queue: "+err.Error())
+			fail(readStatus(err), "cannot count the messages the filter selects: "+err.Error())
 			return
 		}
-		d := confirmData{Action: a, Queue: queue, Form: filterForm(r), Scanned: len(all), To: to, Rate: r.PostFormValue("rate")}
-		for _, m := range all {
-			if f.Match(m) {
-				d.Matches++
-			}
-		}
+		d.Action, d.To, d.Rate = a, to, r.PostFormValue("rate")
 		p.Title, p.Data = "Confirm "+string(a), d
 		h.render(w, http.StatusOK, "confirm", p)
 		return
 	}
-	if h.ctx.Err() != nil {
+	if !h.track() {
 		fail(http.StatusServiceUnavailable, "the dashboard is closing")
 		return
 	}
 	j := h.jobs.add(a, queue)
 	h.audit(r, a, queue, watermill.LogFields{"job": j.ID, "filter": filterForm(r).Encode(), "to": to, "state": "started"})
 	user := h.cfg.User(r)
-	h.wg.Add(1)
 	go func() {
 		defer h.wg.Done()
-		var res ops.ReplayResult
-		var err error
-		if a == ActionDelete {
-			res.Replayed, err = h.cfg.Ops.DeletePoisoned(h.ctx, queue, ops.Browse{Filter: f})
-		} else {
-			opt := ops.ReplayOptions{Filter: f, To: to, Rate: rate, Progress: j.progress}
-			if queue == "" {
-				res, err = h.cfg.Ops.ReplayParked(h.ctx, opt)
-			} else {
-				res, err = h.cfg.Ops.ReplayPoisoned(h.ctx, queue, opt)
-			}
-		}
+		res, err := h.run(j, f, to, rate)
 		j.finish(res, err)
-		h.reads.forget(queue)
 		fields := watermill.LogFields{"user": user, "action": string(a), "queue": queue, "job": j.ID, "done": res.Replayed, "state": "finished"}
 		if err != nil {
 			fields["err"] = err.Error()
@@ -108,6 +89,53 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 		h.logger.Info("ui: action", fields)
 	}()
 	http.Redirect(w, r, h.cfg.Prefix+"/jobs/"+j.ID, http.StatusSeeOther)
+}
+
+// count reads the whole poison queue of queue (the parking queue for ""), within
+// Config.CountTimeout, and counts what f selects.
+func (h *Handler) count(r *http.Request, queue string, f ops.Filter) (confirmData, error) {
+	d := confirmData{Queue: queue, Form: filterForm(r)}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.CountTimeout)
+	defer cancel()
+	unlock, err := h.reads.lock(ctx, queue, nil)
+	if err != nil {
+		return d, err
+	}
+	defer unlock()
+	all, err := h.browse(ctx, queue, ops.Browse{})
+	if err != nil {
+		return d, err
+	}
+	d.Scanned = len(all)
+	for _, m := range all {
+		if f.Match(m) {
+			d.Matches++
+		}
+	}
+	return d, nil
+}
+
+// run runs job j, a replay or a delete of what f selects, until it ends or Close. It holds
+// the queue meanwhile (see snapshots): it waits for the read under way, and the pages of
+// the queue are refused until it ends.
+func (h *Handler) run(j *job, f ops.Filter, to string, rate float64) (ops.ReplayResult, error) {
+	var res ops.ReplayResult
+	unlock, err := h.reads.lock(h.ctx, j.Queue, j)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
+	h.reads.forget(j.Queue)
+	defer h.reads.forget(j.Queue)
+	if j.Action == ActionDelete {
+		res.Replayed, err = h.cfg.Ops.DeletePoisoned(h.ctx, j.Queue, ops.Browse{Filter: f})
+		return res, err
+	}
+	opt := ops.ReplayOptions{Filter: f, To: to, Rate: rate, Progress: j.progress}
+	if j.Queue == "" {
+		return h.cfg.Ops.ReplayParked(h.ctx, opt)
+	}
+	return h.cfg.Ops.ReplayPoisoned(h.ctx, j.Queue, opt)
 }
 
 func (h *Handler) job(r *http.Request, p *page) (string, int) {

@@ -17,17 +17,20 @@
 // The Handler is read-only unless Config.AllowActions: every action is refused on the
 // server. An action also needs a CSRF token (a signed double-submit cookie), a request of the
 // same origin (http.CrossOriginProtection) and Config.Authorize's consent, and writes an audit
-// log line (who, what, which queue, how many) when it starts and when it ends. Everything
-// read from the broker is escaped by html/template, and control characters and bytes that
-// are not UTF-8 are written out visibly (\x1b, \xff). Pages load no script or style but their
-// own (Content-Security-Policy 'self'): htmx, vendored, refreshes the overview and a job's
-// progress.
+// log line (who, what, which queue, how many) when it starts and when it ends. Config.Redact
+// redacts every message once, when it is read: the pages, groups, filters and counts see
+// only what it leaves. Everything read from the broker is escaped by html/template, and
+// control characters and bytes that are not UTF-8 are written out visibly (\x1b, \xff).
+// Pages load no script or style but their own (Content-Security-Policy 'self'): htmx,
+// vendored, refreshes the overview and a job's progress.
 //
 // # Large queues
 //
 // AMQP 0-9-1 reads a queue by taking its messages (see ops): a poison or parked page reads
 // the first Config.ScanLimit messages, says how many of how many it read, and reuses them for
 // Config.SnapshotAge. On RabbitMQ 3.x a quorum queue puts the messages read back at its tail
-// (see ops.Browse.Scan). Replays, deletes and their counts read the whole queue.
+// (see ops.Browse.Scan). Replays, deletes and their counts read the whole queue, the counts
+// within Config.CountTimeout. One reader at a time takes a queue's messages: pages that ask
+// at once share one read, and while a replay or delete runs on a queue its pages are refused.
 // docs/dashboard.md has the measured times.
 package ui

@@ -2,12 +2,13 @@ package ui
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
-	"maps"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -96,6 +97,7 @@ func (h *Handler) overview(r *http.Request, p *page) (string, int) {
 		p.Data = overviewData{Status: last, Stale: !last.At.IsZero(), Err: "cannot read the broker: " + err.Error()}
 		return "overview", http.StatusBadGateway
 	}
+	h.samples.remember(st)
 	p.Data = overviewData{Status: st}
 	return "overview", http.StatusOK
 }
@@ -141,7 +143,7 @@ func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
 	snap, err := h.read(ctx, queue, r.FormValue("refresh") != "")
 	if err != nil {
 		p.Error = "cannot read the queue: " + err.Error()
-		return "list", http.StatusBadGateway
+		return "list", readStatus(err)
 	}
 	all := snap.msgs
 	d.Depth, d.ReadAt = snap.depth, snap.at
@@ -160,14 +162,17 @@ func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
 	if n, err := strconv.Atoi(r.FormValue("page")); err == nil {
 		d.Page = min(max(n, 1), d.Pages)
 	}
-	for _, m := range sel[min((d.Page-1)*h.cfg.PageSize, len(sel)):min(d.Page*h.cfg.PageSize, len(sel))] {
-		m.Headers = maps.Clone(m.Headers) // Redact changes the copy shown, not the snapshot
-		if h.cfg.Redact != nil {
-			h.cfg.Redact(&m)
-		}
-		d.Shown = append(d.Shown, m)
-	}
+	d.Shown = sel[min((d.Page-1)*h.cfg.PageSize, len(sel)):min(d.Page*h.cfg.PageSize, len(sel))]
 	return "list", http.StatusOK
+}
+
+// readStatus is the status of a page whose read of a queue failed with err: 409 while a job
+// holds the queue, else 502.
+func readStatus(err error) int {
+	if errors.Is(err, errJobRuns) {
+		return http.StatusConflict
+	}
+	return http.StatusBadGateway
 }
 
 // filterFields are the form fields of a filter.
@@ -239,30 +244,10 @@ func (h *Handler) message(r *http.Request, p *page) (string, int) {
 	p.Title = "Message " + id
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
-	var ms []ops.Message
-	if snap, ok := h.reads.get(queue, h.cfg.SnapshotAge); ok {
-		for _, m := range snap.msgs {
-			if m.ID == id {
-				ms = append(ms, m)
-				break
-			}
-		}
-	}
-	if len(ms) == 0 { // not read lately: look through the whole queue
-		var err error
-		if ms, err = h.browse(ctx, queue, ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true}); err != nil {
-			p.Error = "cannot read the queue: " + err.Error()
-			return "message", http.StatusBadGateway
-		}
-	}
-	if len(ms) == 0 {
-		p.Error = "no message with this id in the queue (replayed or deleted since?)"
-		return "message", http.StatusNotFound
-	}
-	m := ms[0] // a copy: Redact changes it, not the snapshot
-	m.Headers = maps.Clone(m.Headers)
-	if h.cfg.Redact != nil {
-		h.cfg.Redact(&m)
+	m, status, err := h.find(ctx, queue, id)
+	if err != nil {
+		p.Error = err.Error()
+		return "message", status
 	}
 	d := messageData{Queue: queue, M: m}
 	for k, v := range m.Headers {
@@ -273,6 +258,35 @@ func (h *Handler) message(r *http.Request, p *page) (string, int) {
 	d.BodyKind, d.Body = showBody(m.Body)
 	p.Data = d
 	return "message", http.StatusOK
+}
+
+// find returns the message of id in the poison queue of queue (the parking queue for ""),
+// redacted: from the snapshot if it is there, else looked for in the whole queue. The error
+// comes with the page's status.
+func (h *Handler) find(ctx context.Context, queue, id string) (ops.Message, int, error) {
+	if snap, ok := h.reads.get(queue); ok {
+		for _, m := range snap.msgs {
+			if m.ID == id {
+				return m, http.StatusOK, nil // redacted when it was read
+			}
+		}
+	}
+	unlock, err := h.reads.lock(ctx, queue, nil)
+	if err != nil {
+		return ops.Message{}, readStatus(err), fmt.Errorf("cannot read the queue: %w", err)
+	}
+	defer unlock()
+	ms, err := h.browse(ctx, queue, ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true})
+	if err != nil {
+		return ops.Message{}, http.StatusBadGateway, fmt.Errorf("cannot read the queue: %w", err)
+	}
+	if len(ms) == 0 {
+		return ops.Message{}, http.StatusNotFound, errors.New("no message with this id in the queue (replayed or deleted since?)")
+	}
+	if h.cfg.Redact != nil {
+		return ops.Redacted(ms[0], h.cfg.Redact), http.StatusOK, nil
+	}
+	return ms[0], http.StatusOK, nil
 }
 
 // deaths reads the x-death header (as ops shows it, JSON) into one map per entry, each value

@@ -14,12 +14,15 @@ import (
 	"github.com/warrenmq/warren/ops"
 )
 
-// sampler keeps the queues' depths over the last hour, and the last status read.
+// sampler keeps the queues' depths over the last hour, sampled every Config.SampleInterval
+// (the overview's own reads are not samples: open pages would shorten the hour kept), and
+// the last status read, by the sampler or by an overview.
 type sampler struct {
-	mu     sync.Mutex
-	keep   int // samples kept: an hour's worth
-	series map[string][]point
-	last   ops.Status // the last status read without error
+	mu      sync.Mutex
+	keep    int // samples kept: an hour's worth
+	series  map[string][]point
+	sampled time.Time  // the time of the last sample
+	last    ops.Status // the last status read without error
 }
 
 // point is one sample of a queue: its ready and poison messages at a time.
@@ -40,13 +43,41 @@ func newSampler(interval time.Duration) *sampler {
 	return &sampler{keep: keep, series: map[string][]point{}}
 }
 
-// record adds s to the series, and keeps it as the last status.
+// remember keeps st as the last status, unless the one kept is newer (reads that overlap
+// end in any order).
+func (s *sampler) remember(st ops.Status) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keepLast(st)
+}
+
+// keepLast keeps st as the last status unless the one kept is newer. s.mu is held.
+func (s *sampler) keepLast(st ops.Status) {
+	if st.At.After(s.last.At) {
+		s.last = st
+	}
+}
+
+// record adds the sample st to the series, unless it is not newer than the last sample, and
+// keeps it as the last status (see remember). The series of a queue that st does not list
+// (gone from the management API's list) or that no longer exists are dropped; a queue that is
+// down keeps its series.
 func (s *sampler) record(st ops.Status) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.last = st
-	if s.keep == 0 {
+	s.keepLast(st)
+	if s.keep == 0 || !st.At.After(s.sampled) {
 		return
+	}
+	s.sampled = st.At
+	listed := map[string]bool{delaysSeries: true}
+	for _, q := range st.Queues {
+		listed[q.Queue] = q.Exists
+	}
+	for name := range s.series {
+		if !listed[name] {
+			delete(s.series, name)
+		}
 	}
 	add := func(name string, p point) {
 		ser := append(s.series[name], p)
@@ -180,10 +211,14 @@ func (h *Handler) sample() {
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(h.ctx, h.cfg.Timeout)
-		if _, err := h.status(ctx); err != nil && h.ctx.Err() == nil {
+		st, err := h.status(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			h.samples.record(st)
+		case h.ctx.Err() == nil:
 			h.logger.Info("ui: cannot sample the queues", watermill.LogFields{"err": err.Error()})
 		}
-		cancel()
 		select {
 		case <-h.ctx.Done():
 			return
@@ -192,7 +227,7 @@ func (h *Handler) sample() {
 	}
 }
 
-// status reads the status of the queues shown, and records it.
+// status reads the status of the queues shown.
 func (h *Handler) status(ctx context.Context) (ops.Status, error) {
 	queues := h.cfg.Queues
 	if len(queues) == 0 {
@@ -201,10 +236,5 @@ func (h *Handler) status(ctx context.Context) (ops.Status, error) {
 			return ops.Status{}, fmt.Errorf("list the work queues: %w (set ui.Config.Queues, or the management API in ops.Config.Management)", err)
 		}
 	}
-	st, err := h.cfg.Ops.Status(ctx, queues...)
-	if err != nil {
-		return st, err
-	}
-	h.samples.record(st)
-	return st, nil
+	return h.cfg.Ops.Status(ctx, queues...)
 }

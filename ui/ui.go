@@ -10,9 +10,11 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -55,14 +57,20 @@ type Config struct {
 	// AllowActions lets the pages replay, delete, kill, resume and cancel. False, the default, is
 	// read-only: every action is refused on the server, whatever the request.
 	AllowActions bool
-	// Authorize, if set, is called with every request and its action before it is served;
-	// an error refuses it (403, with the error's text).
+	// Authorize, if set, is called with every request and its action before it is served
+	// (ActionView for the pages and their assets); an error refuses it (403, with the error's
+	// text).
 	Authorize func(r *http.Request, a Action) error
 	// User names who made a request, for the audit log line of each action. Default: the
 	// basic-auth user if any, else the remote address.
 	User func(r *http.Request) string
-	// Redact, if set, is called on every message before it is shown (list and detail): it
-	// may blank headers or the body.
+	// Redact, if set, is called on a copy of every message read (its Headers and Body are
+	// copies too), before anything is made of it: it may blank headers, the error or the body.
+	// The pages, failure groups, filters and message details see the redacted copies alone,
+	// and the count, replay and delete of what a filter selects select by them
+	// (ops.Filter.Redact; there the copy has no body): a value Redact blanks cannot be found
+	// by filtering on it. A poison message's group is computed from what Redact leaves (see
+	// ops.Redacted). It is called from concurrent requests.
 	Redact func(m *ops.Message)
 	// PageSize is the number of messages a list shows per page. Default 50.
 	PageSize int
@@ -79,6 +87,11 @@ type Config struct {
 	SampleInterval time.Duration
 	// Timeout bounds what one page asks of the broker. Default 10s.
 	Timeout time.Duration
+	// CountTimeout bounds the count that a replay or a delete shows before it is confirmed,
+	// which reads the whole queue: about 3 s for 100,000 messages, 7 s once they have been
+	// handed back before (docs/dashboard.md). Default 2m. The replays and deletes themselves
+	// run until they end or Close.
+	CountTimeout time.Duration
 	// CSRFKey signs the forms' CSRF tokens: give every replica behind one address the same
 	// key. Default: a random key per Handler.
 	CSRFKey []byte
@@ -91,6 +104,7 @@ const (
 	DefaultSnapshotAge    = 15 * time.Second
 	DefaultSampleInterval = 10 * time.Second
 	DefaultTimeout        = 10 * time.Second
+	DefaultCountTimeout   = 2 * time.Minute
 )
 
 // WithDefaults returns c with every unset field set to its default.
@@ -110,6 +124,9 @@ func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
+	if c.CountTimeout == 0 {
+		c.CountTimeout = DefaultCountTimeout
+	}
 	if c.User == nil {
 		c.User = remoteUser
 	}
@@ -123,12 +140,21 @@ func (c Config) Validate() error {
 		return errors.New("ui: Config.Ops is nil")
 	case c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/")):
 		return fmt.Errorf("ui: Config.Prefix %q: want a path that starts with / and does not end with one", c.Prefix)
+	case strings.ContainsFunc(c.Prefix, func(r rune) bool { return r == '{' || r == '}' || unicode.IsSpace(r) || unicode.IsControl(r) }):
+		// braces are http.ServeMux's wildcards (its patterns would panic or match another
+		// path), and whitespace and control characters do not belong in a link's path
+		return fmt.Errorf("ui: Config.Prefix %q: braces, spaces and control characters are not allowed", c.Prefix)
+	case c.Prefix != "" && path.Clean(c.Prefix) != c.Prefix:
+		// http.ServeMux panics on a pattern that no cleaned request path can match
+		return fmt.Errorf("ui: Config.Prefix %q: want a clean path (no //, . or .. segment)", c.Prefix)
 	case c.PageSize < 0:
 		return fmt.Errorf("ui: Config.PageSize %d is negative", c.PageSize)
 	case c.SnapshotAge < 0:
 		return fmt.Errorf("ui: Config.SnapshotAge %s is negative", c.SnapshotAge)
 	case c.Timeout < 0:
 		return fmt.Errorf("ui: Config.Timeout %s is negative", c.Timeout)
+	case c.CountTimeout < 0:
+		return fmt.Errorf("ui: Config.CountTimeout %s is negative", c.CountTimeout)
 	case c.CSRFKey != nil && len(c.CSRFKey) < 16:
 		return fmt.Errorf("ui: Config.CSRFKey has %d bytes: want at least 16", len(c.CSRFKey))
 	}
@@ -148,6 +174,9 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
+// staticFiles are the files of the static directory, by their name in it.
+var staticFiles, _ = fs.Sub(staticFS, "static")
+
 // Handler serves the dashboard. Close stops its sampling and the actions under way.
 type Handler struct {
 	cfg     Config
@@ -162,7 +191,9 @@ type Handler struct {
 
 	ctx    context.Context // cancelled by Close: the sampler's and the jobs'
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the sampler and the jobs
+	mu     sync.Mutex     // orders Close and the start of a job (see track)
+	closed bool           // Close was called: no job starts
 }
 
 var _ http.Handler = (*Handler)(nil)
@@ -176,8 +207,8 @@ func New(config Config, logger watermill.LoggerAdapter) (*Handler, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	h := &Handler{cfg: config.WithDefaults(), logger: logger, origin: http.NewCrossOriginProtection(), jobs: newJobs(),
-		reads: &snapshots{m: map[string]snapshot{}}}
+	h := &Handler{cfg: config.WithDefaults(), logger: logger, origin: http.NewCrossOriginProtection(), jobs: newJobs()}
+	h.reads = newSnapshots(h.cfg.SnapshotAge)
 	h.csrfKey = h.cfg.CSRFKey
 	if h.csrfKey == nil {
 		h.csrfKey = make([]byte, 32)
@@ -198,18 +229,34 @@ func New(config Config, logger watermill.LoggerAdapter) (*Handler, error) {
 	return h, nil
 }
 
-// Close stops the sampling and cancels the actions under way, and waits for them.
+// Close stops the sampling and cancels the actions under way, and waits for them. No action
+// starts after it.
 func (h *Handler) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	h.mu.Unlock()
 	h.cancel()
 	h.wg.Wait()
 	return nil
 }
 
+// track counts one more goroutine that Close waits for, and reports true; once Close is
+// called it reports false and counts nothing. It and Close hold h.mu, so that no goroutine is
+// counted once Close has begun to wait.
+func (h *Handler) track() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.wg.Add(1)
+	return true
+}
+
 func (h *Handler) routes() {
-	static, _ := fs.Sub(staticFS, "static")
 	p := h.cfg.Prefix
 	m := http.NewServeMux()
-	m.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", http.FileServerFS(static)))
+	m.Handle("GET "+p+"/static/{file...}", h.viewing(http.HandlerFunc(h.static)))
 	m.HandleFunc("GET "+p+"/{$}", h.view(h.overview))
 	m.HandleFunc("GET "+p+"/poison", h.view(h.poison))
 	m.HandleFunc("GET "+p+"/message", h.view(h.message))
@@ -223,9 +270,29 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+p+"/kill", h.act(ActionKill, h.kill))
 	m.HandleFunc("POST "+p+"/resume", h.act(ActionResume, h.kill))
 	if p != "" {
-		m.Handle("GET "+p, http.RedirectHandler(p+"/", http.StatusMovedPermanently))
+		m.Handle("GET "+p, h.viewing(http.RedirectHandler(p+"/", http.StatusMovedPermanently)))
 	}
 	h.mux = m
+}
+
+// static serves the file of the embedded static directory that the path names; a directory
+// is not listed (404).
+func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	if fi, err := fs.Stat(staticFiles, name); err != nil || fi.IsDir() {
+		http.NotFound(w, r)
+		return
+	}
+	http.ServeFileFS(w, r, staticFiles, name)
+}
+
+// viewing serves next if Authorize consents to ActionView.
+func (h *Handler) viewing(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.authorized(w, r, ActionView) {
+			next.ServeHTTP(w, r)
+		}
+	})
 }
 
 // ServeHTTP implements http.Handler.

@@ -3,6 +3,7 @@ package ui_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,6 +164,13 @@ func TestConfigValidate(t *testing.T) {
 		{Ops: o, Prefix: "/warren/"}:       `ui: Config.Prefix "/warren/": want a path that starts with / and does not end with one`,
 		{Ops: o, PageSize: -1}:             "ui: Config.PageSize -1 is negative",
 		{Ops: o, CSRFKey: []byte("short")}: "ui: Config.CSRFKey has 5 bytes: want at least 16",
+		{Ops: o, CountTimeout: -1}:         "ui: Config.CountTimeout -1ns is negative",
+		{Ops: o, Prefix: "/w/{x}"}:         `ui: Config.Prefix "/w/{x}": braces, spaces and control characters are not allowed`,
+		{Ops: o, Prefix: "/w}"}:            `ui: Config.Prefix "/w}": braces, spaces and control characters are not allowed`,
+		{Ops: o, Prefix: "/my queues"}:     `ui: Config.Prefix "/my queues": braces, spaces and control characters are not allowed`,
+		{Ops: o, Prefix: "/w\tx"}:          `ui: Config.Prefix "/w\tx": braces, spaces and control characters are not allowed`,
+		{Ops: o, Prefix: "/a//b"}:          `ui: Config.Prefix "/a//b": want a clean path (no //, . or .. segment)`,
+		{Ops: o, Prefix: "/a/../b"}:        `ui: Config.Prefix "/a/../b": want a clean path (no //, . or .. segment)`,
 	} {
 		_, err := ui.New(*cfg, nil)
 		assert.EqualError(t, err, want)
@@ -243,11 +252,13 @@ func TestPoisonPage(t *testing.T) {
 	env := testenv.New(t)
 	q := env.WorkQueue("poison")
 	poison(t, env, q, 7)
-	redacted := 0
-	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, PageSize: 2, SampleInterval: -1,
+	var redacted atomic.Int64
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, PageSize: 2, SampleInterval: -1, SnapshotAge: time.Hour,
 		Redact: func(m *ops.Message) {
-			redacted++
-			m.Headers["tenant"] = "***"
+			redacted.Add(1)
+			if m.Headers["tenant"] == "t1" {
+				m.Headers["tenant"] = "***"
+			}
 		}}, nil)
 
 	status, page := b.get("/poison?queue=" + url.QueryEscape(q))
@@ -268,6 +279,8 @@ func TestPoisonPage(t *testing.T) {
 	status, page = b.get("/poison?queue=" + url.QueryEscape(q) + "&where=tenant%3Dt0&since=2026-11-25T10:00:03Z")
 	require.Equal(t, http.StatusOK, status, page)
 	assert.Contains(t, page, "the filter selects 2") // m4, m6
+	_, page = b.get("/poison?queue=" + url.QueryEscape(q) + "&where=tenant%3Dt1")
+	assert.Contains(t, page, "the filter selects 0", "Redact hid the value")
 
 	status, page = b.get("/poison?queue=" + url.QueryEscape(q) + "&error=(")
 	assert.Equal(t, http.StatusBadRequest, status)
@@ -279,7 +292,7 @@ func TestPoisonPage(t *testing.T) {
 	assert.Contains(t, page, "JSON, 25 bytes")
 	assert.Contains(t, page, "{\n  &#34;order&#34;: 3,\n  &#34;items&#34;: [\n    1,\n    2\n  ]\n}")
 	assert.Contains(t, page, "<th>tenant</th><td class=\"text\">***</td>")
-	assert.Positive(t, redacted)
+	assert.Equal(t, int64(7), redacted.Load(), "each message redacted once, when the queue was read")
 
 	status, _ = b.get("/message?queue=" + url.QueryEscape(q) + "&id=nope")
 	assert.Equal(t, http.StatusNotFound, status)
@@ -698,4 +711,239 @@ func TestScheduledPageListsAndCancels(t *testing.T) {
 	assert.Equal(t, http.StatusConflict, resp.StatusCode)
 	require.Len(t, logs.actions(), 2)
 	assert.Equal(t, "cancel", logs.actions()[0]["action"])
+}
+
+// Redact hides a value from everything the dashboard makes of the messages: the failure
+// groups, the filters, and the count, replay and delete of what a filter selects.
+func TestRedactHidesFromGroupsFiltersAndCounts(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("redact")
+	poison(t, env, q, 6)
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, SampleInterval: -1,
+		Redact: func(m *ops.Message) {
+			m.Headers["tenant"], m.Headers[warren.PoisonErrorKey], m.Error = "***", "***", "hidden"
+			for i := range m.Body { // in place: the copy's own bytes
+				m.Body[i] = '*'
+			}
+		}}, nil)
+	list := "/poison?queue=" + url.QueryEscape(q)
+	status, page := b.get(list)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.NotContains(t, page, "declined")
+	assert.NotContains(t, page, "not found")
+	assert.Regexp(t, `>6</a></td>\s*<td>charge</td><td class="err">hidden</td>`, page, "one group: the errors are hidden")
+	group := regexp.MustCompile(`group=([0-9a-f]+)`).FindStringSubmatch(page)
+	require.NotNil(t, group, page)
+	tok := token(t, page)
+
+	for filter, want := range map[string]int{"where=tenant%3Dt0": 0, "error=declined": 0, "where=tenant%3D%2A%2A%2A": 6, "group=" + group[1]: 6} {
+		status, page := b.get(list + "&" + filter)
+		require.Equal(t, http.StatusOK, status, page)
+		assert.Contains(t, page, fmt.Sprintf("the filter selects %d.", want), filter)
+	}
+	_, page = b.get("/message?queue=" + url.QueryEscape(q) + "&id=m1")
+	assert.NotContains(t, page, "not found")
+	assert.Contains(t, page, "text, 25 bytes")
+	assert.NotContains(t, page, "order")
+
+	for _, form := range []url.Values{{"where": {"tenant=t0"}}, {"error": {"declined"}}, {"group": {group[1]}}} {
+		form.Set("queue", q)
+		want := 0
+		if form.Has("group") {
+			want = 6
+		}
+		resp := b.post("/delete", form, tok)
+		body := readAll(t, resp)
+		require.Equal(t, http.StatusOK, resp.StatusCode, body)
+		assert.Contains(t, body, fmt.Sprintf("The filter selects <strong>%d</strong> of the 6 messages", want), form)
+	}
+	page = waitJob(t, b, b.post("/delete", url.Values{"queue": {q}, "where": {"tenant=t0"}, "confirm": {"yes"}}, tok))
+	assert.Regexp(t, `<th>deleted</th><td class="done">0</td>`, page)
+	page = waitJob(t, b, b.post("/replay", url.Values{"queue": {q}, "error": {"declined"}, "confirm": {"yes"}}, tok))
+	assert.Regexp(t, `<th>replayed</th><td class="done">0</td>`, page)
+	assert.Equal(t, 6, depth(t, env, topology.PoisonQueue(q)))
+}
+
+// Pages that read one queue at once wait for one read and share it: each sees every message.
+func TestConcurrentPagesReadTheQueueOnce(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("together")
+	poison(t, env, q, 500)
+	var redacted atomic.Int64
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: -1, SnapshotAge: time.Hour,
+		Redact: func(*ops.Message) { redacted.Add(1) }}, nil)
+	pages := make([]string, 4)
+	errs := make([]error, len(pages))
+	var wg sync.WaitGroup
+	for i := range pages {
+		wg.Go(func() {
+			resp, err := b.c.Get(b.base + "/poison?queue=" + url.QueryEscape(q))
+			if errs[i] = err; err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			pages[i], errs[i] = string(body), err
+		})
+	}
+	wg.Wait()
+	for i, page := range pages {
+		require.NoError(t, errs[i])
+		assert.Contains(t, page, "Read all 500 messages", i)
+	}
+	assert.Equal(t, int64(500), redacted.Load(), "the queue was read once")
+}
+
+// While a replay runs on a queue, its pages are refused (409) rather than read beside it;
+// once it ends they read what it left.
+func TestPagesOfAQueueWaitForItsJob(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("busy")
+	poison(t, env, q, 4)
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, SampleInterval: -1}, nil)
+	list := "/poison?queue=" + url.QueryEscape(q)
+	_, page := b.get(list)
+	resp := b.post("/replay", url.Values{"queue": {q}, "confirm": {"yes"}, "rate": {"2"}}, token(t, page)) // 1.5 s at least
+	require.Eventually(t, func() bool {
+		status, page := b.get(list)
+		return status == http.StatusConflict && strings.Contains(page, "a replay or delete of this queue is under way (job 1)")
+	}, 5*time.Second, 10*time.Millisecond)
+	resp2 := b.post("/delete", url.Values{"queue": {q}}, token(t, page))
+	assert.Equal(t, http.StatusConflict, resp2.StatusCode, "nor is it counted")
+	page = waitJob(t, b, resp)
+	assert.Regexp(t, `<th>replayed</th><td class="done">4</td>`, page)
+	status, page := b.get(list)
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "Read all 0 messages")
+}
+
+// The count of a replay or delete reads the whole queue under Config.CountTimeout, not the
+// page's Config.Timeout.
+func TestCountHasItsOwnDeadline(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("count")
+	poison(t, env, q, 3)
+	for _, c := range []struct {
+		count  time.Duration
+		status int
+		want   string
+	}{
+		{0, http.StatusOK, "The filter selects <strong>3</strong> of the 3 messages"},
+		{time.Nanosecond, http.StatusBadGateway, "context deadline exceeded"},
+	} {
+		_, b := server(t, env.URL, ui.Config{Queues: []string{q}, AllowActions: true, SampleInterval: -1,
+			Timeout: time.Nanosecond, CountTimeout: c.count}, nil)
+		status, page := b.get("/poison?queue=" + url.QueryEscape(q))
+		require.Equal(t, http.StatusBadGateway, status, "no page is read in a nanosecond")
+		resp := b.post("/replay", url.Values{"queue": {q}}, token(t, page))
+		body := readAll(t, resp)
+		assert.Equal(t, c.status, resp.StatusCode, body)
+		assert.Contains(t, body, c.want)
+	}
+}
+
+// Authorize guards the assets and the redirect to the prefix too, and the assets' directory
+// is not listed.
+func TestAuthorizeGuardsAssetsAndRedirect(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	srv, _ := server(t, env.URL, ui.Config{Queues: []string{env.Name("q")}, Prefix: "/w", SampleInterval: -1,
+		Authorize: func(r *http.Request, _ ui.Action) error {
+			if r.Header.Get("X-User") == "" {
+				return errors.New("who are you?")
+			}
+			return nil
+		}}, nil)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	get := func(path, user string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		require.NoError(t, err)
+		if user != "" {
+			req.Header.Set("X-User", user)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		return resp.StatusCode, readAll(t, resp)
+	}
+	for _, path := range []string{"/w", "/w/", "/w/static/style.css", "/w/static/htmx.min.js", "/w/static/"} {
+		status, body := get(path, "")
+		assert.Equal(t, http.StatusForbidden, status, path)
+		assert.Contains(t, body, "who are you?", path)
+	}
+	status, _ := get("/w", "ann")
+	assert.Equal(t, http.StatusMovedPermanently, status)
+	status, css := get("/w/static/style.css", "ann")
+	assert.Equal(t, http.StatusOK, status)
+	assert.Contains(t, css, "svg.chart")
+	status, body := get("/w/static/", "ann")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.NotContains(t, body, "style.css")
+	status, _ = get("/w/static/nope.css", "ann")
+	assert.Equal(t, http.StatusNotFound, status)
+}
+
+// A job is started before Close, which waits for it, or refused: none starts after it.
+func TestCloseWhileJobsStart(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("closing")
+	o, err := ops.New(ops.Config{Connection: env.Connection()}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	h, err := ui.New(ui.Config{Ops: o, Queues: []string{q}, AllowActions: true, SampleInterval: -1}, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	b := &browser{t: t, base: srv.URL, c: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	_, page := b.get("/poison?queue=" + url.QueryEscape(q))
+	form := url.Values{"queue": {q}, "confirm": {"yes"}, "csrf": {token(t, page)}}.Encode()
+	codes := make([]int, 20)
+	errs := make([]error, len(codes))
+	var wg sync.WaitGroup
+	for i := range codes {
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodPost, srv.URL+"/replay", strings.NewReader(form))
+			if errs[i] = err; err != nil {
+				return
+			}
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, err := b.c.Do(req)
+			if errs[i] = err; err != nil {
+				return
+			}
+			codes[i] = resp.StatusCode
+			_ = resp.Body.Close()
+		})
+	}
+	require.NoError(t, h.Close())
+	wg.Wait()
+	for i, code := range codes {
+		require.NoError(t, errs[i])
+		assert.Contains(t, []int{http.StatusSeeOther, http.StatusServiceUnavailable}, code)
+	}
+	resp := b.post("/replay", url.Values{"queue": {q}, "confirm": {"yes"}}, token(t, page))
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Contains(t, readAll(t, resp), "the dashboard is closing")
+}
+
+// The overview's own reads are not samples: with one sample an hour, no chart appears
+// however often the page is loaded.
+func TestOverviewLoadsAreNotSamples(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	_, b := server(t, env.URL, ui.Config{Queues: []string{env.WorkQueue("sampled")}, SampleInterval: time.Hour}, nil)
+	for range 3 {
+		status, page := b.get("/")
+		require.Equal(t, http.StatusOK, status, page)
+		assert.NotContains(t, page, `<svg class="chart"`)
+	}
 }
