@@ -221,6 +221,10 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 start() {
   setup
   [ "${RMQ4_FRESH:-0}" = 1 ] && rm -rf "$NODE"
+  if ours "$(cat "$PIDFILE" 2>/dev/null)" && [[ "$(readlink "/proc/$(cat "$PIDFILE")/cwd")" == *" (deleted)" ]]; then
+    log "restarting the running node: its working directory was deleted (its management API fails)"
+    stop
+  fi
   if ours "$(cat "$PIDFILE" 2>/dev/null)"; then
     log "already running (beam pid $(cat "$PIDFILE"))"
     ensure_management
@@ -233,7 +237,10 @@ start() {
   rm -f "$PIDFILE"
   local t0=$SECONDS
   log "starting $NODENAME (AMQP $BIND:$AMQP_PORT, dist $DIST_PORT), logs in $LOGDIR"
-  # own session so that nothing of ours gets the caller's terminal signals
+  # own session so that nothing of ours gets the caller's terminal signals; started in the
+  # node's own directory, since the node reads its working directory all along: started in a
+  # checkout that is later deleted, its management API answered 500 to every call from then on
+  cd "$NODE"
   setsid "$PREFIX/bin/rabbitmq-server" > "$LOGDIR/stdout.log" 2>&1 < /dev/null &
   echo $! > "$WRAPPIDFILE"
   local wpid=$!
