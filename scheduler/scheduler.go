@@ -427,6 +427,7 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 // connection is lost: another scheduler is active then, or soon.
 func (s *Scheduler) advance(ctx context.Context, lock *amqp.Connection, j Job, js *JobState, now time.Time) error {
 	sp := s.specs[j.Name]
+	var ticks []time.Time // to publish: the missed ones, then the next
 	if !js.Next.IsZero() {
 		missed, more := between(sp, js.Next, now, s.cfg.MaxCatchUp)
 		if s.cfg.Missed == Skip {
@@ -436,28 +437,25 @@ func (s *Scheduler) advance(ctx context.Context, lock *amqp.Connection, j Job, j
 		if more > 0 {
 			s.logger.Info("Scheduler skips missed ticks", watermill.LogFields{"job": j.Name, "skipped": more, "policy": s.cfg.Missed})
 		}
-		for _, t := range missed {
-			if lock.IsClosed() {
-				return amqp.ErrClosed
-			}
-			if err := s.publish(ctx, j, t); err != nil {
-				return err
-			}
-		}
+		ticks = missed
 		js.Missed += more
 	}
 	next := sp.Next(now)
-	if next.IsZero() {
-		js.Next = now.Add(24 * time.Hour) // a cron expression that never matches: look again tomorrow
-		return nil
+	if !next.IsZero() {
+		ticks = append(ticks, next)
 	}
-	if lock.IsClosed() {
-		return amqp.ErrClosed
-	}
-	if err := s.publish(ctx, j, next); err != nil {
-		return err
+	for _, t := range ticks {
+		if lock.IsClosed() {
+			return amqp.ErrClosed
+		}
+		if err := s.publish(ctx, j, t); err != nil {
+			return err
+		}
 	}
 	js.Next = next
+	if next.IsZero() {
+		js.Next = now.Add(24 * time.Hour) // a cron expression that never matches: look again tomorrow
+	}
 	return nil
 }
 

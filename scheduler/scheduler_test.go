@@ -68,6 +68,15 @@ func collect(t *testing.T, env *testenv.Env, queue string) func() []tick {
 	}
 }
 
+// runScheduler runs a Scheduler of cfg until the test ends.
+func runScheduler(t *testing.T, env *testenv.Env, cfg scheduler.Config) *scheduler.Scheduler {
+	s, err := scheduler.New(cfg, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	go func() { assert.NoError(t, s.Run(context.Background())) }()
+	return s
+}
+
 // Three schedulers of one group; the active one stops. Another takes over at once, and the
 // ticks go on: none lost, none twice, none early.
 func TestOneActiveAndHandover(t *testing.T) {
@@ -81,12 +90,8 @@ func TestOneActiveAndHandover(t *testing.T) {
 
 	var scheds []*scheduler.Scheduler
 	for range 3 {
-		s, err := scheduler.New(scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}, Name: name,
-			Jobs: []scheduler.Job{{Name: "every-second", Schedule: "@every 1s", Topic: q, Payload: []byte("tick")}}}, env.Logger())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		go func() { assert.NoError(t, s.Run(context.Background())) }()
-		scheds = append(scheds, s)
+		scheds = append(scheds, runScheduler(t, env, scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay},
+			Name: name, Jobs: []scheduler.Job{{Name: "every-second", Schedule: "@every 1s", Topic: q, Payload: []byte("tick")}}}))
 	}
 	active := func() (n int, which *scheduler.Scheduler) {
 		for _, s := range scheds {
@@ -155,13 +160,7 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 			ticks := collect(t, env, q)
 			cfg := scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, Name: name,
 				Missed: policy, Jobs: []scheduler.Job{{Name: "j", Schedule: "@every 1s", Topic: q}}}
-			start := func() *scheduler.Scheduler {
-				s, err := scheduler.New(cfg, env.Logger())
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = s.Close() })
-				go func() { assert.NoError(t, s.Run(context.Background())) }()
-				return s
-			}
+			start := func() *scheduler.Scheduler { return runScheduler(t, env, cfg) }
 			first := start()
 			require.Eventually(t, func() bool { return len(ticks()) >= 1 }, 10*time.Second, 10*time.Millisecond)
 			require.NoError(t, first.Close())   // its next tick waits in the levels, and is delivered
@@ -210,13 +209,7 @@ func TestAStateAheadOfTheClockIsDropped(t *testing.T) {
 	ticks := collect(t, env, q)
 	cfg := scheduler.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}, Name: name,
 		Jobs: []scheduler.Job{{Name: "j", Schedule: "@every 1s", Topic: q}}}
-	start := func() *scheduler.Scheduler {
-		s, err := scheduler.New(cfg, env.Logger())
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		go func() { assert.NoError(t, s.Run(context.Background())) }()
-		return s
-	}
+	start := func() *scheduler.Scheduler { return runScheduler(t, env, cfg) }
 	first := start()
 	require.Eventually(t, func() bool { return len(ticks()) >= 1 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, first.Close())

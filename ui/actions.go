@@ -97,12 +97,7 @@ func (h *Handler) count(r *http.Request, queue string, f ops.Filter) (confirmDat
 	d := confirmData{Queue: queue, Form: filterForm(r)}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.CountTimeout)
 	defer cancel()
-	unlock, err := h.reads.lock(ctx, queue, nil)
-	if err != nil {
-		return d, err
-	}
-	defer unlock()
-	all, err := h.browse(ctx, queue, ops.Browse{})
+	all, err := h.browseAlone(ctx, queue, ops.Browse{})
 	if err != nil {
 		return d, err
 	}

@@ -271,22 +271,14 @@ func (h *Handler) find(ctx context.Context, queue, id string) (ops.Message, int,
 			}
 		}
 	}
-	unlock, err := h.reads.lock(ctx, queue, nil)
+	ms, err := h.browseAlone(ctx, queue, ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true})
 	if err != nil {
 		return ops.Message{}, readStatus(err), fmt.Errorf("cannot read the queue: %w", err)
-	}
-	defer unlock()
-	ms, err := h.browse(ctx, queue, ops.Browse{Filter: ops.Filter{IDs: []string{id}}, Limit: 1, Bodies: true})
-	if err != nil {
-		return ops.Message{}, http.StatusBadGateway, fmt.Errorf("cannot read the queue: %w", err)
 	}
 	if len(ms) == 0 {
 		return ops.Message{}, http.StatusNotFound, errors.New("no message with this id in the queue (replayed or deleted since?)")
 	}
-	if h.cfg.Redact != nil {
-		return ops.Redacted(ms[0], h.cfg.Redact), http.StatusOK, nil
-	}
-	return ms[0], http.StatusOK, nil
+	return h.redacted(ms[0]), http.StatusOK, nil
 }
 
 // deaths reads the x-death header (as ops shows it, JSON) into one map per entry, each value

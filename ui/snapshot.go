@@ -139,6 +139,24 @@ func (h *Handler) browse(ctx context.Context, queue string, b ops.Browse) ([]ops
 	return h.cfg.Ops.Poisoned(ctx, queue, b)
 }
 
+// browseAlone is browse while the caller alone reads queue (see snapshots).
+func (h *Handler) browseAlone(ctx context.Context, queue string, b ops.Browse) ([]ops.Message, error) {
+	unlock, err := h.reads.lock(ctx, queue, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return h.browse(ctx, queue, b)
+}
+
+// redacted is m as Config.Redact leaves a copy of it (m itself if there is no Redact).
+func (h *Handler) redacted(m ops.Message) ops.Message {
+	if h.cfg.Redact == nil {
+		return m
+	}
+	return ops.Redacted(m, h.cfg.Redact)
+}
+
 // read returns the first Config.ScanLimit messages of the poison queue of queue (the parking
 // queue for ""), each redacted (Config.Redact), from a snapshot unless it is older than
 // Config.SnapshotAge or fresh is set. A read that ended while this one waited for the queue
@@ -161,10 +179,8 @@ func (h *Handler) read(ctx context.Context, queue string, fresh bool) (snapshot,
 	if r.msgs, err = h.browse(ctx, queue, ops.Browse{Bodies: true, Scan: scan}); err != nil {
 		return r, err
 	}
-	if h.cfg.Redact != nil {
-		for i, m := range r.msgs {
-			r.msgs[i] = ops.Redacted(m, h.cfg.Redact)
-		}
+	for i, m := range r.msgs {
+		r.msgs[i] = h.redacted(m)
 	}
 	r.depth = len(r.msgs)
 	if len(r.msgs) == scan { // there may be more: ask (the browse has handed them back)

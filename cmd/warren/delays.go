@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/killstate"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -144,12 +145,9 @@ func newDelaysApply(g *globals) *cobra.Command {
 			}
 			if ledger {
 				err := g.onBroker(cmd, "declare the ledger", func(ctx context.Context, conn *amqp.Connection) error {
-					ch, err := conn.Channel()
-					if err != nil {
-						return err
-					}
-					defer ch.Close()
-					return amqpx.Do(ctx, ch, func() error { return topology.DeclareLedger(ch, b.Delay()) })
+					return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+						return amqpx.Do(ctx, ch, func() error { return topology.DeclareLedger(ch, b.Delay()) })
+					})
 				})
 				if err != nil {
 					return err

@@ -84,10 +84,10 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		due = t
 	}
 	delayed := f.delay > 0 || f.at != ""
-	if f.schedule && !delayed {
-		return errors.New("--schedule needs --delay or --at: only a delayed message can be listed and cancelled")
-	}
 	if f.schedule {
+		if !delayed {
+			return errors.New("--schedule needs --delay or --at: only a delayed message can be listed and cancelled")
+		}
 		dlx.Schedule(msg, "")
 	}
 	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
