@@ -114,6 +114,9 @@ type Status struct {
 	// it, states, unacknowledged and dead-lettering messages and consumers' hosts are
 	// unknown.
 	Management bool `json:"management"`
+	// Broker is what the management API tells of the broker's nodes, alarms and policies;
+	// nil without it.
+	Broker *Broker `json:"broker,omitempty"`
 }
 
 // Status reads the state of queues (work queues, by name) and of the delay levels, with the
