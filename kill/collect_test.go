@@ -82,3 +82,33 @@ func TestCollectWithoutASecretCountsUnsignedAnswersUntilWaitIsOver(t *testing.T)
 	assert.Zero(t, res.Ignored)
 	assert.True(t, res.Confirmed())
 }
+
+// Stopped consumers have no consumer on the queue, but the broker counts them as listeners:
+// collect stops once as many as listened have answered (a refusal is an answer too),
+// leaving what comes after unread; it does not wait for Wait or the end of ctx.
+func TestCollectStopsOnceEveryListenerAnswered(t *testing.T) {
+	k := &Killer{cfg: Config{Wait: time.Hour}, logger: watermill.NopLogger{}}
+	const id = "c1"
+	replies := make(chan amqp.Delivery, 4)
+	for _, instance := range []string{"i1", "i2"} {
+		replies <- answerTo(t, id, Answer{Queue: "q", State: "resumed", Process: "p1", Instance: instance}, nil)
+	}
+	replies <- answerTo(t, id, Answer{Queue: "q", State: "refused", Error: "wrong signature"}, nil)
+	replies <- answerTo(t, id, Answer{Queue: "q", State: "resumed", Process: "p1", Instance: "i4"}, nil)
+	res := Result{Queue: "q", Action: Resume, Heard: true, Listeners: 3, States: map[string]int{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	k.collect(ctx, &sent{replies: replies, correlationID: id, at: time.Now()}, &res)
+
+	assert.NoError(t, ctx.Err(), "collect waited until the context ended")
+	assert.Len(t, res.Answers, 3)
+	assert.Equal(t, 2, res.Consumers)
+	assert.Equal(t, 1, res.Refused)
+	assert.Len(t, replies, 1, "an answer read after as many as listened")
+	assert.False(t, res.Confirmed(), "a consumer refused it")
+
+	res.Refused, res.Consumers = 0, 3
+	assert.True(t, res.Confirmed(), "every listener confirmed")
+	res.Consumers = 2
+	assert.False(t, res.Confirmed(), "a listener did not confirm")
+}

@@ -8,7 +8,7 @@
 //	res, err := k.Send(ctx, "billing", kill.Stop) // with Config.Wait: the consumers' confirmations
 //
 // A command (Command: queue, Action, time, signatures) travels as JSON through three names
-// of a work queue Q:
+// of a work queue Q, and a fourth counts who hears it:
 //
 //   - topology.KillExchange(Q), "Q.kill": a fanout exchange, declared with Q by topology.
 //     Every consumer of Q binds an exclusive queue of its own to it, so a command published
@@ -20,6 +20,10 @@
 //   - LockQueue(Q), "Q.kill.lock": an auto-deleted queue whose exclusive consumer holds the
 //     state while it is read or written, so that a reader never misses a command written
 //     meanwhile.
+//   - ListenerQueue(Q), "Q.kill.listeners": an auto-deleted queue that takes no message, on
+//     which every listening consumer, stopped or not, holds a consumer. With Config.Wait, Send
+//     counts its consumers, and the work queue's, and stops waiting once that many have
+//     answered.
 //
 // With a secret, a Killer signs each command (Command.Sign) and its reply address
 // (Command.SignReply), and counts only confirmations signed with it (Answer.Sign);

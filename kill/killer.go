@@ -123,10 +123,12 @@ func (k *Killer) Resume(ctx context.Context, queue string) error {
 //
 // With Config.Wait, the command carries a reply address (an exclusive, auto-delete,
 // server-named queue of the Killer's connection, and a correlation id of its own), and Send
-// collects the consumers' answers (see Answer) until Wait is over, or until as many
-// consumers as the queue had when the command was sent have answered, or until ctx ends (the
-// command was sent all the same). There is no way to count the consumers that are stopped
-// (they have no consumer on the queue): a Resume of a stopped queue waits for all of Wait.
+// collects the consumers' answers (see Answer) until every consumer the broker counted when
+// the command was sent has answered: as many as the queue had consumers (Result.
+// QueueConsumers, the consuming ones) and as many as listened to the kill topic
+// (Result.Listeners, stopped ones too). It stops earlier when Wait is over or ctx ends (the
+// command was sent all the same). When the broker counted none (consumers of an earlier
+// warren version are not counted as listeners), it waits for all of Wait.
 func (k *Killer) Send(ctx context.Context, queue string, action Action) (Result, error) {
 	res := Result{Queue: queue, Action: action, States: map[string]int{}}
 	what := fmt.Sprintf("kill: %s %s", action, queue)
@@ -208,6 +210,17 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 		}
 	case err != nil:
 		return nil, fmt.Errorf("check %s: %w", queue, err)
+	}
+	// Counted before the command goes out: every subscription counted listens already, and
+	// hears it. Best effort: none counted (no listener queue: no subscription, or only
+	// those of an earlier warren) only makes Send wait for all of Wait.
+	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(ListenerQueue(queue), true, true, false, false, nil)
+		res.Listeners = q.Consumers
+		return err
+	})
+	if err != nil && !amqpx.IsNotFound(err) {
+		k.logger.Debug("Kill listeners not counted", watermill.LogFields{"queue": queue, "err": err.Error()})
 	}
 
 	ch, err := conn.Channel()
@@ -313,15 +326,17 @@ func (k *Killer) command(queue string, action Action) Command {
 	return cmd
 }
 
-// collect counts the answers to the command out into res, until Config.Wait is over,
-// ctx ends, or as many consumers as the queue had when the command was sent have answered.
+// collect counts the answers to the command out into res, until Config.Wait is over, ctx
+// ends, or every consumer the broker counted when the command was sent has answered: as
+// many consuming ones as the queue had consumers, and as many in all as listened.
 func (k *Killer) collect(ctx context.Context, out *sent, res *Result) {
 	timer := time.NewTimer(k.cfg.Wait - time.Since(out.at))
 	defer timer.Stop()
 	defer func() { res.Waited = time.Since(out.at) }()
 	instances, processes := map[string]bool{}, map[string]bool{}
 	answered := 0 // consumers that were consuming the queue, and answered
-	for answered < res.QueueConsumers || res.QueueConsumers == 0 {
+	counted := res.QueueConsumers > 0 || res.Listeners > 0
+	for !counted || answered < res.QueueConsumers || len(res.Answers) < res.Listeners {
 		var d amqp.Delivery
 		var ok bool
 		select {

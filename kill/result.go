@@ -20,11 +20,15 @@ type Result struct {
 	// consumer_count): each consuming warren subscription has one, a stopped one none, and
 	// consumers that are not warren's (which do not obey commands) count too.
 	QueueConsumers int `json:"queue_consumers"`
+	// Listeners is how many warren subscriptions listened to the queue's kill topic when
+	// the command was sent, stopped ones included (the consumer count of ListenerQueue;
+	// subscriptions of warren versions that do not count themselves are not in it).
+	Listeners int `json:"listeners"`
 	// Heard: the command reached at least one consumer (else the error wraps ErrNoListener).
 	Heard bool `json:"heard"`
 	// Waited is how long confirmations were waited for: 0 without Config.Wait, less
-	// than Wait when as many consumers as the queue had answered. In JSON waited_ms, in
-	// milliseconds (see MarshalJSON).
+	// than Wait when every consumer counted (QueueConsumers, Listeners) answered. In JSON
+	// waited_ms, in milliseconds (see MarshalJSON).
 	Waited time.Duration `json:"-"`
 	// Consumers is how many consumers (subscriptions) confirmed the command, in how many
 	// Processes.
@@ -44,8 +48,9 @@ type Result struct {
 
 // Confirmed reports whether the command is known to be in force everywhere: nobody refused
 // it, and either nobody heard it (it is remembered for the consumers that start) or every
-// consumer the queue had confirmed it (at least one, when the queue had none: stopped
-// consumers have none). Without Config.Wait, nothing is confirmed.
+// consumer the broker counted confirmed it: every consumer the queue had and every
+// listener (and at least one, when neither was counted). Without Config.Wait, nothing is
+// confirmed.
 func (r Result) Confirmed() bool {
 	switch {
 	case !r.Heard:
@@ -53,7 +58,7 @@ func (r Result) Confirmed() bool {
 	case r.Refused > 0 || r.Consumers == 0:
 		return false
 	}
-	return r.consuming() >= r.QueueConsumers
+	return r.consuming() >= r.QueueConsumers && r.Consumers >= r.Listeners
 }
 
 // consuming counts the confirmations of the consumers that were consuming the queue.

@@ -33,6 +33,13 @@ func StateQueue(queue string, secret []byte) string {
 	return name
 }
 
+// ListenerQueue is the name of the queue that counts the consumers listening to the kill
+// topic of work queue queue (queue+".kill.listeners"): every subscription of a
+// router.Subscriber, stopped or not, holds a consumer on it while it listens, and a Killer
+// reads its consumer count (see Result.Listeners). It is auto-deleted once no subscription
+// listens, and refuses every message published to it.
+func ListenerQueue(queue string) string { return topology.KillExchange(queue) + ".listeners" }
+
 // LockQueue is the name of the queue whose exclusive consumer holds the kill state of work
 // queue queue while it reads or writes it (queue+".kill.lock"): Killers and consumers take
 // turns. It is auto-deleted; readers of the state need configure and read permissions on it.

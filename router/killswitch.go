@@ -46,7 +46,8 @@ const replyTimeout = 5 * time.Second
 const drainCheck = 100 * time.Millisecond
 
 // listen binds an exclusive queue of the subscription's own to the kill exchange of its
-// queue and returns the commands that arrive, and a function that stops listening.
+// queue, then has itself counted (see count), and returns the commands that arrive, and a
+// function that stops listening.
 func (sub *subscription) listen(conn *amqp.Connection) (<-chan amqp.Delivery, func(), error) {
 	ch, err := conn.Channel()
 	if err != nil {
@@ -70,7 +71,42 @@ func (sub *subscription) listen(conn *amqp.Connection) (<-chan amqp.Delivery, fu
 		_ = ch.Close()
 		return nil, nil, err
 	}
-	return deliveries, func() { _ = ch.Close() }, nil
+	uncount := sub.count(conn)
+	return deliveries, func() { uncount(); _ = ch.Close() }, nil
+}
+
+// listenerArgs declare a kill listener queue (kill.ListenerQueue): classic, the only type
+// that can be auto-deleted, and refusing every message (a length limit of 0 with
+// reject-publish, on RabbitMQ 3.10.8 and 4.0.5 alike: nothing is stored or delivered), so
+// that nobody can make it hold or hand out anything.
+var listenerArgs = amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0), "x-overflow": "reject-publish"}
+
+// count makes the subscription one of the consumers of its queue's kill listener queue
+// (kill.ListenerQueue), on a channel of its own, and returns the function that ends it. A
+// Killer reads that queue's consumer count to know how many subscriptions will answer a
+// command: a stopped one has no consumer on the work queue, so its count does not show
+// them. It is called once the subscription listens, so every subscription counted hears
+// the commands published after the count. Counting is best effort: a failure is logged,
+// and a Killer then waits its full Wait for the subscriptions it cannot count.
+func (sub *subscription) count(conn *amqp.Connection) func() {
+	s := sub.s
+	ch, err := conn.Channel()
+	if err == nil {
+		name := kill.ListenerQueue(sub.queue)
+		// Durable: the broker deprecates transient queues that are not exclusive.
+		if _, err = ch.QueueDeclare(name, true, true, false, false, listenerArgs); err == nil {
+			_, err = ch.Consume(name, "", true, false, false, false, nil)
+		}
+		if err != nil {
+			_ = ch.Close()
+		}
+	}
+	if err != nil {
+		s.logger.Info("Kill listener not counted: a kill or resume waits for all of its Wait",
+			watermill.LogFields{"queue": sub.queue, "handler": s.cfg.HandlerName, "err": err.Error()})
+		return func() {}
+	}
+	return func() { _ = ch.Close() }
 }
 
 // recall sets the mode from the kill state queue, which holds the last command a kill.Killer

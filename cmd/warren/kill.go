@@ -47,13 +47,15 @@ func (g *globals) killer(cmd *cobra.Command, f sendFlags) (*kill.Killer, error) 
 }
 
 // exitCodesHelp ends the Long help of kill and resume.
-const exitCodesHelp = "\n\nIt prints how many consumers confirmed the command, in how many processes, and how many the\n" +
-	"queue had (each consuming warren handler has one consumer on its queue; a stopped one has none,\n" +
-	"so a resume of a stopped queue waits for all of --wait). --json prints the result as JSON.\n\n" +
+const exitCodesHelp = "\n\nIt waits until every consumer the broker counts has confirmed the command, at most --wait: each\n" +
+	"consuming warren handler has a consumer on the queue, and each one, stopped or not, listens to\n" +
+	"the kill topic. It prints how many confirmed, in how many processes, and how many were counted\n" +
+	"(consumers of warren versions that do not count themselves as listeners are counted only while\n" +
+	"they consume: for a resume of those, it waits for all of --wait). --json prints the result as JSON.\n\n" +
 	"Exit codes:\n" +
-	"  0  the command is in force: every consumer the queue had confirmed it (or, if the queue had\n" +
-	"     none, at least one did), or no consumer is listening (a warning: the command is remembered\n" +
-	"     for consumers that start later), or --wait 0 (nothing asked)\n" +
+	"  0  the command is in force: every consumer counted confirmed it (or, if none was counted, at\n" +
+	"     least one did), or no consumer is listening (a warning: the command is remembered for\n" +
+	"     consumers that start later), or --wait 0 (nothing asked)\n" +
 	"  1  an error: nothing may have been sent\n" +
 	"  2  the queue does not exist: nothing was declared or sent (--force sends it all the same)\n" +
 	"  3  sent and remembered, but not confirmed by every consumer within --wait: some refused it\n" +
@@ -184,8 +186,11 @@ func report(out io.Writer, res kill.Result, err error, f sendFlags) error {
 // confirmations describes the answers to a command that someone heard.
 func confirmations(res kill.Result, wait time.Duration) []string {
 	had := "the queue had " + plural(res.QueueConsumers, "consumer")
-	if res.QueueConsumers == 0 {
-		had = "the queue had no consumer to count them by: stopped ones have none; waited all of --wait"
+	switch {
+	case res.QueueConsumers == 0 && res.Listeners == 0:
+		had = "no consumer was counted: stopped ones of earlier warren versions are not; waited all of --wait"
+	case res.Listeners > res.QueueConsumers:
+		had = fmt.Sprintf("%s listening, %d on the queue: stopped ones have none there", plural(res.Listeners, "consumer"), res.QueueConsumers)
 	}
 	within := human(min(res.Waited, wait))
 	var lines []string

@@ -21,12 +21,18 @@ import (
 
 func run(t *testing.T, url string, args ...string) string {
 	t.Helper()
+	return runContext(t, context.Background(), url, args...)
+}
+
+// runContext is run with ctx as the command's context (which an interrupt would end).
+func runContext(t *testing.T, ctx context.Context, url string, args ...string) string {
+	t.Helper()
 	root := newRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs(append([]string{"--url", url}, args...))
-	require.NoError(t, root.Execute(), out.String())
+	require.NoError(t, root.ExecuteContext(ctx), out.String())
 	return out.String()
 }
 
@@ -90,8 +96,13 @@ func TestKillResumeDelete(t *testing.T) {
 	assert.Regexp(t, `^stop confirmed by 1 consumer in 1 process within \d+(\.\d+)?m?s \(the queue had 1 consumer\)\n$`,
 		run(t, env.URL, "kill", queue, "--wait", waitFor))
 	await("stopped")
-	assert.Regexp(t, `^resume confirmed by 1 consumer in 1 process within 3s \(the queue had no consumer to count them by: `+
-		`stopped ones have none; waited all of --wait\)\n$`, run(t, env.URL, "resume", queue, "--wait", "3s"))
+	// Resume returns once the stopped consumer has answered, long before --wait or the
+	// context (which ends the wait as an interrupt does) is over.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	assert.Regexp(t, `^resume confirmed by 1 consumer in 1 process within .+ \(1 consumer listening, 0 on the queue: `+
+		`stopped ones have none there\)\n$`, runContext(t, ctx, env.URL, "resume", queue, "--wait", "1h"))
+	assert.NoError(t, ctx.Err(), "resume waited until the context ended")
 	await("resumed")
 	assert.Regexp(t, `^delete confirmed by 1 consumer in 1 process within .+ \(the queue had 1 consumer\); they drain the queue, then delete it\n$`,
 		run(t, env.URL, "kill", queue, "--delete", "--wait", waitFor))
@@ -172,12 +183,13 @@ func TestKillConfirmedByTwoRouters(t *testing.T) {
 	assert.Equal(t, 0, code, stderr)
 	assert.Regexp(t, `^stop confirmed by 2 consumers in 1 process within .+ \(the queue had 2 consumers\)\n$`, stdout)
 
-	stdout, stderr, code = runCode(t, env.URL, "resume", queue, "--wait", "3s", "--json")
+	stdout, stderr, code = runCode(t, env.URL, "resume", queue, "--wait", waitFor, "--json")
 	assert.Equal(t, 0, code, stderr)
 	var res struct {
 		Queue          string         `json:"queue"`
 		Action         string         `json:"action"`
 		QueueConsumers int            `json:"queue_consumers"`
+		Listeners      int            `json:"listeners"`
 		Consumers      int            `json:"consumers"`
 		Processes      int            `json:"processes"`
 		States         map[string]int `json:"states"`
@@ -193,6 +205,7 @@ func TestKillConfirmedByTwoRouters(t *testing.T) {
 	assert.Equal(t, queue, res.Queue)
 	assert.Equal(t, "resume", res.Action)
 	assert.Zero(t, res.QueueConsumers, "stopped consumers have no consumer on the queue")
+	assert.Equal(t, 2, res.Listeners)
 	assert.Equal(t, 2, res.Consumers)
 	assert.Equal(t, 1, res.Processes)
 	assert.Equal(t, map[string]int{"resumed": 2}, res.States)
