@@ -9,11 +9,14 @@
 //	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
 //	warren parked list|replay                   delayed messages whose destination was gone
 //	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser
+//	warren scheduled list|cancel                messages published with a schedule id (the ledger)
+//	warren schedules list [GROUP]               a scheduler group's jobs; without GROUP, the groups
 //	warren completion bash|zsh|fish             shell completion
 //
 // kill and resume refuse a queue that does not exist (unless --force), and wait up to --wait
-// for the consumers to confirm, printing e.g. "stop confirmed by 3 consumers in 2 processes
-// within 12ms (the queue had 3 consumers)"; --json prints the result as JSON.
+// until every consumer the broker counts has confirmed, printing e.g. "stop confirmed by 3
+// consumers in 2 processes within 12ms (the queue had 3 consumers)"; --json prints the result
+// as JSON.
 //
 // The broker is --url (repeated, or separated by commas, for the nodes of a cluster), else
 // $WARREN_AMQP_URL (comma-separated), else the local one (guest); no output shows a password.
@@ -28,7 +31,8 @@
 // verification.
 //
 // status reads RabbitMQ's management HTTP API too when --management or
-// $WARREN_MANAGEMENT_URL gives it (http://user:password@host:15672/).
+// $WARREN_MANAGEMENT_URL gives it (http://user:password@host:15672/), and so does delays
+// verify; ui and schedules list list the work queues and the scheduler groups with it.
 //
 // The kill secret, when consumers require signed commands, is read from $WARREN_KILL_SECRET
 // (never from the command line, where other users of the machine could see it).
@@ -166,7 +170,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().DurationVar(&g.timeout, "timeout", 30*time.Second, "time limit of the command, retries included")
 	root.PersistentFlags().DurationVar(&g.connectTimeout, "connect-timeout", 5*time.Second,
 		"time limit of connecting, retries included, per node of --url; a refused login, unknown vhost or untrusted certificate fails at once")
-	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status ("+managementDefault()+")")
+	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status, delays verify, ui and schedules list ("+managementDefault()+")")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
 	root.AddCommand(newStatus(g), newPoison(g), newParked(g), newUI(g), newSchedules(g), newScheduled(g))
