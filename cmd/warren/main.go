@@ -8,7 +8,7 @@
 //	warren status [QUEUE...] [--watch D]        queues, kill state, poison, delay levels
 //	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
 //	warren parked list|replay                   delayed messages whose destination was gone
-//	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser
+//	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser, under /warren/
 //	warren scheduled list|cancel                messages published with a schedule id (the ledger)
 //	warren schedules list [GROUP]               a scheduler group's jobs; without GROUP, the groups
 //	warren completion bash|zsh|fish             shell completion

@@ -28,7 +28,8 @@ func newUI(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ui",
 		Short: "Serve the dashboard: queues, delay levels, poison and parked messages, in a browser",
-		Long: "Serve warren's dashboard (package ui) on --listen until interrupted. It is read-only unless\n" +
+		Long: "Serve warren's dashboard (package ui) on --listen, under --path (default /warren/, where a\n" +
+			"service mounts it too; / redirects there), until interrupted. It is read-only unless\n" +
 			"--allow-actions: then its pages replay and delete poison messages, replay parked ones, and\n" +
 			"kill and resume queues. It has no login of its own: listen on 127.0.0.1 (the default), or\n" +
 			"mount package ui in a service behind its authentication. The work queues are --queue, the\n" +
@@ -72,7 +73,7 @@ func newUI(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--listen: %w", err)
 			}
-			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+			srv := &http.Server{Handler: mount(path, h), ReadHeaderTimeout: 10 * time.Second}
 			mode := "read-only"
 			if actions {
 				mode = "actions enabled"
@@ -92,9 +93,24 @@ func newUI(g *globals) *cobra.Command {
 	}
 	df = addDelayFlags(cmd.Flags())
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
-	cmd.Flags().StringVar(&path, "path", "", `path prefix of every page, e.g. /warren ("" serves at /)`)
+	cmd.Flags().StringVar(&path, "path", "/warren", `path prefix of every page ("" serves at /)`)
 	cmd.Flags().StringArrayVar(&queues, "queue", nil, "a work queue to show (repeatable)")
 	cmd.Flags().BoolVar(&actions, "allow-actions", false, "let the pages replay, delete, kill and resume (read-only without it)")
 	cmd.Flags().DurationVar(&wait, "wait", 5*time.Second, "how long kill and resume wait for the consumers' confirmations")
 	return cmd
+}
+
+// mount serves h, the dashboard made with ui.Config.Prefix path, and redirects / to its
+// first page.
+func mount(path string, h http.Handler) http.Handler {
+	if path == "" {
+		return h
+	}
+	mux := http.NewServeMux()
+	mux.Handle(path+"/", h)
+	mux.Handle(path, h) // ui redirects it to path/
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, path+"/", http.StatusFound)
+	})
+	return mux
 }
