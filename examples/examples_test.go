@@ -1,7 +1,8 @@
-// Package examples holds only this test: it builds every demo under examples/ and runs the
-// ones that end by themselves against the broker ($WARREN_AMQP_URL), checking that their
-// output has the lines the docs show (README.md's Demos, and the pages of docs/ it links).
-// Skipped by go test -short.
+// Package examples holds only the tests of the demos: TestDemos builds every demo under
+// examples/ and runs the ones that end by themselves against the broker ($WARREN_AMQP_URL),
+// checking that their output has the lines the docs show (README.md's Demos, and the pages
+// of docs/ it links; skipped by go test -short); the others check that every demo honours -h
+// and imports no internal/ package.
 package examples
 
 import (
@@ -89,6 +90,32 @@ func deleteQueue(t *testing.T, queue string) {
 	_ = ch.ExchangeDelete(topology.KillExchange(queue), false, false)
 }
 
+// The demos are there to be copied: none imports a package under internal/, which no other
+// module can import (the packages they import may use internal/ themselves).
+func TestDemosImportNoInternalPackage(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./examples/...: %v", err)
+	}
+	demos := 0
+	for line := range strings.Lines(strings.TrimSpace(string(out))) {
+		fields := strings.Fields(line)
+		if fields[0] == "github.com/warrenmq/warren/examples" {
+			continue // this test, which copies nothing
+		}
+		demos++
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, "github.com/warrenmq/warren/internal/") {
+				t.Errorf("%s imports %s: a copy of it does not compile", fields[0], imp)
+			}
+		}
+	}
+	if demos < 9 {
+		t.Fatalf("found %d demos:\n%s", demos, out)
+	}
+}
+
 // TestDemos runs the demos one after the other (several share queue names), each in a few
 // seconds; the consumer demo with the publish demo beside it.
 func TestDemos(t *testing.T) {
@@ -108,6 +135,9 @@ func TestDemos(t *testing.T) {
 		contains(t, out, "delayed 1.5s", "published #2", "requested 1.5s", "late", "all 2 arrived; deleted "+queue)
 
 		out = run(t, time.Minute, bin, "-queue", queue, "-at", time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano))
+		contains(t, out, "scheduled for", "requested at", "late", "it arrived; deleted "+queue)
+
+		out = run(t, time.Minute, bin, "-queue", queue, "-at", "+1s")
 		contains(t, out, "scheduled for", "requested at", "late", "it arrived; deleted "+queue)
 	})
 

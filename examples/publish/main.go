@@ -50,7 +50,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
-	"github.com/warrenmq/warren/internal/when"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -108,7 +107,7 @@ func main() {
 	}
 }
 
-// parseAt sets o.at from -at: an RFC 3339 time, or +D after now (see when.Parse).
+// parseAt sets o.at from -at: an RFC 3339 time, or +D, a Go duration after now.
 func (o *options) parseAt(s string, now time.Time) error {
 	switch {
 	case s == "":
@@ -116,9 +115,17 @@ func (o *options) parseAt(s string, now time.Time) error {
 	case o.delay != 0:
 		return errors.New("-delay and -at exclude each other")
 	}
-	t, err := when.Parse(s, now)
+	if d, ok := strings.CutPrefix(s, "+"); ok {
+		after, err := time.ParseDuration(d)
+		if err != nil {
+			return fmt.Errorf("-at %q is not +D, a Go duration from now (+10s): %w", s, err)
+		}
+		o.at = now.Add(after)
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return fmt.Errorf("-at: %w", err)
+		return fmt.Errorf("-at %q is neither an RFC 3339 time (2026-11-25T18:30:00Z) nor +D, a Go duration from now (+10s)", s)
 	}
 	o.at = t
 	return nil
