@@ -26,7 +26,9 @@ import (
 type BackoffConfig struct {
 	// Publisher republishes a failed message to the queue it was consumed from, with a
 	// delay: warren's *dlx.Publisher routing topics to queues (dlx.ToQueue), possibly
-	// decorated (tracing). Required.
+	// decorated (tracing). NewBackoff refuses nil. In router.Config.Retry and
+	// HandlerConfig.Retry leave it nil: the router sets its own retry publisher, in place of
+	// any set there.
 	Publisher message.Publisher
 	// Delays is an explicit schedule: Delays[0] is the wait before attempt 2, Delays[1]
 	// before attempt 3, and so on; the last one repeats if MaxAttempts is larger.
@@ -48,7 +50,8 @@ type BackoffConfig struct {
 	// with watermill-amqp's queue-per-topic configs).
 	Queue func(msg *message.Message) string
 	// MeterProvider counts the retries scheduled (warren.retries.scheduled, by queue and
-	// attempt). Default: otel.GetMeterProvider().
+	// attempt). Default: otel.GetMeterProvider(). A router sets its own
+	// (router.Config.MeterProvider) in place of this one.
 	MeterProvider metric.MeterProvider
 }
 

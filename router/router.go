@@ -78,8 +78,9 @@ type Config struct {
 	KillClockSkew time.Duration
 	// OnKill, when set, is told what each handler's subscription does about the kill topic.
 	OnKill func(KillEvent)
-	// Retry is the retry schedule of handlers that do not set one (its Publisher is set by
-	// the router). Default: exponential from 1s, doubling, capped at 5m, 5 attempts.
+	// Retry is the retry schedule of handlers that do not set one. Its Publisher and
+	// MeterProvider are the router's, whatever is set there. Default: exponential from 1s,
+	// doubling, capped at 5m, 5 attempts.
 	Retry middleware.BackoffConfig
 	// CopyStore, when set, is where the router's processes recognise copies of a message
 	// that reach different processes (see middleware.Idempotent with middleware.CopyKey,
@@ -233,7 +234,7 @@ type HandlerConfig struct {
 	Keys     []string
 	// Concurrency overrides Config.Concurrency.
 	Concurrency int
-	// Retry overrides Config.Retry.
+	// Retry overrides Config.Retry (its Publisher and MeterProvider are the router's too).
 	Retry *middleware.BackoffConfig
 	// PublishTopic is where the messages the handler returns are published, inside the
 	// middleware chain: a failure to publish them is a failure of the handler, retried on its
