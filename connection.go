@@ -12,8 +12,9 @@ import (
 )
 
 // Connection says how to reach the broker. Every part of warren that connects takes one, in
-// a field named Connection: dlx.Config, router.Config, router.SubscriberConfig,
-// kill.Config, and topology.Builder.Apply.
+// a field named Connection (dlx.Config, router.Config, router.SubscriberConfig, kill.Config,
+// rpc.ClientConfig, ops.Config, ledger.Config, scheduler.Config) or, for
+// topology.Builder's Apply and Verify, as an argument.
 //
 // Every connection is opened the same way: the nodes of URL are tried in a random order, each
 // with a share of the time left, and when none answers the attempt is repeated with
@@ -37,7 +38,9 @@ import (
 // replies), plus a third ("warren subscriber (isolated)") only while a handler's consume is
 // refused with an error that closes the whole connection. Every other component opens its
 // own when it is made on its own (a dlx.Publisher, an rpc.Client, a router.Subscriber, a
-// router.Killer, another Router), even from the same Connection value in the same process.
+// kill.Killer, an ops.Ops, a ledger.Ledger, another Router; a scheduler.Scheduler holds
+// two, one to lead its group and its dlx.Publisher's; topology.Builder's Apply and Verify one
+// for the call), even from the same Connection value in the same process.
 // The reasons: Close of one component ends its own connections only; a connection that the
 // broker blocks (flow control, an alarm: it blocks connections that publish) or closes (a
 // refusal) stalls only its own component; and a Connection is a value (copied, holding
@@ -63,8 +66,9 @@ type Connection struct {
 	// answer.
 	ConnectTimeout time.Duration
 	// OnEvent, when set, is told when a connection is made, lost, or made again to another
-	// node (see ConnectionEvent), so that an application can alert. It is called from
-	// warren's goroutines and must not block. The same events are logged.
+	// node (see ConnectionEvent), so that an application can alert; not of the connections
+	// of a ledger.Ledger and of a scheduler.Scheduler's leading, which only log a loss. It
+	// is called from warren's goroutines and must not block. The same events are logged.
 	OnEvent func(ConnectionEvent)
 }
 
@@ -121,7 +125,8 @@ type ConnectionEvent struct {
 	State ConnectionState
 	// Name of the connection, as the broker's connection list shows it: a Router's "warren
 	// subscriber", "warren publisher" and "warren subscriber (isolated)", "warren dlx
-	// publisher", "warren subscriber <handler>" (a Subscriber of its own), ...
+	// publisher", "warren subscriber <handler>" (a Subscriber of its own), "warren killer",
+	// "warren rpc client", "warren ops", "warren topology".
 	Name string
 	// Node is the address (host:port) connected to, or the one lost.
 	Node string

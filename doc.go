@@ -3,8 +3,9 @@
 // without a broker plugin; publishes that return only once the broker has confirmed them;
 // handlers that run concurrently, with retries on a schedule and a poison queue that says
 // why; traces that follow a message across every hop; a switch that stops every consumer of a
-// queue, in every process; request/reply; an operations API; and a topology builder that
-// declares it all.
+// queue, in every process; request/reply; scheduled messages that can be listed and
+// cancelled, and recurring jobs; an operations API and a dashboard; and a topology builder
+// that declares it all.
 //
 // This package holds what the others share: the [Connection] to the broker, the [Marshaler]
 // between Watermill messages and AMQP, the [Delivery] a consumed message came from, and the
@@ -24,20 +25,28 @@
 //   - [github.com/warrenmq/warren/handlers] adapts typed functions (JSON) to handlers;
 //   - [github.com/warrenmq/warren/rpc] sends requests and waits for their replies; a router
 //     handler answers them;
+//   - [github.com/warrenmq/warren/ledger] lists and cancels the delayed messages published
+//     with a schedule id (dlx.Schedule);
+//   - [github.com/warrenmq/warren/scheduler] runs recurring jobs (cron, @every), with one
+//     active scheduler among any number of processes;
 //   - [github.com/warrenmq/warren/ops] is the operations API: status of work queues and delay
 //     levels, browsing, grouping, replaying and purging poison and parked messages;
+//   - [github.com/warrenmq/warren/ui] is the dashboard: ops in a browser, an http.Handler;
 //   - [github.com/warrenmq/warren/cmd/warren] is the ops CLI, warren, built on them:
 //     warren topology apply|verify|diagram (topology files), warren delays
 //     apply|verify|remove (the delay levels alone), warren publish (one message, now or
 //     delayed, confirmed), warren status (queues, kill state, poison, delay levels, parked),
 //     warren poison list|replay|export|purge, warren parked list|replay, warren kill and
-//     warren resume (the kill topic), and warren completion (shell completion).
+//     warren resume (the kill topic), warren ui (the dashboard), warren scheduled
+//     list|cancel (the ledger), warren schedules list (scheduler groups and their jobs), and
+//     warren completion (shell completion).
 //
 // # Connecting
 //
 // Every part of warren that talks to the broker takes a [Connection], in a field named
 // Connection (dlx.Config, router.Config, router.SubscriberConfig, kill.Config,
-// rpc.ClientConfig, ops.Config) or, for topology.Builder's Apply and Verify, as an argument:
+// rpc.ClientConfig, ops.Config, ledger.Config, scheduler.Config) or, for topology.Builder's
+// Apply and Verify, as an argument:
 //
 //	conn := warren.Connection{
 //		URL: "amqp://guest:guest@127.0.0.1:5672/", // or a cluster's nodes, separated by commas
@@ -67,7 +76,8 @@
 // poison and delay level queues are quorum queues unless topology.Config.QueueType (or
 // Queue.Type for one queue) says Classic. Apply and Declare also declare the delay levels
 // (see [github.com/warrenmq/warren/topology.Delay]): by default 120 queues with fixed TTLs
-// that together hold a message for any delay up to 49.7 days, and a parking queue. Declaring
+// that together hold a message for any delay up to 49.7 days, a chain of 73 queues that
+// waits longer, up to 10 years, and a parking queue. Declaring
 // is optional: a publisher declares the delay levels when it starts and a destination before
 // its first publish to it, and a router declares its handlers' queues when it runs. An
 // exchange or queue that exists with other arguments is a *topology.MismatchError that says
@@ -207,8 +217,23 @@
 //	warren resume billing
 //
 // It reads the broker from --url or $WARREN_AMQP_URL, and the secret from
-// $WARREN_KILL_SECRET; it waits for the consumers' confirmations (--wait, 5s) and says in its
-// exit code whether every consumer confirmed.
+// $WARREN_KILL_SECRET; it waits until every consumer the broker counts has confirmed (at most
+// --wait, 5s) and says in its exit code whether every one did.
+//
+// # Scheduling
+//
+// dlx.Schedule gives a delayed message an id, recorded in a stream beside the delay levels;
+// a [github.com/warrenmq/warren/ledger.Ledger] lists the messages that wait and cancels one
+// (its Middleware, in HandlerConfig.Middleware, acks a cancelled message on arrival without
+// handling it). A [github.com/warrenmq/warren/scheduler.Scheduler] publishes the ticks of
+// recurring jobs (cron expressions, @every) through the delay levels; every process runs one
+// with the same group name, and one of them is active:
+//
+//	s, err := scheduler.New(scheduler.Config{Connection: conn, Name: "billing",
+//		Jobs: []scheduler.Job{{Name: "invoices", Schedule: "0 6 1 * *", Topic: "billing.invoices"}}}, logger)
+//	err = s.Run(ctx)
+//
+// warren scheduled list|cancel and warren schedules list show them from a shell.
 //
 // # Operating
 //
@@ -222,6 +247,10 @@
 //	o, err := ops.New(ops.Config{Connection: conn}, logger)
 //	st, err := o.Status(ctx, "billing")
 //	res, err := o.ReplayPoisoned(ctx, "billing", ops.ReplayOptions{})
+//
+// Package [github.com/warrenmq/warren/ui] shows the same in a browser: an http.Handler that a
+// service mounts (under /warren/ in [docs/dashboard.md]), read-only unless
+// ui.Config.AllowActions; warren ui serves it there too.
 //
 // # Tracing
 //
@@ -249,27 +278,33 @@
 // README.md, at the root of the module, installs warren, shows the smallest program and maps
 // the documentation in docs/, one page per task: [docs/connecting.md], [docs/publishing.md]
 // (and how the delay levels work), [docs/handlers.md] (and the middleware chain),
-// [docs/retries.md], [docs/rpc.md], [docs/idempotency.md], [docs/kill.md],
-// [docs/topology.md] (and the CLI's topology, delays and publish), [docs/operating.md]
-// (status, poison, parked, exit codes), [docs/metrics.md], [docs/headers.md],
+// [docs/retries.md], [docs/scheduling.md] (scheduled messages, recurring jobs),
+// [docs/rpc.md], [docs/idempotency.md], [docs/kill.md], [docs/topology.md] (and the CLI's
+// topology, delays and publish), [docs/operating.md] (status, poison, parked, exit codes),
+// [docs/dashboard.md], [docs/metrics.md], [docs/headers.md],
 // [docs/clusters.md] (clusters and broker versions), [docs/dead-lettering.md],
 // [docs/benchmarks.md], [docs/fault-suite.md] (what warren guarantees and how it is checked)
 // and [docs/decisions.md] (decisions and limits, with measurements). CHANGELOG.md lists what
-// changed. Each package's documentation details its part; router, dlx, topology, middleware,
-// handlers, ops and rpc have runnable examples (those on the broker use $WARREN_AMQP_URL,
-// else amqp://guest:guest@127.0.0.1:5672/). The programs in examples/ show the parts at work,
-// one command each (the README's Demos lists what each prints): a consumer (go run
+// changed. Each package's documentation details its part; this package, router, dlx,
+// topology, middleware, handlers, kill, ops, rpc, scheduler and ui have runnable examples
+// (those on the broker use $WARREN_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672/). The
+// programs in examples/ show the parts at work, one command each, and import no internal
+// package: copy them (the README's Demos lists what each prints): a consumer (go run
 // ./examples/consumer), ordinary, delayed and scheduled publishes (go run ./examples/publish
 // [-delay 5s | -at TIME]), delays (go run ./examples/delays), retries and then the poison
 // queue (go run ./examples/retries), the kill topic across processes (go run
 // ./examples/kill), request/reply (go run ./examples/rpc), consumer groups of a topic with a
 // trace (go run ./examples/fanout), idempotency with Redis (go run ./examples/idempotency),
-// and the metrics (go run ./examples/metrics).
+// the metrics (go run ./examples/metrics), reminders listed and cancelled (go run
+// ./examples/reminders), a recurring job across 3 scheduler processes (go run
+// ./examples/scheduler) and the dashboard (go run ./examples/dashboard).
 //
 // [docs/connecting.md]: https://github.com/warrenmq/warren/blob/main/docs/connecting.md
 // [docs/publishing.md]: https://github.com/warrenmq/warren/blob/main/docs/publishing.md
 // [docs/handlers.md]: https://github.com/warrenmq/warren/blob/main/docs/handlers.md
 // [docs/retries.md]: https://github.com/warrenmq/warren/blob/main/docs/retries.md
+// [docs/scheduling.md]: https://github.com/warrenmq/warren/blob/main/docs/scheduling.md
+// [docs/dashboard.md]: https://github.com/warrenmq/warren/blob/main/docs/dashboard.md
 // [docs/rpc.md]: https://github.com/warrenmq/warren/blob/main/docs/rpc.md
 // [docs/idempotency.md]: https://github.com/warrenmq/warren/blob/main/docs/idempotency.md
 // [docs/kill.md]: https://github.com/warrenmq/warren/blob/main/docs/kill.md

@@ -9,8 +9,8 @@
 // or drain and delete the queue (see Subscriber).
 //
 // A Router connects once per role, not per handler: it consumes on one connection, each handler
-// on a channel of its own (its kill topic listener and kill state on channels of that
-// connection too), and publishes on another (Router.Publisher, what handlers return, retries,
+// on a channel of its own (its kill topic listener, its count among the listeners and its kill
+// state on channels of that connection too), and publishes on another (Router.Publisher, what handlers return, retries,
 // poison copies, replies to direct reply-to addresses and to reply queues, answers to kill
 // commands; each kind on a confirm channel of its own), so that flow control, which blocks a
 // connection that publishes, does not hold up consuming. (One publish stays on the consuming
@@ -20,7 +20,7 @@
 // a consume the broker refuses by closing the whole connection (541 INTERNAL_ERROR, for a
 // quorum queue that is down) is retried on a third connection, which only such handlers use,
 // until it is served. Each connection is opened again by itself once lost, on any node of
-// Config.Connection.URL, and told to Connection.OnEvent. Every handler takes two channels of
+// Config.Connection.URL, and told to Connection.OnEvent. Every handler takes three channels of
 // the consuming connection, and a few more for moments: the broker's channel_max (2047 by
 // default; Connection.AMQP.ChannelMax) bounds the handlers of one Router to several hundred. A
 // Subscriber, kill.Killer or dlx.Publisher made on its own has connections of its own (see

@@ -56,9 +56,11 @@
 //
 // # Delay levels
 //
-// See Delay. The default layout, radix 16 with a 1 ms unit, has 120 queues and holds
-// delays up to 2³²-1 ms (49.7 days); [docs/decisions.md] explains the choice with
-// measurements, and [docs/publishing.md] shows how a message goes through the levels.
+// See Delay. The default layout, radix 16 with a 1 ms unit, has 120 level queues for
+// delays up to 2³²-1 ms (49.7 days), RabbitMQ's largest TTL, and a chain of 73 queues in
+// front of them for delays up to 10 years (Delay.Reach); [docs/decisions.md] explains the
+// choice with measurements, and [docs/publishing.md] shows how a message goes through the
+// levels.
 // Every level exchange, and the delivery exchange, has an alternate exchange into the
 // parking queue: a message is parked, never dropped, when it has a missing or bad digit or
 // its destination is gone.
