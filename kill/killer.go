@@ -124,8 +124,8 @@ func (k *Killer) Resume(ctx context.Context, queue string) error {
 // With Config.Wait, the command carries a reply address (an exclusive, auto-delete,
 // server-named queue of the Killer's connection, and a correlation id of its own), and Send
 // collects the consumers' answers (see Answer) until every consumer the broker counted when
-// the command was sent has answered: as many as the queue had consumers (Result.
-// QueueConsumers, the consuming ones) and as many as listened to the kill topic
+// the command was sent has answered: as many consuming ones as the queue had consumers
+// (Result.QueueConsumers) and as many in all as listened to the kill topic
 // (Result.Listeners, stopped ones too). It stops earlier when Wait is over or ctx ends (the
 // command was sent all the same). When the broker counted none (consumers of an earlier
 // warren version are not counted as listeners), it waits for all of Wait.
