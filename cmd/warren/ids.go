@@ -16,8 +16,9 @@ import (
 //   - as it is, when it is one word of printable characters: no space, no quote (" or '), no
 //     backslash, no U+FFFD, nothing a terminal would hide or act on;
 //   - else as a Go string literal in double quotes ("tick\x00", "order-7\xff", "ctl\u009b",
-//     "\ufffd"), each byte that is not printable UTF-8 escaped, and ' written \x27, so that
-//     the form pasted between single quotes is one shell argument.
+//     "\ufffd"), each byte that is not printable UTF-8 escaped as internal/visible escapes
+//     it, and ' written \x27, so that the form pasted between single quotes is one shell
+//     argument.
 //
 // An argument that starts with a double quote is read as the quoted form; any other is the
 // id as it is. An id that itself starts with a double quote is therefore always given quoted
@@ -28,9 +29,44 @@ func showID(id string) string {
 	if plainID(id) {
 		return id
 	}
-	q := strconv.Quote(id)
-	q = strings.ReplaceAll(q, "'", `\x27`)
-	return strings.ReplaceAll(q, "\ufffd", `\ufffd`)
+	return quoteID(id)
+}
+
+// quoteID writes id as a Go string literal that strconv.Unquote reads back, escaping as
+// internal/visible does wherever it escapes (\x00, \x1b, \xff for a byte that is not UTF-8,
+// \u007f, \u009b), and also ", \, ' (\x27), newline (\n), tab (\t), U+FFFD (\ufffd) and
+// every other character that is not printable.
+func quoteID(id string) string {
+	var b strings.Builder
+	b.Grow(len(id) + 8)
+	b.WriteByte('"')
+	for s := id; s != ""; {
+		r, n := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == '\'':
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r == utf8.RuneError || !strconv.IsPrint(r): // DEL, C1 and the like; U+FFFD
+			if r > 0xffff {
+				fmt.Fprintf(&b, `\U%08x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // cutID is showID(id) shortened to n characters ("…" last), for a table: every character

@@ -93,6 +93,11 @@ func TestIDFormsRoundTrip(t *testing.T) {
 			b[i] = byte(rand.Uint32())
 		}
 		ids = append(ids, string(b))
+		r := make([]rune, rand.IntN(4))
+		for i := range r {
+			r[i] = rand.Int32N(0x110000)
+		}
+		ids = append(ids, string(r))
 	}
 	seen := map[string]string{}
 	for _, id := range ids {
@@ -114,6 +119,8 @@ func TestIDFormsRoundTrip(t *testing.T) {
 	assert.Equal(t, `"order-7\xff"`, showID("order-7\xff"))
 	assert.Equal(t, `"\ufffd"`, showID("\ufffd"))
 	assert.Equal(t, `"it\x27s"`, showID("it's"))
+	assert.Equal(t, `"`+hostileShown+`"`, showID(hostile), "escaped as visible escapes")
+	assert.Equal(t, `"\U000e0001\u2028 \\ \""`, showID("\U000e0001\u2028 \\ \""))
 	_, err := parseID(`"unterminated`)
 	assert.ErrorContains(t, err, "read as a quoted id")
 }
