@@ -11,6 +11,11 @@
 // it, and Cancel says ErrDelivered when the delivery came first. Each side appends its
 // record, then reads the stream up to it, so both see the same order.
 //
+// An id is any string of bytes a message can carry, NUL and bytes that are not UTF-8
+// included, and the ledger keeps it byte for byte: the records are JSON, and beside an id
+// that a JSON string cannot hold exactly they carry its bytes in base64 (id_base64; Entry's
+// JSON too).
+//
 // A Ledger reads the stream from its start when it is made (and when it reconnects), and
 // keeps the ids in memory: about 100 bytes per scheduled message within the stream's
 // retention (3700 days). Listing reads the ledger, never the delay levels: their order and
@@ -19,6 +24,7 @@ package ledger
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -34,6 +41,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/msjson"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -91,6 +99,10 @@ func (c Config) Validate() error {
 
 // Entry is a message that waits: scheduled, neither cancelled nor delivered yet.
 type Entry struct {
+	// ID is the schedule id, byte for byte as the message carries it. In JSON it is id, and
+	// also id_base64 (its bytes in standard base64) when it is not valid UTF-8 or holds
+	// U+FFFD, which a JSON string cannot keep apart: UnmarshalJSON takes id_base64 when
+	// present.
 	ID string `json:"id"`
 	// Exchange and Queue: where it goes (Queue when published to a queue).
 	Exchange   string `json:"exchange,omitempty"`
@@ -99,6 +111,36 @@ type Entry struct {
 	// Due is when it is due; Scheduled when it was published.
 	Due       time.Time `json:"due"`
 	Scheduled time.Time `json:"scheduled"`
+}
+
+// MarshalJSON writes e with id_base64 beside id when JSON cannot hold the id exactly (see
+// Entry.ID).
+func (e Entry) MarshalJSON() ([]byte, error) {
+	type plain Entry
+	return msjson.Marshal(struct {
+		plain
+		IDBase64 string `json:"id_base64,omitempty"`
+	}{plain(e), idBase64(e.ID)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: the id is id_base64 when present, else id.
+func (e *Entry) UnmarshalJSON(data []byte) error {
+	type plain Entry
+	v := struct {
+		*plain
+		IDBase64 string `json:"id_base64"`
+	}{plain: (*plain)(e)}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	if v.IDBase64 != "" {
+		id, err := base64.StdEncoding.DecodeString(v.IDBase64)
+		if err != nil {
+			return fmt.Errorf("ledger: entry id_base64: %w", err)
+		}
+		e.ID = string(id)
+	}
+	return nil
 }
 
 // Destination is the queue, or the exchange, of e.
@@ -123,20 +165,69 @@ const (
 	opMark      = "mark" // appended by List, to know where the stream's end was
 )
 
-// record is one entry of the stream.
+// record is one entry of the stream. Its id is IDBase64 when set, else ID (see exactID).
 type record struct {
-	Op    string    `json:"op"`
-	ID    string    `json:"id,omitempty"`
-	Token string    `json:"token,omitempty"`
-	Entry *Entry    `json:"entry,omitempty"`
-	At    time.Time `json:"at"`
+	Op       string    `json:"op"`
+	ID       string    `json:"id,omitempty"`
+	IDBase64 string    `json:"id_base64,omitempty"`
+	Token    string    `json:"token,omitempty"`
+	Entry    *Entry    `json:"entry,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// newRecord is a record of op for id, appended now.
+func newRecord(op, id string) record {
+	return record{Op: op, ID: id, IDBase64: idBase64(id), At: time.Now().UTC()}
 }
 
 // ScheduledRecord is the body of the "scheduled" record of e, which the DLX publisher
 // appends to the ledger before it publishes the message.
 func ScheduledRecord(e Entry) []byte {
-	body, _ := json.Marshal(record{Op: opScheduled, ID: e.ID, Entry: &e, At: e.Scheduled})
+	body, _ := msjson.Marshal(record{Op: opScheduled, ID: e.ID, IDBase64: idBase64(e.ID), Entry: &e, At: e.Scheduled})
 	return body
+}
+
+// An id is any string of bytes a message carries (warren.MetadataScheduleID is a header, an
+// AMQP long string). JSON strings hold valid UTF-8 only: encoding/json writes each byte that
+// is not UTF-8 as U+FFFD, so "a\xff" and "a\xfe" would both be read back as "a\ufffd". A
+// record and an Entry therefore carry, beside the id as JSON writes it, the id's exact bytes
+// in base64 (id_base64) whenever JSON would not keep it: when it is not valid UTF-8, or holds
+// U+FFFD itself. A reader takes id_base64 when present, else id, which is then exact. Records
+// written without id_base64 by earlier versions are read as written (see legacy).
+
+// idBase64 is id in standard base64 when JSON cannot hold it exactly (see above), else "".
+func idBase64(id string) string {
+	if utf8.ValidString(id) && !strings.ContainsRune(id, utf8.RuneError) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(id))
+}
+
+// exactID returns the id of r, and false when its id_base64 is not base64 (a record warren
+// did not write: skipped).
+func (r record) exactID() (string, bool) {
+	if r.IDBase64 == "" {
+		return r.ID, true
+	}
+	b, err := base64.StdEncoding.DecodeString(r.IDBase64)
+	return string(b), err == nil
+}
+
+// legacy reports whether a record of id, read without id_base64, may have lost bytes: an
+// earlier version wrote each byte of an id that is not UTF-8 as U+FFFD, with no exact copy.
+// Since id_base64 is written for every id holding U+FFFD, a record without it whose id holds
+// U+FFFD was written so (or forged).
+func legacy(r record) bool {
+	return r.IDBase64 == "" && strings.ContainsRune(r.ID, utf8.RuneError)
+}
+
+// lossy is id as encoding/json writes it: each byte that is not UTF-8 becomes U+FFFD.
+func lossy(id string) string {
+	var b strings.Builder
+	for _, r := range id { // a byte that is not UTF-8 ranges as one utf8.RuneError
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // idState is what the ledger says of one id.
@@ -144,6 +235,7 @@ type idState struct {
 	entry   *Entry // while it waits
 	known   bool   // a "scheduled" record was read
 	decided string // "", opCancelled or opDelivered: the first of them since it was scheduled
+	legacy  bool   // a record that may have lost bytes of the id was read for it (see legacy)
 }
 
 // outcome is what the reader found when it read a record appended with a token.
@@ -161,6 +253,7 @@ type Ledger struct {
 
 	mu      sync.Mutex
 	ids     map[string]*idState
+	aliases map[string]string // an exact id to its legacy form (see Ledger.state)
 	waiters map[string]chan outcome
 	conf    *amqpx.Confirmer // the current connection's, for appending; nil while none
 	ready   chan struct{}    // closed, and replaced, when conf is set
@@ -221,7 +314,7 @@ func (l *Ledger) follow(ctx context.Context) error {
 		return err
 	}
 	l.mu.Lock()
-	l.ids = map[string]*idState{} // read again from the start
+	l.ids, l.aliases = map[string]*idState{}, map[string]string{} // read again from the start
 	l.reads++
 	l.conf = conf
 	close(l.ready)
@@ -300,10 +393,10 @@ func (l *Ledger) open(ctx context.Context, conn *amqp.Connection) (<-chan amqp.D
 func (l *Ledger) read(r record) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := l.ids[r.ID]
-	if s == nil && r.ID != "" && (r.Op == opScheduled || r.Op == opCancelled || r.Op == opDelivered) {
-		s = &idState{}
-		l.ids[r.ID] = s
+	id, ok := r.exactID()
+	var s *idState
+	if ok && id != "" && (r.Op == opScheduled || r.Op == opCancelled || r.Op == opDelivered) {
+		s = l.state(id, r)
 	}
 	switch {
 	case s == nil:
@@ -315,7 +408,7 @@ func (l *Ledger) read(r record) {
 		// Scheduled (again): a retry of a delivered message waits anew, and may be cancelled.
 		s.known, s.decided, s.entry = true, "", r.Entry
 		if s.entry != nil {
-			s.entry.ID = r.ID // the id it is listed, and cancelled, under
+			s.entry.ID = id // the id it is listed, and cancelled, under
 		}
 	case (r.Op == opCancelled || r.Op == opDelivered) && s.decided == "":
 		s.decided, s.entry = r.Op, nil
@@ -328,6 +421,36 @@ func (l *Ledger) read(r record) {
 		}
 		w <- o
 	}
+}
+
+// state returns the state of id, which record r is about, made if need be (l.mu held).
+//
+// Earlier versions recorded an id that is not UTF-8 under its lossy form (each such byte as
+// U+FFFD), while the message carries, and arrives with, its exact id. So an exact id that has
+// no records of its own stands for its lossy form when records of an earlier version were
+// read for that form: its first record joins that state, and from then on both are one id,
+// as they were before. A cancellation recorded by an earlier version then stops the message
+// it was meant for, a cancellation of the form listed says the message was delivered, and a
+// cancellation stays final. Ids that no earlier version recorded are kept apart.
+func (l *Ledger) state(id string, r record) *idState {
+	if alias, ok := l.aliases[id]; ok {
+		id = alias
+	}
+	s := l.ids[id]
+	if s == nil {
+		if form := lossy(id); form != id {
+			if old := l.ids[form]; old != nil && old.legacy {
+				l.aliases[id] = form
+				return old
+			}
+		}
+		s = &idState{}
+		l.ids[id] = s
+	}
+	if legacy(r) {
+		s.legacy = true
+	}
+	return s
 }
 
 // append appends a record of op for id with a token of its own, and waits until the reader
@@ -345,7 +468,9 @@ func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 		delete(l.waiters, token)
 		l.mu.Unlock()
 	}()
-	body, _ := json.Marshal(record{Op: op, ID: id, Token: token, At: time.Now().UTC()})
+	r := newRecord(op, id)
+	r.Token = token
+	body, _ := msjson.Marshal(r)
 	err := amqpx.Retry(ctx, l.cfg.Timeout, "ledger: append", func(ctx context.Context) error {
 		l.mu.Lock()
 		conf, ready := l.conf, l.ready

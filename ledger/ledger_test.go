@@ -1,8 +1,13 @@
 package ledger_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/router"
@@ -91,7 +98,9 @@ func TestForgedRecordsAreIgnored(t *testing.T) {
 	require.NoError(t, ch.Confirm(false))
 	for _, body := range []string{`{"op":"scheduled"}`, `{"op":"cancelled"}`, `{"op":"delivered","token":"x"}`,
 		`{"op":"scheduled","id":"no-entry"}`, `{"op":"scheduled","id":"bad","entry":{"due":"tomorrow"}}`,
-		`{"op":"other","id":"real"}`, `{"op":"mark","id":"real"}`, `not json`, `null`, `[]`, ``} {
+		`{"op":"other","id":"real"}`, `{"op":"mark","id":"real"}`, `not json`, `null`, `[]`, ``,
+		`{"op":"cancelled","id":"real","id_base64":"not base64!"}`,
+		`{"op":"scheduled","id":"x","id_base64":"eA==","entry":{"id":"x","id_base64":"!","queue":"q"}}`} {
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", f.delay.LedgerQueue(), false, false,
 			amqp.Publishing{Body: []byte(body)})
 		require.NoError(t, err)
@@ -233,4 +242,181 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		_, err := ledger.New(cfg, nil)
 		assert.ErrorContains(t, err, field)
 	}
+}
+
+// Pairs of ids that JSON alone would not keep apart: each id of a pair is listed as it is,
+// the first is cancelled, and only the second is handled. A ledger that reads the stream
+// from its start lists them exactly too.
+var idPairs = [][2]string{
+	{"order-7\xff", "order-7\xfe"},  // differ only in a byte that is not UTF-8
+	{"tick\x00", "tick\ufffd"},      // NUL and U+FFFD
+	{"bad\xff", "bad\ufffd"},        // a byte that is not UTF-8 and U+FFFD itself
+	{"ctl\u009b", "ctl\x9b"},        // a C1 control, and its code as a lone byte
+	{"\xc3\x28\x00", "\ufffd(\x00"}, // a broken sequence, and what JSON would make of it
+}
+
+func TestIDsAreKeptExactly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	q := f.env.Queue("exact")
+	ctx := context.Background()
+	var all, kept []string
+	for _, p := range idPairs {
+		f.schedule(t, q, p[0], 2*time.Second)
+		f.schedule(t, q, p[1], 2*time.Second)
+		all, kept = append(all, p[0], p[1]), append(kept, p[1])
+	}
+	ids := func(l *ledger.Ledger) []string {
+		entries, err := l.List(ctx, ledger.Filter{Destination: q})
+		require.NoError(t, err)
+		var ids []string
+		for _, e := range entries {
+			ids = append(ids, e.ID)
+		}
+		return ids
+	}
+	assert.ElementsMatch(t, all, ids(f.l))
+	for _, p := range idPairs {
+		require.NoError(t, f.l.Cancel(ctx, p[0]), "%q", p[0])
+	}
+	assert.ElementsMatch(t, kept, ids(f.l), "the second of each pair still waits")
+	fresh, err := ledger.New(ledger.Config{Connection: f.env.Connection(), Delay: f.delay}, f.env.Logger())
+	require.NoError(t, err)
+	defer fresh.Close()
+	assert.ElementsMatch(t, kept, ids(fresh), "read from the stream's start")
+
+	handled := f.consume(t, q)
+	require.Eventually(t, func() bool { return len(handled()) == len(kept) }, 15*time.Second, 10*time.Millisecond)
+	assert.Never(t, func() bool { return len(handled()) > len(kept) }, 500*time.Millisecond, 10*time.Millisecond,
+		"a cancelled one handled")
+	assert.ElementsMatch(t, kept, handled())
+	for _, p := range idPairs {
+		assert.ErrorIs(t, fresh.Cancel(ctx, p[1]), ledger.ErrDelivered, "%q", p[1])
+		assert.NoError(t, fresh.Cancel(ctx, p[0]), "%q: cancelled, never delivered", p[0])
+	}
+}
+
+// Records that an earlier version wrote for ids that are not UTF-8 hold each such byte as
+// U+FFFD, and no exact copy: they are read as written, and still decide for the message,
+// which arrives with its exact id. A cancellation recorded then stops it; so does one made
+// now of the id as listed; a message not cancelled is handled, and a cancellation after it
+// says it was delivered.
+func TestRecordsOfEarlierVersionsStillHold(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	q := f.env.Queue("legacy")
+	ctx := context.Background()
+	_, err := f.l.List(ctx, ledger.Filter{}) // the ledger is declared now
+	require.NoError(t, err)
+	ch := f.env.Channel()
+	require.NoError(t, ch.Confirm(false))
+	appendOld := func(op, id string, entry bool) {
+		t.Helper()
+		r := map[string]any{"op": op, "id": id, "at": time.Now().UTC()}
+		if entry {
+			r["entry"] = map[string]any{"id": id, "queue": q, "due": time.Now().Add(time.Minute).UTC(), "scheduled": time.Now().UTC()}
+		} else {
+			r["token"] = "earlier"
+		}
+		body, err := json.Marshal(r) // as the earlier version: no id_base64, each bad byte as U+FFFD
+		require.NoError(t, err)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", f.delay.LedgerQueue(), false, false,
+			amqp.Publishing{ContentType: "application/json", Body: body})
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	appendOld("scheduled", "cancelled-then-\xff", true)
+	appendOld("cancelled", "cancelled-then-\xff", false)
+	appendOld("scheduled", "cancelled-now-\xfe", true)
+	appendOld("scheduled", "kept-\xfd", true)
+
+	entries, err := f.l.List(ctx, ledger.Filter{})
+	require.NoError(t, err)
+	var listed []string
+	for _, e := range entries {
+		listed = append(listed, e.ID)
+	}
+	assert.ElementsMatch(t, []string{"cancelled-now-\ufffd", "kept-\ufffd"}, listed, "as the records have them")
+	require.NoError(t, f.l.Cancel(ctx, "cancelled-now-\ufffd"), "the id as listed")
+
+	handled := f.consume(t, q)
+	for _, id := range []string{"cancelled-then-\xff", "cancelled-now-\xfe", "kept-\xfd"} {
+		msg := message.NewMessage(id, []byte(id))
+		msg.Metadata.Set(warren.MetadataScheduleID, id)
+		p, err := warren.Marshaler{}.Marshal(msg)
+		require.NoError(t, err)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, true, false, p)
+		require.NoError(t, err)
+		ok, err := dc.WaitContext(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	require.Eventually(t, func() bool { return len(handled()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	assert.Never(t, func() bool { return len(handled()) > 1 }, 500*time.Millisecond, 10*time.Millisecond, "a cancelled one handled")
+	assert.Equal(t, []string{"kept-\xfd"}, handled())
+	assert.ErrorIs(t, f.l.Cancel(ctx, "kept-\ufffd"), ledger.ErrDelivered, "the id as listed")
+	assert.ErrorIs(t, f.l.Cancel(ctx, "kept-\xfd"), ledger.ErrDelivered, "the exact id")
+	entries, err = f.l.List(ctx, ledger.Filter{})
+	require.NoError(t, err)
+	assert.Empty(t, entries)
+
+	// The cancellation is final: a message scheduled under the id now is not handled either;
+	// one under a new id, due with it, is.
+	f.schedule(t, q, "cancelled-then-\xff", time.Second)
+	f.schedule(t, q, "new-\xff", time.Second)
+	require.Eventually(t, func() bool { return len(handled()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	assert.Never(t, func() bool { return len(handled()) > 2 }, 500*time.Millisecond, 10*time.Millisecond, "a cancelled one handled")
+	assert.Equal(t, []string{"kept-\xfd", "new-\xff"}, handled())
+}
+
+// The longest schedule id a message can carry (the header frame's limit) is kept exactly
+// too: two such ids that differ in their last byte only, one cancelled, the other handled.
+func TestLongestIDsAreKeptExactly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	q := f.env.Queue("longest")
+	ctx := context.Background()
+	pattern := []byte("\xff\x00\ufffd\u0085")
+	id := func(n int, last byte) string {
+		b := bytes.Repeat(pattern, n/len(pattern)+1)[:n]
+		b[n-1] = last
+		return string(b)
+	}
+	scheduled := func(uuid, sid string) *message.Message {
+		msg := message.NewMessage(uuid, []byte(uuid))
+		dlx.Delay(msg, 2*time.Second)
+		dlx.Schedule(msg, sid)
+		// The id of the publish (a header) at its longest, 16 hex digits: the same size on
+		// every publish, and one of its own (a copy of a publish is handled once).
+		msg.Metadata.Set(warren.MetadataPublishID, fmt.Sprintf("%016x", rand.Uint64()|1<<63))
+		return msg
+	}
+	// How far over the limit an id of amqpx.MaxHeaderFrame bytes takes the message: the
+	// longest id is that much shorter.
+	err := f.pub.Publish(q, scheduled("a", id(amqpx.MaxHeaderFrame, 0xff)))
+	require.ErrorIs(t, err, dlx.ErrTooLarge)
+	m := regexp.MustCompile(`(\d+) bytes, the limit is (\d+)`).FindStringSubmatch(err.Error())
+	require.NotNil(t, m, err.Error())
+	size, _ := strconv.Atoi(m[1])
+	limit, _ := strconv.Atoi(m[2])
+	n := amqpx.MaxHeaderFrame - (size - limit)
+	require.ErrorIs(t, f.pub.Publish(q, scheduled("a", id(n+1, 0xff))), dlx.ErrTooLarge, "one byte more")
+	cancelled, kept := id(n, 0xff), id(n, 0xfe)
+	require.NoError(t, f.pub.Publish(q, scheduled("a", cancelled)))
+	require.NoError(t, f.pub.Publish(q, scheduled("b", kept)))
+	t.Logf("the longest schedule id: %d bytes", n)
+
+	entries, err := f.l.List(ctx, ledger.Filter{Destination: q})
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	assert.True(t, entries[0].ID == cancelled && entries[1].ID == kept || entries[0].ID == kept && entries[1].ID == cancelled,
+		"both listed exactly")
+	require.NoError(t, f.l.Cancel(ctx, cancelled))
+	handled := f.consume(t, q)
+	require.Eventually(t, func() bool { return len(handled()) == 1 }, 15*time.Second, 10*time.Millisecond)
+	assert.Never(t, func() bool { return len(handled()) > 1 }, 500*time.Millisecond, 10*time.Millisecond, "the cancelled one handled")
+	assert.Equal(t, []string{"b"}, handled())
+	assert.ErrorIs(t, f.l.Cancel(ctx, kept), ledger.ErrDelivered)
 }

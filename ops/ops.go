@@ -163,7 +163,9 @@ func (o *Ops) Scheduled(ctx context.Context, f ledger.Filter) ([]ledger.Entry, e
 	return l.List(ctx, f)
 }
 
-// Cancel cancels the message scheduled under id: see ledger.Ledger.Cancel.
+// Cancel cancels the message scheduled under id: see ledger.Ledger.Cancel. id is the exact
+// id, byte for byte (ledger.Entry.ID as Scheduled returns it): a form or a command line that
+// shows ids must give back the bytes it was given, NUL and bytes that are not UTF-8 included.
 func (o *Ops) Cancel(ctx context.Context, id string) error {
 	l, err := o.theLedger()
 	if err != nil {

@@ -43,7 +43,7 @@ type filterFlags struct {
 
 func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 	f := &filterFlags{}
-	fs.StringArrayVar(&f.ids, "id", nil, "only the message with this id (repeatable)")
+	fs.StringArrayVar(&f.ids, "id", nil, `only the message with this id: as it is, or quoted as list prints it ("pay\x00") (repeatable)`)
 	fs.StringVar(&f.group, "group-id", "", "only the messages of this failure group (the GROUP column of \"poison list --group\")")
 	fs.StringVar(&f.errRE, "error", "", "only the messages whose error matches this regular expression")
 	fs.StringVar(&f.handler, "handler", "", "only the messages of this handler")
@@ -55,8 +55,13 @@ func addFilterFlags(fs *pflag.FlagSet) *filterFlags {
 }
 
 func (f *filterFlags) filter(now time.Time) (ops.Filter, error) {
-	flt := ops.Filter{IDs: f.ids, Group: f.group, Handler: f.handler, Reason: f.reason}
+	flt := ops.Filter{Group: f.group, Handler: f.handler, Reason: f.reason}
 	var err error
+	if len(f.ids) > 0 {
+		if flt.IDs, err = parseIDs("--id", f.ids); err != nil {
+			return flt, err
+		}
+	}
 	if f.errRE != "" {
 		if flt.Error, err = regexp.Compile(f.errRE); err != nil {
 			return flt, fmt.Errorf("--error: %w", err)

@@ -136,7 +136,7 @@ func printMessages(out io.Writer, msgs []ops.Message, now time.Time) error {
 	tw := newTable(out)
 	fmt.Fprintln(tw, "POS\tID\tREASON\tERROR\tHANDLER\tATTEMPTS\tFIRST FAILURE\tLAST FAILURE\tGROUP\tTRACE\tDESTINATION")
 	for _, m := range msgs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Error, 60),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", m.Position, cutID(m.ID, 36), m.Reason, cut(m.Error, 60),
 			cut(m.Handler, 24), m.Attempts, ago(m.FirstFailure, now), ago(m.LastFailure, now), cut(m.Group, 8), cut(m.TraceID, 32), m.Destination)
 	}
 	fmt.Fprintln(tw, plural(len(msgs), "message"))
@@ -147,7 +147,7 @@ func printParked(out io.Writer, msgs []ops.Message) error {
 	tw := newTable(out)
 	fmt.Fprintln(tw, "POS\tID\tREASON\tDESTINATION\tCONTENT TYPE")
 	for _, m := range msgs {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Position, cut(m.ID, 36), m.Reason, cut(m.Destination, 60), cut(m.ContentType, 30))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", m.Position, cutID(m.ID, 36), m.Reason, cut(m.Destination, 60), cut(m.ContentType, 30))
 	}
 	fmt.Fprintln(tw, plural(len(msgs), "message"))
 	return tw.Flush()
@@ -158,7 +158,7 @@ func printGroups(out io.Writer, groups []ops.FailureGroup, now time.Time) error 
 	fmt.Fprintln(tw, "GROUP\tCOUNT\tHANDLER\tERROR TYPE\tERROR\tFIRST\tLAST\tEXAMPLE")
 	for _, gr := range groups {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", cut(gr.ID, 8), gr.Count, cut(gr.Handler, 24), cut(gr.ErrorType, 30),
-			cut(gr.Error, 60), ago(gr.First, now), ago(gr.Last, now), gr.Example)
+			cut(gr.Error, 60), ago(gr.First, now), ago(gr.Last, now), showID(gr.Example))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

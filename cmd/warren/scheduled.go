@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,7 +19,7 @@ func newScheduled(g *globals) *cobra.Command {
 		Long: "List or cancel the delayed messages published with a schedule id (dlx.Schedule), from the\n" +
 			"ledger of the delay levels (a stream): the levels themselves are not read, so their order and\n" +
 			"timing are not disturbed. A cancelled message is acked unhandled by warren consumers whose\n" +
-			"handlers have ledger.Ledger.Middleware.",
+			"handlers have ledger.Ledger.Middleware.\n\n" + idForms,
 	}
 	scheduled.AddCommand(newScheduledList(g), newScheduledCancel(g))
 	return scheduled
@@ -50,7 +49,10 @@ func newScheduledList(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the scheduled messages that wait: id, destination, due time",
-		Args:  cobra.NoArgs,
+		Long: "List the scheduled messages that wait: id, destination, due time, sorted by due time.\n\n" + idForms +
+			"\n\n--json prints each entry with its id as a JSON string, and, when that string cannot hold\n" +
+			"the id exactly (bytes that are not UTF-8, or U+FFFD), its bytes in base64 as id_base64.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := ledger.Filter{Destination: destination}
 			if till != "" {
@@ -71,7 +73,7 @@ func newScheduledList(g *globals) *cobra.Command {
 					}
 					return printJSON(out, entries)
 				}
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				tw := newTable(out)
 				fmt.Fprintln(tw, "ID\tDESTINATION\tROUTING KEY\tDUE")
 				now := time.Now()
 				for _, e := range entries {
@@ -85,7 +87,7 @@ func newScheduledList(g *globals) *cobra.Command {
 					if key == "" {
 						key = "-"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", e.ID, e.Destination(), key, due)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", showID(e.ID), e.Destination(), key, due)
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -103,28 +105,55 @@ func newScheduledList(g *globals) *cobra.Command {
 }
 
 func newScheduledCancel(g *globals) *cobra.Command {
-	var df *delayFlags
+	var (
+		df      *delayFlags
+		fromB64 bool
+	)
 	cancel := &cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel the message scheduled under ID: warren consumers never handle it",
 		Long: "Cancel the message scheduled under ID: warren consumers (handlers with ledger.Ledger.Middleware)\n" +
 			"never handle it. Exit code 1 if it was delivered before the cancellation, 2 if nothing was\n" +
-			"scheduled under ID (the cancellation is recorded all the same).",
+			"scheduled under ID (the cancellation is recorded all the same).\n\n" + idForms +
+			"\n\nWith --base64, ID is the id's bytes in standard base64 (id_base64 of `list --json`, or\n" +
+			"its id encoded: jq -r '.[] | .id_base64 // (.id | @base64)').",
+		Example: "  warren scheduled cancel reminder-42\n" +
+			"  warren scheduled cancel '\"tick\\x00\"'\n" +
+			"  warren scheduled cancel --base64 b3JkZXItN/8=",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			read := parseID
+			if fromB64 {
+				read = parseBase64ID
+			}
+			id, err := read(args[0])
+			if err != nil {
+				return err
+			}
 			return g.withOps(cmd, df, func(o *ops.Ops) error {
-				err := o.Cancel(cmd.Context(), args[0])
+				err := o.Cancel(cmd.Context(), id)
 				switch {
 				case errors.Is(err, ledger.ErrUnknown):
-					return &exitError{exitNoQueue, err.Error(), err}
+					msg := fmt.Sprintf("%s: %s (the cancellation is recorded)", ledger.ErrUnknown, showID(id))
+					return &exitError{exitNoQueue, msg, err}
+				case errors.Is(err, ledger.ErrDelivered):
+					return fmt.Errorf("%w: %s", ledger.ErrDelivered, showID(id))
 				case err != nil:
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s: it will not be handled\n", args[0])
+				fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s: it will not be handled\n", showID(id))
 				return nil
 			})
 		},
 	}
 	df = addDelayFlags(cancel.Flags())
+	cancel.Flags().BoolVar(&fromB64, "base64", false, "ID is the id's bytes in standard base64 (id_base64 of list --json)")
 	return cancel
 }
+
+// idForms is how the scheduled commands print and read ids, for their help.
+const idForms = "An ID is printed as it is when it is one word of printable characters; any other (with NUL,\n" +
+	"bytes that are not UTF-8, controls, U+FFFD, spaces, quotes or backslashes) is printed as a\n" +
+	"double-quoted Go string literal, every such byte escaped: \"tick\\x00\", \"order-7\\xff\", \"\\ufffd\".\n" +
+	"cancel reads an ID that starts with a double quote in that form (paste it between single\n" +
+	"quotes: '\"tick\\x00\"'), any other as it is."
