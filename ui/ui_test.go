@@ -204,6 +204,15 @@ func TestOverview(t *testing.T) {
 	assert.Regexp(t, `<tr id="queue-1" class="down problem">\s*<td>`+missing+`</td>\s*<td>missing</td>`, page)
 	assert.Contains(t, page, "read-only")
 	assert.NotContains(t, page, `action="/kill"`) // read-only: no action is offered
+	// one line names what is wrong, and the rows are marked where
+	assert.Contains(t, page, `<p id="problems" class="problems" role="status"><strong>To look at:</strong>`+"\n"+
+		`<span class="problem"><a href="#queue-0">`+q+`</a>: 3 poison messages, no consumer</span> · `+
+		`<span class="problem"><a href="#queue-1">`+missing+`</a>: no such queue</span>`)
+	assert.Regexp(t, `<tr id="queue-0" class="problem">\s*<td>`+q+`</td>(?s:.*?)<td class="n flag">0</td>(?s:.*?)<td class="n flag"><a href="/poison\?queue=`+q+`">3</a>`, page)
+	if strings.Contains(page, "malformed x-death") { // RabbitMQ 3.10.8's hazard: named once, explained behind a details
+		assert.Equal(t, 1, strings.Count(page, "can stop dead-lettering on one malformed message"))
+		assert.Regexp(t, `<details class="hazard"><summary>[^<]*</summary><p class="warning">RabbitMQ [0-9.]+: one message with a malformed x-death`, page)
+	}
 	assert.Contains(t, page, "1 waiting in 6 level queues")
 	assert.Contains(t, page, "<td>"+delay.LevelQueue(1, 3)+"</td><td>12 s</td><td>15 s</td><td>-</td><td class=\"n\">1</td>")
 	assert.Contains(t, page, "0 parked")
@@ -297,6 +306,10 @@ func TestPoisonPage(t *testing.T) {
 	assert.Contains(t, page, "JSON, 25 bytes")
 	assert.Contains(t, page, "{\n  &#34;order&#34;: 3,\n  &#34;items&#34;: [\n    1,\n    2\n  ]\n}")
 	assert.Contains(t, page, "<th>tenant</th><td class=\"text\">***</td>")
+	// what a reader looks for first: the attempts, counted once, and the body above the headers
+	assert.Contains(t, page, "<tr><th>attempts</th><td>4</td></tr>")
+	assert.NotContains(t, page, "<ol", "no list numbers the attempts")
+	assert.Less(t, strings.Index(page, `<pre class="body">`), strings.Index(page, `<table class="headers">`), "the body before the headers")
 	assert.Equal(t, int64(7), redacted.Load(), "each message redacted once, when the queue was read")
 
 	status, _ = b.get("/message?queue=" + url.QueryEscape(q) + "&id=nope")
@@ -925,4 +938,47 @@ func TestOverviewLoadsAreNotSamples(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, page)
 		assert.NotContains(t, page, `<svg class="chart"`)
 	}
+}
+
+// The overview's poison count includes the messages that a read holds unacknowledged: with
+// the management API, any reader's; without it, this dashboard's own (its pages, counts and
+// jobs), whose queue then shows the count read before the read began, marked.
+func TestOverviewCountsWhatIsBeingRead(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+
+	q := env.WorkQueue("held")
+	poison(t, env, q, 3)
+	ch := env.Channel()
+	require.NoError(t, ch.Qos(2, 0, false))
+	_, err := ch.Consume(topology.PoisonQueue(q), "", false, false, false, false, nil) // holds 2
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return depth(t, env, topology.PoisonQueue(q)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	o, err := ops.New(ops.Config{Connection: env.Connection(), Management: testenv.ManagementURL()}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, SampleInterval: -1}, nil)
+	var page string
+	require.Eventually(t, func() bool { // the management API's statistics come every few seconds
+		_, page = b.get("/")
+		return strings.Contains(page, `/poison?queue=`+q+`">3</a>`)
+	}, 30*time.Second, 100*time.Millisecond, "the held ones counted")
+
+	own := env.WorkQueue("own")
+	poison(t, env, own, 4)
+	_, b = server(t, env.URL, ui.Config{Queues: []string{own}, AllowActions: true, SampleInterval: -1}, nil)
+	_, page = b.get("/")
+	require.Contains(t, page, `/poison?queue=`+own+`">4</a></td>`)
+	list := "/poison?queue=" + url.QueryEscape(own)
+	_, listed := b.get(list)
+	job := b.post("/replay", url.Values{"queue": {own}, "confirm": {"yes"}, "rate": {"1"}}, token(t, listed)) // 3 s at least
+	require.Eventually(t, func() bool {
+		status, _ := b.get(list)
+		return status == http.StatusConflict
+	}, 5*time.Second, 10*time.Millisecond, "the replay holds the queue")
+	_, page = b.get("/")
+	assert.Regexp(t, `/poison\?queue=`+regexp.QuoteMeta(own)+`">4</a> <small title="[^"]*before the read began">\(being read\)</small>`, page)
+	waitJob(t, b, job)
+	_, page = b.get("/")
+	assert.Contains(t, page, `/poison?queue=`+own+`">0</a></td>`)
 }
