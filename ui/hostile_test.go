@@ -316,7 +316,10 @@ func hostileIDsRoundTrip(t *testing.T, e *hostileEnv) {
 		{schedNUL, schedTwinN, `s\x00nul`},
 		{schedByte, schedTwinB, `s\xffbyte`},
 	} {
-		step(ctx, t, "cancel "+c.shown, chromedp.Navigate(base+"/scheduled"),
+		step(ctx, t, "scheduled", chromedp.Navigate(base+"/scheduled"), chromedp.WaitVisible(`table.scheduled`))
+		require.Contains(t, read(ctx, t, "scheduled", `table.scheduled`), c.shown,
+			"listed by its exact bytes: the ledger must keep them (package ledger)")
+		step(ctx, t, "cancel "+c.shown,
 			chromedp.Click(`//table[contains(@class,"scheduled")]//tr[td[1]="`+c.shown+`"]//button[.="cancel"]`),
 			chromedp.WaitVisible(`//h1[starts-with(., "Cancelled")]`))
 		require.Equal(t, "Cancelled "+c.shown, read(ctx, t, "title", `h1`))

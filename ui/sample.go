@@ -214,6 +214,9 @@ func (s *sampler) rates(name string, now time.Time) string {
 		return ""
 	}
 	perMin := func(a, b int) string { return fmt.Sprintf("%+.0f/min", float64(b-a)/span.Minutes()) }
+	if span >= 10*time.Second { // samples are taken seconds apart: no milliseconds
+		span = span.Round(time.Second)
+	}
 	return fmt.Sprintf("%s, %s over %s", perMin(first.ready, last.ready), perMin(first.poison, last.poison), human(span))
 }
 
