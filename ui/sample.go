@@ -47,25 +47,33 @@ func newSampler(interval time.Duration) *sampler {
 }
 
 // substitute sets, in st, the poison count of each queue that reading names (the parking
-// queue's for "") to the last count kept of it, if there is one, and keeps the counts of the
-// others. It returns, of those in reading, the queues whose count it set.
+// queue's for "") to the last count kept of it if that is larger, and keeps the counts of the
+// others (and of no queue st does not list). It returns, of those in reading, the queues
+// whose count it set.
 func (s *sampler) substitute(st *ops.Status, reading map[string]bool) map[string]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	set := map[string]bool{}
 	one := func(queue string, n *int) {
-		switch kept, ok := s.counts[queue]; {
-		case *n < 0:
+		switch kept := s.counts[queue]; {
+		case *n < 0: // no such queue
 		case !reading[queue]:
 			s.counts[queue] = *n
-		case ok:
-			*n, set[queue] = max(*n, kept), true
+		case kept > *n:
+			*n, set[queue] = kept, true
 		}
 	}
+	listed := map[string]bool{"": true}
 	for i := range st.Queues {
 		one(st.Queues[i].Queue, &st.Queues[i].Poison)
+		listed[st.Queues[i].Queue] = true
 	}
 	one("", &st.Delay.Parked)
+	for q := range s.counts { // the queues no longer shown
+		if !listed[q] {
+			delete(s.counts, q)
+		}
+	}
 	return set
 }
 
