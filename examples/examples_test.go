@@ -234,7 +234,8 @@ func TestDemos(t *testing.T) {
 	t.Run("dashboard", func(t *testing.T) {
 		out := run(t, 2*time.Minute, build(t, "dashboard"), "-backlog", "300", "-once", "-listen", "127.0.0.1:0")
 		contains(t, out, "backlog: 300 messages in the poison queue of warren.example.dashboard.orders",
-			"Overview · warren: RabbitMQ", "Read all 300 messages of the poison queue")
+			"Overview · warren: RabbitMQ", "To look at: warren.example.dashboard.orders: 300 poison messages, no consumer",
+			"Read all 300 messages of the poison queue")
 	})
 
 	t.Run("metrics", func(t *testing.T) {

@@ -41,7 +41,9 @@ type QueueStatus struct {
 	// the queue was never killed; KillAt is when it was sent.
 	Kill   kill.Action `json:"kill,omitempty"`
 	KillAt time.Time   `json:"kill_at,omitzero"`
-	// Poison is the number of messages in its poison queue (-1 if there is none).
+	// Poison is the number of messages in its poison queue (-1 if there is none): the ready
+	// ones, and with the management API the larger of that and all it holds, those delivered
+	// and not acknowledged included (a browse of the queue holds what it read).
 	Poison int `json:"poison"`
 }
 
@@ -94,7 +96,8 @@ type DelayStatus struct {
 	// DeadLettering is the number of messages the levels are dead-lettering (management API
 	// only; counted in Waiting).
 	DeadLettering int `json:"dead_lettering"`
-	// Parked is the number of messages in the parking queue (-1 if there is none).
+	// Parked is the number of messages in the parking queue (-1 if there is none), counted as
+	// QueueStatus.Poison.
 	Parked int `json:"parked"`
 	// ParkingState is the parking queue's state, as QueueStatus.State.
 	ParkingState string `json:"parking_state,omitempty"`
@@ -254,9 +257,10 @@ func inspectAll(conn *amqp.Connection, n int, fn func(in *inspector, i int) erro
 }
 
 // addManagement adds what the management API tells to s: the state, unacknowledged
-// messages and consumers' hosts of each work queue that exists, and the state and
-// dead-lettering messages of each level. A queue or level that does not serve messages
-// counts no messages: the broker's 0 for it is no count.
+// messages and consumers' hosts of each work queue that exists, the messages its poison
+// queue holds unacknowledged too (a browse holds what it took: AMQP counts only the ready
+// ones), and the state and dead-lettering messages of each level. A queue or level that
+// does not serve messages counts no messages: the broker's 0 for it is no count.
 func (o *Ops) addManagement(ctx context.Context, s *Status) error {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
@@ -285,6 +289,13 @@ func (o *Ops) addManagement(ctx context.Context, s *Status) error {
 	for _, m := range all {
 		byName[m.Name] = m
 	}
+	// The API's counts are statistics a few seconds old, AMQP's are of now and leave out the
+	// messages held: the larger of the two counts both those held and those just come.
+	for i := range s.Queues {
+		if q := &s.Queues[i]; q.Poison >= 0 {
+			q.Poison = max(q.Poison, byName[topology.PoisonQueue(q.Queue)].Messages)
+		}
+	}
 	d := &s.Delay
 	d.Waiting = 0
 	for i := range d.Levels {
@@ -304,7 +315,7 @@ func (o *Ops) addManagement(ctx context.Context, s *Status) error {
 		d.Waiting += l.Messages
 	}
 	if m, ok := byName[o.cfg.Delay.ParkingQueue()]; ok && d.Parked >= 0 {
-		d.ParkingState = m.Status()
+		d.ParkingState, d.Parked = m.Status(), max(d.Parked, m.Messages)
 	}
 	return nil
 }

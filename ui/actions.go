@@ -33,11 +33,16 @@ type confirmData struct {
 
 // replay and delete: without the field confirm, count what the filter selects and ask to
 // confirm; with it, start a job and send the browser to its page.
-func (h *Handler) replay(w http.ResponseWriter, r *http.Request, a Action) { h.bulk(w, r, a) }
-func (h *Handler) delete(w http.ResponseWriter, r *http.Request, a Action) { h.bulk(w, r, a) }
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
+	h.bulk(w, r, v, a)
+}
 
-func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
-	queue, to := r.PostFormValue("queue"), strings.TrimSpace(r.PostFormValue("to"))
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
+	h.bulk(w, r, v, a)
+}
+
+func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
+	queue, to := v.Get("queue"), strings.TrimSpace(v.Get("to"))
 	p := h.newPage(w, r)
 	fail := func(status int, msg string) {
 		p.Title, p.Error = http.StatusText(status), msg
@@ -47,26 +52,26 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 		fail(http.StatusBadRequest, "delete: name the work queue of the poison queue (parked messages are replayed, not deleted)")
 		return
 	}
-	f, err := filterOf(r, time.Now())
+	f, err := filterOf(v, time.Now())
 	if err != nil {
 		fail(http.StatusBadRequest, err.Error())
 		return
 	}
 	f.Redact = h.cfg.Redact // select what the pages show, and nothing by what Redact hides
 	rate := 0.0
-	if s := strings.TrimSpace(r.PostFormValue("rate")); s != "" {
+	if s := strings.TrimSpace(v.Get("rate")); s != "" {
 		if rate, err = strconv.ParseFloat(s, 64); err != nil || rate < 0 {
 			fail(http.StatusBadRequest, fmt.Sprintf("rate %q: want a number of messages per second, 0 for no limit", s))
 			return
 		}
 	}
-	if r.PostFormValue("confirm") == "" {
-		d, err := h.count(r, queue, f)
+	if v.Get("confirm") == "" {
+		d, err := h.count(r, v, queue, f)
 		if err != nil {
 			fail(readStatus(err), "cannot count the messages the filter selects: "+err.Error())
 			return
 		}
-		d.Action, d.To, d.Rate = a, to, r.PostFormValue("rate")
+		d.Action, d.To, d.Rate = a, to, strings.TrimSpace(v.Get("rate"))
 		p.Title, p.Data = "Confirm "+string(a), d
 		h.render(w, http.StatusOK, "confirm", p)
 		return
@@ -76,7 +81,7 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 		return
 	}
 	j := h.jobs.add(a, queue)
-	h.audit(r, a, queue, watermill.LogFields{"job": j.ID, "filter": filterForm(r).Encode(), "to": to, "state": "started"})
+	h.audit(r, a, queue, watermill.LogFields{"job": j.ID, "filter": filterForm(v).Encode(), "to": to, "state": "started"})
 	user := h.cfg.User(r)
 	go func() {
 		defer h.wg.Done()
@@ -93,8 +98,8 @@ func (h *Handler) bulk(w http.ResponseWriter, r *http.Request, a Action) {
 
 // count reads the whole poison queue of queue (the parking queue for ""), within
 // Config.CountTimeout, and counts what f selects.
-func (h *Handler) count(r *http.Request, queue string, f ops.Filter) (confirmData, error) {
-	d := confirmData{Queue: queue, Form: filterForm(r)}
+func (h *Handler) count(r *http.Request, v url.Values, queue string, f ops.Filter) (confirmData, error) {
+	d := confirmData{Queue: queue, Form: filterForm(v)}
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.CountTimeout)
 	defer cancel()
 	all, err := h.browseAlone(ctx, queue, ops.Browse{})
@@ -133,7 +138,7 @@ func (h *Handler) run(j *job, f ops.Filter, to string, rate float64) (ops.Replay
 	return h.cfg.Ops.ReplayPoisoned(h.ctx, j.Queue, opt)
 }
 
-func (h *Handler) job(r *http.Request, p *page) (string, int) {
+func (h *Handler) job(r *http.Request, _ url.Values, p *page) (string, int) {
 	j := h.jobs.get(r.PathValue("id"))
 	if j == nil {
 		p.Title, p.Error = "Not found", "no such job (jobs are kept in the process that ran them, the last 100)"
@@ -149,8 +154,8 @@ func (h *Handler) job(r *http.Request, p *page) (string, int) {
 
 // kill serves kill and resume: the command is sent, the consumers' confirmations waited for
 // (the Killer's Config.Wait), and the result shown.
-func (h *Handler) kill(w http.ResponseWriter, r *http.Request, a Action) {
-	queue := r.PostFormValue("queue")
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
+	queue := v.Get("queue")
 	p := h.newPage(w, r)
 	if h.cfg.Killer == nil {
 		p.Title, p.Error = "Not enabled", "kill and resume are not enabled (ui.Config.Killer)"
@@ -177,8 +182,8 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request, a Action) {
 }
 
 // cancelScheduled cancels the scheduled message of the form's id, and shows the scheduled page.
-func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request, a Action) {
-	id := r.PostFormValue("id")
+func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
+	id := v.Get("id")
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
 	err := h.cfg.Ops.Cancel(ctx, id)
@@ -195,7 +200,7 @@ func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request, a Acti
 			status = http.StatusConflict
 		}
 	}
-	name, _ := h.scheduled(r, p)
+	name, _ := h.scheduled(r, url.Values{}, p)
 	if err == nil {
 		p.Title = "Cancelled " + id
 	}

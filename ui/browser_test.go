@@ -133,6 +133,12 @@ func TestBrowserOperatorFlow(t *testing.T) {
 	const poisonLink = `//table[contains(@class,"queues")]//a[contains(@href,"poison?queue=")]`
 	step(ctx, t, "overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(`table.queues`))
 	require.Equal(t, "10", read(ctx, t, "overview", poisonLink))
+	// The line on top names what is wrong, and the queue's row is marked where.
+	require.Contains(t, read(ctx, t, "problems", `#problems`), "To look at: "+q+": 10 poison messages, no consumer")
+	const markedRow = `//table[contains(@class,"queues")]//tr[contains(concat(" ", @class, " "), " problem ")]`
+	step(ctx, t, "the row marked",
+		chromedp.WaitVisible(markedRow+`/td[contains(@class,"flag")]/a[contains(@href,"poison?queue=")]`),
+		chromedp.WaitVisible(markedRow+`/td[5][contains(@class,"flag")]`)) // no consumer
 	time.Sleep(300 * time.Millisecond) // a few samples for the charts
 	step(ctx, t, "overview again", chromedp.Reload(), chromedp.WaitVisible(`svg.chart`))
 	shoot(ctx, t, "overview")
@@ -173,6 +179,7 @@ func TestBrowserOperatorFlow(t *testing.T) {
 		chromedp.Navigate(base+"/"))
 	killState := read(ctx, t, "kill state", `//table[contains(@class,"queues")]//tbody/tr/td[6]`)
 	require.True(t, strings.HasPrefix(killState, "stop "), killState)
+	require.Contains(t, read(ctx, t, "problems", `#problems`), q+": 5 poison messages, killed (stop)")
 	step(ctx, t, "resume",
 		chromedp.Click(`//table[contains(@class,"queues")]//button[.="resume"]`),
 		chromedp.WaitVisible(`//h1[contains(., "resume")]`),

@@ -1,10 +1,13 @@
 // Package ui is warren's dashboard: an http.Handler that a service mounts under any path (or
 // that `warren ui` serves) to see and operate what warren puts on the broker, through ops.
 //
-//   - Overview: every work queue (ready, unacknowledged, consumers, kill state, poison depth)
-//     and the delay levels (waiting, when they come due at the latest, parked), with their
-//     depths and changes per minute over the last hour, sampled in the process. A broker that
-//     cannot be read shows the error and the last values read.
+//   - Overview: one line that names what is wrong (ops.Status.Problems: poison waiting, no
+//     consumer, killed, missing or down queues, delay levels, parked messages, the broker's
+//     alarms and its version's hazard), the rows at fault marked; every work queue (ready,
+//     unacknowledged, consumers, kill state, poison depth) and the delay levels (waiting, when
+//     they come due at the latest, parked), with their depths and changes per minute over the
+//     last hour, sampled in the process. A broker that cannot be read shows the error and the
+//     last values read.
 //   - Poison and parked: failure groups, a filter (group, reason, handler, error text, a
 //     header, a time window) applied on the server, one page of the messages it selects, and
 //     each message's detail: its attempts, headers and body (indented JSON, text, or hex).
@@ -19,8 +22,11 @@
 // same origin (http.CrossOriginProtection) and Config.Authorize's consent, and writes an audit
 // log line (who, what, which queue, how many) when it starts and when it ends. Config.Redact
 // redacts every message once, when it is read: the pages, groups, filters and counts see
-// only what it leaves. Everything read from the broker is escaped by html/template, and
-// control characters and bytes that are not UTF-8 are written out visibly (\x1b, \xff).
+// only what it leaves. Config.Authorize is asked first, with ActionView, for every request.
+// Everything read from the broker is written out visibly in every part of a page (control
+// characters and bytes that are not UTF-8 as \x1b, \xff) and escaped by html/template; a
+// form field whose value a browser would change (NUL, controls, bytes that are not UTF-8)
+// carries the value's bytes in base64url, so that every id is acted on by its exact bytes.
 // Pages load no script or style but their own (Content-Security-Policy 'self'): htmx,
 // vendored, refreshes the overview and a job's progress.
 //

@@ -51,22 +51,22 @@ func (h *Handler) funcs() template.FuncMap {
 		// vis shows the characters a reader could not see (control characters, bytes that
 		// are not UTF-8) written out; html/template escapes the rest.
 		"vis": visible.String,
-		"ago": func(t time.Time) string {
-			if t.IsZero() {
-				return "-"
-			}
-			return time.Since(t).Round(time.Second).String() + " ago"
-		},
+		// fieldName and fieldValue are a form field's name and value that carry a value
+		// exactly (see exactSuffix).
+		"fieldName":  fieldName,
+		"fieldValue": fieldValue,
+		"ago":        func(t time.Time) string { return ago(t, time.Now()) },
+		"human":      human,
+		"count":      count,
 		"at": func(t time.Time) string {
 			if t.IsZero() {
 				return "-"
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000Z")
 		},
-		"chart":     func(name string) template.HTML { return h.samples.chart(name, time.Now()) },
-		"rateChart": func(name string) template.HTML { return h.samples.rateChart(name, time.Now()) },
-		"delays":    func() string { return delaysSeries },
-		"rates":     func(name string) string { return h.samples.rates(name, time.Now()) },
+		"chart":  func(name string) template.HTML { return h.samples.chart(name, time.Now()) },
+		"delays": func() string { return delaysSeries },
+		"rates":  func(name string) string { return h.samples.rates(name, time.Now()) },
 		// set returns the query of v with k set to val (encoded: a query, not a page's text).
 		"set": func(v url.Values, k, val string) template.URL {
 			c := url.Values{}
@@ -74,7 +74,7 @@ func (h *Handler) funcs() template.FuncMap {
 				c[key] = vs
 			}
 			c.Set(k, val)
-			return template.URL(c.Encode())
+			return template.URL(c.Encode()) //nolint:gosec // percent-encoded
 		},
 		"add": func(a, b int) int { return a + b },
 	}
@@ -85,20 +85,94 @@ type overviewData struct {
 	Status ops.Status
 	Stale  bool   // the broker could not be read: Status is the last one that could
 	Err    string // why it could not
+	// Problems are what Status.Problems finds, the problems of one work queue on one line,
+	// in its order; those of the delay levels and the broker follow, one each.
+	Problems []problemLine
+	Rows     []queueRow // Status.Queues with their problems
+	// ParkedNote says why the parked count is not AMQP's (see Handler.counted); "" if it is.
+	ParkedNote string
 }
 
-func (h *Handler) overview(r *http.Request, p *page) (string, int) {
+// problemLine is what is wrong with one work queue, or one other problem (Queue "").
+type problemLine struct {
+	Queue string
+	Row   int // the queue's row (its id is "queue-Row"), -1 for another problem
+	Texts []string
+}
+
+// queueRow is a work queue of the overview, with its problems by kind (ops.Problem*).
+type queueRow struct {
+	ops.QueueStatus
+	Row       int
+	Problems  map[string]bool
+	CountNote string // why the poison count is not AMQP's (see Handler.counted)
+}
+
+// Problem reports whether the row has a problem of one of kinds.
+func (q queueRow) Problem(kinds ...string) bool {
+	for _, k := range kinds {
+		if q.Problems[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// Class is the row's HTML class: "down" for a queue missing or down, "problem" for one with
+// a problem, both, or "".
+func (q queueRow) Class() string {
+	var c []string
+	if !q.Exists || q.Unavailable() {
+		c = append(c, "down")
+	}
+	if len(q.Problems) > 0 {
+		c = append(c, "problem")
+	}
+	return strings.Join(c, " ")
+}
+
+// newOverview returns the overview of st; notes are Handler.counted's.
+func newOverview(st ops.Status, notes map[string]string) overviewData {
+	d := overviewData{Status: st, ParkedNote: notes[""]}
+	row := map[string]int{}
+	for i, q := range st.Queues {
+		row[q.Queue] = i
+		d.Rows = append(d.Rows, queueRow{QueueStatus: q, Row: i, Problems: map[string]bool{}, CountNote: notes[q.Queue]})
+	}
+	line := map[string]int{} // work queue → its line in d.Problems
+	for _, p := range st.Problems() {
+		i, isRow := row[p.Queue]
+		if p.Queue == "" || !isRow {
+			d.Problems = append(d.Problems, problemLine{Queue: p.Queue, Row: -1, Texts: []string{p.Text}})
+			continue
+		}
+		d.Rows[i].Problems[p.Kind] = true
+		l, ok := line[p.Queue]
+		if !ok {
+			l = len(d.Problems)
+			line[p.Queue] = l
+			d.Problems = append(d.Problems, problemLine{Queue: p.Queue, Row: i})
+		}
+		d.Problems[l].Texts = append(d.Problems[l].Texts, p.Text)
+	}
+	return d
+}
+
+func (h *Handler) overview(r *http.Request, _ url.Values, p *page) (string, int) {
 	p.Title = "Overview"
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
 	st, err := h.status(ctx)
 	if err != nil { // said inside the part that the page's refresh swaps in
 		last := h.samples.lastStatus()
-		p.Data = overviewData{Status: last, Stale: !last.At.IsZero(), Err: "cannot read the broker: " + err.Error()}
+		d := newOverview(last, nil)
+		d.Stale, d.Err = !last.At.IsZero(), "cannot read the broker: "+err.Error()
+		p.Data = d
 		return "overview", http.StatusBadGateway
 	}
+	st, notes := h.counted(st)
 	h.samples.remember(st)
-	p.Data = overviewData{Status: st}
+	p.Data = newOverview(st, notes)
 	return "overview", http.StatusOK
 }
 
@@ -116,31 +190,31 @@ type listData struct {
 	Pages   int
 }
 
-func (h *Handler) poison(r *http.Request, p *page) (string, int) {
-	queue := r.FormValue("queue")
+func (h *Handler) poison(r *http.Request, v url.Values, p *page) (string, int) {
+	queue := v.Get("queue")
 	p.Title = "Poison " + queue
-	return h.list(r, p, queue)
+	return h.list(r, v, p, queue)
 }
 
-func (h *Handler) parked(r *http.Request, p *page) (string, int) {
+func (h *Handler) parked(r *http.Request, v url.Values, p *page) (string, int) {
 	p.Title = "Parked"
-	return h.list(r, p, "")
+	return h.list(r, v, p, "")
 }
 
 // list reads the head of the poison queue of queue (the parking queue for ""), or takes the
 // snapshot of a read that is young enough (see read), groups its failures and shows one page
 // of what the request's filter selects.
-func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
-	d := listData{Queue: queue, Form: filterForm(r), Page: 1}
+func (h *Handler) list(r *http.Request, v url.Values, p *page, queue string) (string, int) {
+	d := listData{Queue: queue, Form: filterForm(v), Page: 1, Pages: 1}
 	p.Data = &d
-	f, err := filterOf(r, time.Now())
+	f, err := filterOf(v, time.Now())
 	if err != nil {
 		p.Error = err.Error()
 		return "list", http.StatusBadRequest
 	}
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
-	snap, err := h.read(ctx, queue, r.FormValue("refresh") != "")
+	snap, err := h.read(ctx, queue, v.Get("refresh") != "")
 	if err != nil {
 		p.Error = "cannot read the queue: " + err.Error()
 		return "list", readStatus(err)
@@ -159,7 +233,7 @@ func (h *Handler) list(r *http.Request, p *page, queue string) (string, int) {
 	}
 	d.Matches = len(sel)
 	d.Pages = max(1, (len(sel)+h.cfg.PageSize-1)/h.cfg.PageSize)
-	if n, err := strconv.Atoi(r.FormValue("page")); err == nil {
+	if n, err := strconv.Atoi(v.Get("page")); err == nil {
 		d.Page = min(max(n, 1), d.Pages)
 	}
 	d.Shown = sel[min((d.Page-1)*h.cfg.PageSize, len(sel)):min(d.Page*h.cfg.PageSize, len(sel))]
@@ -178,26 +252,29 @@ func readStatus(err error) int {
 // filterFields are the form fields of a filter.
 var filterFields = []string{"group", "reason", "handler", "error", "where", "since", "until", "id"}
 
-// filterForm returns the filter fields r gives.
-func filterForm(r *http.Request) url.Values {
-	_ = r.ParseForm()
+// filterForm returns the filter fields of a request's form (see form), and its queue: the
+// typed ones trimmed of spaces, an id exactly as it is.
+func filterForm(form url.Values) url.Values {
 	v := url.Values{}
 	for _, k := range filterFields {
-		for _, s := range r.Form[k] {
-			if s = strings.TrimSpace(s); s != "" {
+		for _, s := range form[k] {
+			if k != "id" {
+				s = strings.TrimSpace(s)
+			}
+			if s != "" {
 				v.Add(k, s)
 			}
 		}
 	}
-	if q := r.FormValue("queue"); q != "" {
+	if q := form.Get("queue"); q != "" {
 		v.Set("queue", q)
 	}
 	return v
 }
 
-// filterOf reads the filter of r's form fields; an error names the field.
-func filterOf(r *http.Request, now time.Time) (ops.Filter, error) {
-	v := filterForm(r)
+// filterOf reads the filter of a request's form (see form); an error names the field.
+func filterOf(form url.Values, now time.Time) (ops.Filter, error) {
+	v := filterForm(form)
 	f := ops.Filter{IDs: v["id"], Group: v.Get("group"), Reason: v.Get("reason"), Handler: v.Get("handler")}
 	var err error
 	if s := v.Get("error"); s != "" {
@@ -239,8 +316,8 @@ type messageData struct {
 	BodyKind string // "JSON", "text" or "binary"
 }
 
-func (h *Handler) message(r *http.Request, p *page) (string, int) {
-	queue, id := r.FormValue("queue"), r.FormValue("id")
+func (h *Handler) message(r *http.Request, v url.Values, p *page) (string, int) {
+	queue, id := v.Get("queue"), v.Get("id")
 	p.Title = "Message " + id
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
@@ -320,14 +397,14 @@ type topologyData struct {
 	Report topology.Report
 }
 
-func (h *Handler) topology(r *http.Request, p *page) (string, int) {
+func (h *Handler) topology(r *http.Request, v url.Values, p *page) (string, int) {
 	p.Title = "Topology"
 	if h.cfg.Topology == nil {
 		p.Error = "no topology to draw (ui.Config.Topology; warren ui --config FILE)"
 		return "topology", http.StatusNotFound
 	}
 	f := *h.cfg.Topology
-	d := topologyData{SVG: template.HTML(topology.SVG(f.Config, f.Topology)), Verify: r.FormValue("verify") != ""} //nolint:gosec // escaped by SVG
+	d := topologyData{SVG: template.HTML(topology.SVG(f.Config, f.Topology)), Verify: v.Get("verify") != ""} //nolint:gosec // escaped by SVG
 	p.Data = &d
 	if d.Verify {
 		ctx, cancel := h.callCtx(r)
@@ -350,9 +427,9 @@ type scheduledData struct {
 	Shown         []ledger.Entry // the first PageSize
 }
 
-func (h *Handler) scheduled(r *http.Request, p *page) (string, int) {
+func (h *Handler) scheduled(r *http.Request, v url.Values, p *page) (string, int) {
 	p.Title = "Scheduled"
-	d := scheduledData{Topic: r.FormValue("topic"), Before: r.FormValue("before"), ReadAt: time.Now()}
+	d := scheduledData{Topic: strings.TrimSpace(v.Get("topic")), Before: strings.TrimSpace(v.Get("before")), ReadAt: time.Now()}
 	p.Data = &d
 	f := ledger.Filter{Destination: d.Topic}
 	if d.Before != "" {

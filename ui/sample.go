@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"html/template"
-	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +23,9 @@ type sampler struct {
 	series  map[string][]point
 	sampled time.Time  // the time of the last sample
 	last    ops.Status // the last status read without error
+	// counts are the poison counts of the work queues (the parking queue's for "") last
+	// read while this Handler read none of their messages (see Handler.counted).
+	counts map[string]int
 }
 
 // point is one sample of a queue: its ready and poison messages at a time.
@@ -40,7 +43,38 @@ func newSampler(interval time.Duration) *sampler {
 	if interval > 0 {
 		keep = int(time.Hour/interval) + 1
 	}
-	return &sampler{keep: keep, series: map[string][]point{}}
+	return &sampler{keep: keep, series: map[string][]point{}, counts: map[string]int{}}
+}
+
+// substitute sets, in st, the poison count of each queue that reading names (the parking
+// queue's for "") to the last count kept of it if that is larger, and keeps the counts of the
+// others (and of no queue st does not list). It returns, of those in reading, the queues
+// whose count it set.
+func (s *sampler) substitute(st *ops.Status, reading map[string]bool) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := map[string]bool{}
+	one := func(queue string, n *int) {
+		switch kept := s.counts[queue]; {
+		case *n < 0: // no such queue
+		case !reading[queue]:
+			s.counts[queue] = *n
+		case kept > *n:
+			*n, set[queue] = kept, true
+		}
+	}
+	listed := map[string]bool{"": true}
+	for i := range st.Queues {
+		one(st.Queues[i].Queue, &st.Queues[i].Poison)
+		listed[st.Queues[i].Queue] = true
+	}
+	one("", &st.Delay.Parked)
+	for q := range s.counts { // the queues no longer shown
+		if !listed[q] {
+			delete(s.counts, q)
+		}
+	}
+	return set
 }
 
 // remember keeps st as the last status, unless the one kept is newer (reads that overlap
@@ -101,36 +135,52 @@ func (s *sampler) lastStatus() ops.Status {
 	return s.last
 }
 
-// chart draws the series of name as an SVG: ready (or waiting) and poison (or parked) over
-// the time sampled (the last hour at most), both on one scale; "" with fewer than 2 samples.
+// chart draws the series of name: ready (or waiting) and poison (or parked) messages over
+// the time sampled (the last hour at most), on one scale from 0, with its axes labelled: the
+// top of the scale in messages, the time sampled ("-12 min") and now; "" with fewer than 2
+// samples.
 func (s *sampler) chart(name string, now time.Time) template.HTML {
 	ser := s.copy(name)
 	if len(ser) < 2 {
 		return ""
 	}
-	ready, poison := make([]float64, len(ser)), make([]float64, len(ser))
-	for i, p := range ser {
-		ready[i], poison[i] = float64(p.ready), float64(p.poison)
+	const (
+		w, h           = 260.0, 60.0
+		left, right    = 44.0, w - 4 // the plot's x range
+		top, bottom    = 4.0, h - 14 // its y range
+		labelX, labelY = left - 4, h - 3
+	)
+	most := 0
+	for _, p := range ser {
+		most = max(most, p.ready, p.poison)
+	}
+	scale := niceCeil(float64(most))
+	span := max(now.Sub(ser[0].at), time.Second)
+	x := func(t time.Time) float64 { return max(right-(right-left)*float64(now.Sub(t))/float64(span), left) }
+	y := func(v int) float64 { return bottom - (bottom-top)*float64(v)/scale }
+	line := func(v func(point) int) string {
+		var sb strings.Builder
+		for _, p := range ser {
+			fmt.Fprintf(&sb, "%.1f,%.1f ", x(p.at), y(v(p)))
+		}
+		return strings.TrimSpace(sb.String())
 	}
 	last := ser[len(ser)-1]
-	return draw(ser, ready, poison, now, false, fmt.Sprintf("depth now %d and %d", last.ready, last.poison))
-}
-
-// rateChart draws how fast the series of name changed from one sample to the next, per
-// minute, above and below a zero line; "" with fewer than 3 samples.
-func (s *sampler) rateChart(name string, now time.Time) template.HTML {
-	all := s.copy(name)
-	if len(all) < 3 {
-		return ""
-	}
-	prev, ser := all[0], all[1:]
-	ready, poison := make([]float64, len(ser)), make([]float64, len(ser))
-	for i, p := range ser {
-		m := p.at.Sub(prev.at).Minutes()
-		ready[i], poison[i] = float64(p.ready-prev.ready)/m, float64(p.poison-prev.poison)/m
-		prev = p
-	}
-	return draw(ser, ready, poison, now, true, "change per minute")
+	var sb strings.Builder
+	fmt.Fprintf(&sb, `<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img">`, w, h, w, h)
+	fmt.Fprintf(&sb, `<title>messages over the last %s: now %s and %s</title>`, human(span.Round(time.Second)), count(last.ready), count(last.poison))
+	fmt.Fprintf(&sb, `<line class="axis" x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f"/><line class="axis" x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f"/>`,
+		left, top, left, bottom, left, bottom, right, bottom)
+	fmt.Fprintf(&sb, `<line class="grid" x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f"/>`, left, top, right, top)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" text-anchor="end">%s msg</text><text x="%.0f" y="%.0f" text-anchor="end">0</text>`,
+		labelX, top+7, short(scale), labelX, bottom)
+	fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f">-%s</text><text x="%.0f" y="%.0f" text-anchor="end">now</text>`,
+		left, labelY, human(span.Round(time.Second)), right, labelY)
+	fmt.Fprintf(&sb, `<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/>`+
+		`<circle class="ready" cx="%.1f" cy="%.1f" r="2"/><circle class="poison" cx="%.1f" cy="%.1f" r="2"/></svg>`,
+		line(func(p point) int { return p.ready }), line(func(p point) int { return p.poison }),
+		x(last.at), y(last.ready), x(last.at), y(last.poison))
+	return template.HTML(sb.String()) //nolint:gosec // numbers and durations only
 }
 
 func (s *sampler) copy(name string) []point {
@@ -139,48 +189,23 @@ func (s *sampler) copy(name string) []point {
 	return append([]point(nil), s.series[name]...)
 }
 
-// draw draws the two series a (ready) and b (poison), sampled at ser's times, on one scale:
-// from 0 up, or around a zero line in the middle when signed.
-func draw(ser []point, a, b []float64, now time.Time, signed bool, what string) template.HTML {
-	const w, h = 240.0, 36.0
-	top := 1.0
-	for i := range a {
-		top = max(top, math.Abs(a[i]), math.Abs(b[i]))
-	}
-	span := max(now.Sub(ser[0].at), time.Second)
-	x := func(t time.Time) float64 { return max(w*(1-float64(now.Sub(t))/float64(span)), 0) }
-	y := func(v float64) float64 {
-		if signed {
-			return h/2 - (h/2-2)*v/top
+// niceCeil is the least of 1, 2 and 5 times a power of ten that is at least v, and at least 1.
+func niceCeil(v float64) float64 {
+	for p := 1.0; ; p *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if m*p >= v {
+				return m * p
+			}
 		}
-		return h - 2 - (h-4)*v/top
 	}
-	line := func(vs []float64) string {
-		var sb strings.Builder
-		for i, p := range ser {
-			fmt.Fprintf(&sb, "%.1f,%.1f ", x(p.at), y(vs[i]))
-		}
-		return strings.TrimSpace(sb.String())
-	}
-	var sb strings.Builder
-	fmt.Fprintf(&sb, `<svg class="chart" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img"><title>the last %s, %s, top %.0f</title>`,
-		w, h, w, h, span.Round(time.Second), what, top)
-	if signed {
-		fmt.Fprintf(&sb, `<line class="zero" x1="0" y1="%.1f" x2="%.0f" y2="%.1f"/>`, h/2, w, h/2)
-	}
-	n := len(ser) - 1
-	fmt.Fprintf(&sb, `<polyline class="ready" points="%s"/><polyline class="poison" points="%s"/>`+
-		`<circle class="ready" cx="%.1f" cy="%.1f" r="2"/><circle class="poison" cx="%.1f" cy="%.1f" r="2"/></svg>`,
-		line(a), line(b), x(ser[n].at), y(a[n]), x(ser[n].at), y(b[n]))
-	return template.HTML(sb.String()) // numbers only
 }
 
 // rateWindow is the time over which the overview's rates are taken.
 const rateWindow = 5 * time.Minute
 
 // rates says how fast the series of name changed over the last rateWindow (or the time
-// sampled, if shorter), per minute: "ready -120/min, poison +3/min over 5m0s"; "" with fewer
-// than 2 samples.
+// sampled, if shorter), per minute: "-120/min, +3/min over 5 min" (ready, then poison); ""
+// with fewer than 2 samples.
 func (s *sampler) rates(name string, now time.Time) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -197,11 +222,10 @@ func (s *sampler) rates(name string, now time.Time) string {
 		return ""
 	}
 	perMin := func(a, b int) string { return fmt.Sprintf("%+.0f/min", float64(b-a)/span.Minutes()) }
-	round := time.Second
-	if span < 10*time.Second {
-		round = time.Millisecond
+	if span >= 10*time.Second { // samples are taken seconds apart: no milliseconds
+		span = span.Round(time.Second)
 	}
-	return fmt.Sprintf("%s, %s over %s", perMin(first.ready, last.ready), perMin(first.poison, last.poison), span.Round(round))
+	return fmt.Sprintf("%s, %s over %s", perMin(first.ready, last.ready), perMin(first.poison, last.poison), human(span))
 }
 
 // sample records the status of the queues every Config.SampleInterval until Close.
@@ -215,6 +239,7 @@ func (h *Handler) sample() {
 		cancel()
 		switch {
 		case err == nil:
+			st, _ = h.counted(st)
 			h.samples.record(st)
 		case h.ctx.Err() == nil:
 			h.logger.Info("ui: cannot sample the queues", watermill.LogFields{"err": err.Error()})
@@ -237,4 +262,34 @@ func (h *Handler) status(ctx context.Context) (ops.Status, error) {
 		}
 	}
 	return h.cfg.Ops.Status(ctx, queues...)
+}
+
+// counted returns st with the poison counts that this Handler's own reads made too low, and
+// what it says of the count of each queue it reads ("" for the parking queue). Without the management API
+// a count is AMQP's, the messages ready, and a read of a poison queue holds what it took,
+// unacknowledged: while a page, a count or a job of this Handler reads a queue, its count is
+// replaced by the last one read while none did, or by the count read if that is larger.
+// With the management API, Status counts the messages held too (ops.QueueStatus.Poison).
+func (h *Handler) counted(st ops.Status) (ops.Status, map[string]string) {
+	reading := map[string]bool{}
+	if !st.Management {
+		for _, q := range st.Queues {
+			if q.Poison >= 0 && h.reads.readSince(q.Queue, st.At) {
+				reading[q.Queue] = true
+			}
+		}
+		if st.Delay.Parked >= 0 && h.reads.readSince("", st.At) {
+			reading[""] = true
+		}
+	}
+	st.Queues = slices.Clone(st.Queues)
+	set := h.samples.substitute(&st, reading)
+	notes := map[string]string{}
+	for q := range reading {
+		notes[q] = "this dashboard is reading the queue: its count without the messages the read holds"
+		if set[q] {
+			notes[q] = "this dashboard is reading the queue: its count before the read began"
+		}
+	}
+	return st, notes
 }

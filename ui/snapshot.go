@@ -35,6 +35,8 @@ type snapshots struct {
 	mu    sync.Mutex
 	m     map[string]snapshot
 	locks map[string]*queueLock
+	// released is when a reader last let each queue go.
+	released map[string]time.Time
 }
 
 // queueLock is the lock of one queue.
@@ -48,7 +50,18 @@ type queueLock struct {
 var errJobRuns = errors.New("a replay or delete of this queue is under way")
 
 func newSnapshots(age time.Duration) *snapshots {
-	return &snapshots{age: age, m: map[string]snapshot{}, locks: map[string]*queueLock{}}
+	return &snapshots{age: age, m: map[string]snapshot{}, locks: map[string]*queueLock{}, released: map[string]time.Time{}}
+}
+
+// readSince reports whether a reader of this Handler took messages of queue at any time
+// since t: one holds the queue now, or let it go after t.
+func (s *snapshots) readSince(queue string, t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.locks[queue]; l != nil && len(l.token) > 0 {
+		return true
+	}
+	return s.released[queue].After(t)
 }
 
 // get returns the snapshot of queue if it is younger than the snapshots' age. It drops the
@@ -118,6 +131,7 @@ func (s *snapshots) lock(ctx context.Context, queue string, j *job) (unlock func
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		l.job = nil
+		s.released[queue] = time.Now()
 		<-l.token // the caller's: never blocks
 		l.refs--
 		s.dropIfUnused(queue, l)

@@ -10,6 +10,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -57,9 +58,10 @@ type Config struct {
 	// AllowActions lets the pages replay, delete, kill, resume and cancel. False, the default, is
 	// read-only: every action is refused on the server, whatever the request.
 	AllowActions bool
-	// Authorize, if set, is called with every request and its action before it is served
-	// (ActionView for the pages and their assets); an error refuses it (403, with the error's
-	// text).
+	// Authorize, if set, is called first with ActionView for every request the Handler is
+	// given, before anything else answers it (pages, assets, redirects, not found, method not
+	// allowed), and then, for an action, with the action once the read-only, origin and CSRF
+	// checks pass; an error refuses the request (403, with the error's text).
 	Authorize func(r *http.Request, a Action) error
 	// User names who made a request, for the audit log line of each action. Default: the
 	// basic-auth user if any, else the remote address.
@@ -256,7 +258,7 @@ func (h *Handler) track() bool {
 func (h *Handler) routes() {
 	p := h.cfg.Prefix
 	m := http.NewServeMux()
-	m.Handle("GET "+p+"/static/{file...}", h.viewing(http.HandlerFunc(h.static)))
+	m.HandleFunc("GET "+p+"/static/{file...}", h.static)
 	m.HandleFunc("GET "+p+"/{$}", h.view(h.overview))
 	m.HandleFunc("GET "+p+"/poison", h.view(h.poison))
 	m.HandleFunc("GET "+p+"/message", h.view(h.message))
@@ -270,7 +272,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+p+"/kill", h.act(ActionKill, h.kill))
 	m.HandleFunc("POST "+p+"/resume", h.act(ActionResume, h.kill))
 	if p != "" {
-		m.Handle("GET "+p, h.viewing(http.RedirectHandler(p+"/", http.StatusMovedPermanently)))
+		m.Handle("GET "+p, http.RedirectHandler(p+"/", http.StatusMovedPermanently))
 	}
 	h.mux = m
 }
@@ -286,20 +288,15 @@ func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
 	http.ServeFileFS(w, r, staticFiles, name)
 }
 
-// viewing serves next if Authorize consents to ActionView.
-func (h *Handler) viewing(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.authorized(w, r, ActionView) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. Authorize is asked with ActionView before anything
+// else, the ServeMux's redirects to a clean path and its not-found answers included.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Referrer-Policy", "same-origin")
+	if !h.authorized(w, r, ActionView) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -315,21 +312,25 @@ type page struct {
 	Data    any
 }
 
-// view serves a page: Authorize with ActionView, then fn, whose error is shown in the page.
-func (h *Handler) view(fn func(r *http.Request, p *page) (string, int)) http.HandlerFunc {
+// view serves a page (ServeHTTP has asked Authorize): fn is given the request's form (see
+// form), and its error is shown in the page.
+func (h *Handler) view(fn func(r *http.Request, v url.Values, p *page) (string, int)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !h.authorized(w, r, ActionView) {
+		v, err := form(r)
+		if err != nil {
+			h.refuse(w, r, http.StatusBadRequest, err.Error())
 			return
 		}
 		p := h.newPage(w, r)
-		name, status := fn(r, p)
+		name, status := fn(r, v, p)
 		h.render(w, status, name, p)
 	}
 }
 
 // act serves an action: refused when read-only, without a valid CSRF token, from another
-// origin or by Authorize; fn then runs it.
-func (h *Handler) act(a Action, fn func(w http.ResponseWriter, r *http.Request, a Action)) http.HandlerFunc {
+// origin or by Authorize (asked with a, after ServeHTTP asked with ActionView); fn then runs
+// it with the request's form (see form).
+func (h *Handler) act(a Action, fn func(w http.ResponseWriter, r *http.Request, v url.Values, a Action)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.cfg.AllowActions {
 			h.refuse(w, r, http.StatusForbidden, "read-only: actions are not enabled (ui.Config.AllowActions)")
@@ -346,7 +347,12 @@ func (h *Handler) act(a Action, fn func(w http.ResponseWriter, r *http.Request, 
 		if !h.authorized(w, r, a) {
 			return
 		}
-		fn(w, r, a)
+		v, err := form(r)
+		if err != nil {
+			h.refuse(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		fn(w, r, v, a)
 	}
 }
 

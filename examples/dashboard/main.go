@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -254,12 +255,15 @@ func randomPassword() string {
 }
 
 var (
-	title = regexp.MustCompile(`<title>([^<]*)</title>`)
-	meta  = regexp.MustCompile(`<p class="meta">([^<]*)`)
+	title    = regexp.MustCompile(`<title>([^<]*)</title>`)
+	meta     = regexp.MustCompile(`<p class="meta">([^<]*)`)
+	problems = regexp.MustCompile(`(?s)<p id="problems"[^>]*>(.*?)</p>`)
+	tag      = regexp.MustCompile(`<[^>]*>`)
+	space    = regexp.MustCompile(`\s+`)
 )
 
 // look loads the overview and the poison page of orders, as admin, and prints their title
-// and first line.
+// and first line, and the overview's line of what is wrong.
 func look(base, password string) error {
 	for _, path := range []string{"", "poison?queue=" + orders} {
 		req, err := http.NewRequest(http.MethodGet, base+path, nil)
@@ -284,6 +288,9 @@ func look(base, password string) error {
 			return fmt.Errorf("GET %s: not a dashboard page", base+path)
 		}
 		fmt.Printf("%s: %s\n", t[1], m[1])
+		if p := problems.FindSubmatch(body); p != nil {
+			fmt.Println(html.UnescapeString(strings.TrimSpace(space.ReplaceAllString(tag.ReplaceAllString(string(p[1]), ""), " "))))
+		}
 	}
 	return nil
 }
