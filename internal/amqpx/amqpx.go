@@ -184,10 +184,10 @@ func prefixed(what string, err error) error {
 // AMQP handshake it never answered, not one byte, before the time limit: a broker that cannot
 // even send connection.start. It names the likely causes and how to check each.
 const NoAnswerHint = "the broker accepted the TCP connection and sent nothing back. Likely causes: " +
-	"a RabbitMQ 3.x node out of file handles (each quorum queue holds some; see fd_used of fd_total " +
-	"in the management API's /api/nodes, `rabbitmqctl status`, or " +
-	"`rabbitmqctl eval 'file_handle_cache:info().'`: total_used past total_limit), " +
-	"a resource alarm (`rabbitmqctl status`, alarms), or an overloaded node; see warren's docs/operating.md"
+	"a RabbitMQ 3.x node out of file handles, 3 per quorum queue (`rabbitmqctl eval 'file_handle_cache:info().'`: " +
+	"total_used at total_limit; `rabbitmqctl status` and fd_total of the management API's /api/nodes give the " +
+	"open-file limit, but its fd_used does not count these handles; `warren status --management URL` estimates them), " +
+	"a resource alarm (`rabbitmqctl status`), or an overloaded node; see warren's docs/operating.md"
 
 // readConn is a net.Conn that records whether anything was read from it.
 type readConn struct {
