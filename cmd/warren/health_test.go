@@ -23,15 +23,16 @@ func TestStatusPrintsProblemsFirst(t *testing.T) {
 	env := testenv.New(t)
 	delay := cliDelay(env)
 	q := env.WorkQueue("problems")
-	mg := testenv.ManagementURL()
+	mg := managementURL
 	testenv.Policy(t, mg, q+".ttl", false, q, map[string]any{"message-ttl": 60000})
 	args := []string{"status", q, "--management", mg, "--prefix", delay.Prefix, "--levels", fmt.Sprint(delay.Levels)}
 	var stdout, stderr string
 	// The broker's statistics tell a queue's policy after a few seconds.
-	require.Eventually(t, func() bool {
-		stdout, stderr, _ = runCode(t, env.URL, args...)
-		return strings.Contains(stdout, "policy ")
-	}, 30*time.Second, 500*time.Millisecond, "last:\n%s", stdout)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var code int
+		stdout, stderr, code = runCode(t, env.URL, args...)
+		assert.Contains(c, stdout, "policy ", "exit %d, stderr: %s", code, stderr)
+	}, 30*time.Second, 500*time.Millisecond)
 	t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	problems := stdout[:strings.Index(stdout, "QUEUE")]
 	assert.Regexp(t, `^\d+ problems:\n`, problems)
@@ -94,10 +95,10 @@ func TestDelaysApplyChecksFileHandles(t *testing.T) {
 	d := topology.Delay{Levels: 4}.WithDefaults()
 	testenv.Policy(t, mg, "level-ttl", false, d.LevelQueue(0, 1), map[string]any{"message-ttl": 5})
 	var out string
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, stderr, code = runCode(t, node.URL(), "delays", "verify", "--management", mg, "--levels", "4")
-		return strings.Contains(out, "policy level-ttl")
-	}, 30*time.Second, 500*time.Millisecond, "last:\n%s%s", out, stderr)
+		assert.Contains(c, out, "policy level-ttl", "stderr: %s", stderr)
+	}, 30*time.Second, 500*time.Millisecond)
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "warning: policy level-ttl changes queue "+d.LevelQueue(0, 1)+": message-ttl=5\n")
 	assert.Regexp(t, `warning: \S+ holds about 4\d\d of its 503 file handles \(RabbitMQ 3.x: 3 per quorum queue, 152 quorum queues\)`, out)
