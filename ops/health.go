@@ -20,8 +20,8 @@ import (
 // them.
 const FileHandlesPerQuorumQueue = 3
 
-// fileHandleReserve is how many of its open files RabbitMQ 3.x keeps out of its file handle
-// cache's limit: fd_total 1,024 gives 927 handles, 20,000 gives 19,903.
+// fileHandleReserve is how many of its open files (fd_total) RabbitMQ 3.x keeps out of its
+// file handle cache's limit (measured: docs/decisions.md).
 const fileHandleReserve = 97
 
 // policyKeys are the policy keys that change what warren declares its queues with:

@@ -63,8 +63,8 @@ type NodeOption func(*Node)
 func WithManagement() NodeOption { return func(n *Node) { n.withMgmt = true } }
 
 // WithOpenFiles starts the node with a limit of n open files (ulimit -n), as a broker that
-// runs with the common default of 1,024. On RabbitMQ 3.x its file handle cache allows 97
-// fewer.
+// runs with the common default of 1,024 does. On RabbitMQ 3.x the node's file handle cache
+// allows a few fewer, shared by its quorum queues and its connections.
 func WithOpenFiles(n int) NodeOption { return func(node *Node) { node.openFiles = n } }
 
 // StartNode starts a fresh node (fails the test if it cannot, within ~60s) and stops it and
