@@ -6,8 +6,11 @@
 //     parking queue; the broker's version and, where one malformed message can stop its
 //     dead-lettering, a warning. With RabbitMQ's management HTTP API (Config.Management), also
 //     queue states (a queue or level that is down shows as such, not as empty),
-//     unacknowledged and dead-lettering messages and consumers' hosts; WorkQueues lists
-//     warren's work queues.
+//     unacknowledged and dead-lettering messages and consumers' hosts, and the broker's health
+//     (Status.Broker: the nodes' resources and alarms, the policies that change warren's
+//     queues); WorkQueues lists warren's work queues. Status.Problems lists what is wrong, a
+//     line each. CheckFileHandles says what declaring quorum queues would take of a RabbitMQ
+//     3.x node's file handles.
 //   - Poisoned and Parked browse the poison queue of a work queue and the parking queue of the
 //     delay levels, and Group sorts failures by handler, error type and normalised error.
 //   - ReplayPoisoned and ReplayParked send messages back to where they were going (or

@@ -38,8 +38,9 @@ type Config struct {
 	// Management is the URL of RabbitMQ's management HTTP API (the rabbitmq_management
 	// plugin) with a user's credentials, e.g. http://guest:guest@127.0.0.1:15672/; optional.
 	// With it Status also reports queue states, unacknowledged messages, the messages a
-	// level is dead-lettering and the hosts of consumers, and WorkQueues lists warren's work
-	// queues. No error shows its password.
+	// level is dead-lettering, the hosts of consumers and the broker's nodes and policies
+	// (Status.Broker; the nodes need a user with the monitoring tag), WorkQueues lists
+	// warren's work queues, and CheckFileHandles counts. No error shows its password.
 	Management string
 }
 

@@ -38,7 +38,7 @@ func TestProblems(t *testing.T) {
 		{Kind: ProblemBroker, Text: "disk alarm on rabbit@a: publishers are blocked"},
 		{Kind: ProblemBroker, Text: "rabbit@a uses 900 of 1000 file descriptors: at the limit it stops accepting connections"},
 		{Kind: ProblemBroker, Text: "node rabbit@b is not running"},
-		{Kind: ProblemBroker, Text: "policy lim changes queue q: [delivery-limit=5]"},
+		{Kind: ProblemBroker, Text: "policy lim changes queue q: delivery-limit=5"},
 		{Kind: ProblemVersion, Text: "RabbitMQ 3.10.8 can stop dead-lettering on one malformed message"},
 	}, s.Problems())
 	assert.Nil(t, Status{Delay: DelayStatus{Parked: -1}}.Problems())

@@ -259,8 +259,9 @@ func inspectAll(conn *amqp.Connection, n int, fn func(in *inspector, i int) erro
 // addManagement adds what the management API tells to s: the state, unacknowledged
 // messages and consumers' hosts of each work queue that exists, the messages its poison
 // queue holds unacknowledged too (a browse holds what it took: AMQP counts only the ready
-// ones), and the state and dead-lettering messages of each level. A queue or level that
-// does not serve messages counts no messages: the broker's 0 for it is no count.
+// ones), the state and dead-lettering messages of each level, and the broker's nodes and
+// policies (addBroker). A queue or level that does not serve messages counts no messages:
+// the broker's 0 for it is no count.
 func (o *Ops) addManagement(ctx context.Context, s *Status) error {
 	ctx, cancel := context.WithTimeout(ctx, o.cfg.Timeout)
 	defer cancel()
@@ -317,7 +318,7 @@ func (o *Ops) addManagement(ctx context.Context, s *Status) error {
 	if m, ok := byName[o.cfg.Delay.ParkingQueue()]; ok && d.Parked >= 0 {
 		d.ParkingState, d.Parked = m.Status(), max(d.Parked, m.Messages)
 	}
-	return nil
+	return o.addBroker(ctx, s, byName)
 }
 
 // ErrNoManagement is returned by WorkQueues without Config.Management.

@@ -126,11 +126,16 @@ func newDelaysApply(g *globals) *cobra.Command {
 	var (
 		df     *delayFlags
 		ledger bool
+		force  bool
 	)
 	apply := &cobra.Command{
 		Use:   "apply",
 		Short: "Declare the delay levels (idempotent)",
-		Args:  cobra.NoArgs,
+		Long: "Declare the delay levels (idempotent). On RabbitMQ 3.x, each quorum queue holds 3 of the node's file\n" +
+			"handles, and a node out of them stops answering connections: with --management URL (or\n" +
+			"$WARREN_MANAGEMENT_URL), apply first estimates what the new queues take, warns at 80% of a node's\n" +
+			"limit, and refuses past it, unless --force.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := df.builder(cmd, g.timeout)
 			if err != nil {
@@ -138,6 +143,9 @@ func newDelaysApply(g *globals) *cobra.Command {
 			}
 			conn, err := g.connection()
 			if err != nil {
+				return err
+			}
+			if err := g.checkFileHandles(cmd, b.Delay(), quorumQueues(b, topology.Topology{}), force); err != nil {
 				return err
 			}
 			if err := b.Apply(cmd.Context(), conn, topology.Topology{}); err != nil {
@@ -162,6 +170,7 @@ func newDelaysApply(g *globals) *cobra.Command {
 	}
 	df = addDelayFlags(apply.Flags())
 	apply.Flags().BoolVar(&ledger, "ledger", false, "declare the ledger of scheduled messages too (a stream; declared on first use otherwise)")
+	apply.Flags().BoolVar(&force, "force", false, "declare even though the new quorum queues would exhaust a RabbitMQ 3.x node's file handles")
 	return apply
 }
 
@@ -175,7 +184,9 @@ func newDelaysVerify(g *globals) *cobra.Command {
 		Short: "Check that the delay levels exist with the arguments the flags give them; exit 1 if not",
 		Long: "Check that the delay levels exist with the arguments the flags give them; exit 1 if not. With\n" +
 			"--management URL (or $WARREN_MANAGEMENT_URL), also that each of their queues runs: a level queue\n" +
-			"that is down holds its messages, and AMQP alone cannot tell.",
+			"that is down holds its messages, and AMQP alone cannot tell; and it warns (exit status unchanged)\n" +
+			"of the nodes' alarms, of a file handle, memory or disk limit at 80%, and of a policy that changes\n" +
+			"the levels' dead-lettering, TTLs, limits or delayed retry.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := df.builder(cmd, g.timeout)
@@ -346,6 +357,11 @@ func (g *globals) verifyRunning(cmd *cobra.Command, d topology.Delay, asJSON boo
 	}
 	if unavailable(s.Delay.ParkingState) {
 		down = append(down, fmt.Sprintf("queue %q (%s)", d.ParkingQueue(), s.Delay.ParkingState))
+	}
+	if s.Broker != nil && !asJSON {
+		for _, w := range s.Broker.Warnings() {
+			fmt.Fprintf(cmd.OutOrStdout(), "warning: %s\n", w)
+		}
 	}
 	if len(down) == 0 {
 		return nil

@@ -27,9 +27,12 @@ func newStatus(g *globals) *cobra.Command {
 			"With --config FILE, the work queues of the topology file too. AMQP does not tell a queue's\n" +
 			"state, its unacknowledged messages, nor the hosts of its consumers: with --management URL (or\n" +
 			"$WARREN_MANAGEMENT_URL), RabbitMQ's management HTTP API does, a queue or level that is down\n" +
-			"shows as down, and without QUEUE arguments status lists warren's work queues. A broker\n" +
-			"version on which one malformed message can stop dead-lettering is warned about. With\n" +
-			"--watch D, again every D until interrupted.",
+			"shows as down, and without QUEUE arguments status lists warren's work queues, the nodes'\n" +
+			"resources and alarms, and the policies that change warren's queues. What is wrong comes\n" +
+			"first, a line each (poison messages, no consumer, a queue down, a file handle, memory or disk\n" +
+			"limit at 80%, an alarm, a policy). A broker version on which one malformed message can stop\n" +
+			"dead-lettering is one of them, explained once on stderr. With --watch D, again every D until\n" +
+			"interrupted.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := df.config(g.timeout)
 			if err != nil {
@@ -46,6 +49,7 @@ func newStatus(g *globals) *cobra.Command {
 			defer o.Close()
 			out := cmd.OutOrStdout()
 			listed := len(queues) == 0 && g.managementURL() != ""
+			warned := false // the version's hazard, told once on stderr
 			for {
 				if listed {
 					if queues, err = o.WorkQueues(cmd.Context()); err != nil {
@@ -59,6 +63,10 @@ func newStatus(g *globals) *cobra.Command {
 				if asJSON {
 					err = printJSON(out, s)
 				} else {
+					if s.Warning != "" && !warned {
+						fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", s.Warning)
+						warned = true
+					}
 					err = printStatus(out, s, cfg.Delay, listed)
 				}
 				if err != nil {
@@ -101,9 +109,7 @@ func missing(s ops.Status) error {
 
 func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool) error {
 	now := s.At
-	if s.Warning != "" {
-		fmt.Fprintf(out, "warning: %s\n", s.Warning)
-	}
+	printProblems(out, s)
 	switch {
 	case len(s.Queues) > 0:
 	case listed:

@@ -34,14 +34,18 @@ func (g *globals) builder(cmd *cobra.Command, path string) (topology.File, *topo
 }
 
 func newTopologyApply(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	apply := &cobra.Command{
 		Use:   "apply FILE",
 		Short: "Declare the topology of FILE and its delay levels (idempotent)",
 		Long: "Declare the delay levels and everything FILE lists: exchanges, work queues with their poison queues\n" +
 			"and kill exchanges, bindings. What exists already with the same arguments is left as it is; what\n" +
 			"exists with other arguments is an error naming the argument and what to do. FILE is checked before\n" +
 			"anything is declared: a field a queue's type would ignore, or a binding to an exchange or queue that\n" +
-			"FILE does not declare and the broker does not have, is an error and nothing is declared.",
+			"FILE does not declare and the broker does not have, is an error and nothing is declared. On\n" +
+			"RabbitMQ 3.x, each quorum queue holds 3 of the node's file handles, and a node out of them stops\n" +
+			"answering connections: with --management URL (or $WARREN_MANAGEMENT_URL), apply first estimates\n" +
+			"what the new queues take, warns at 80% of a node's limit, and refuses past it, unless --force.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, b, err := g.builder(cmd, args[0])
@@ -50,6 +54,9 @@ func newTopologyApply(g *globals) *cobra.Command {
 			}
 			conn, err := g.connection()
 			if err != nil {
+				return err
+			}
+			if err := g.checkFileHandles(cmd, b.Delay(), quorumQueues(b, f.Topology), force); err != nil {
 				return err
 			}
 			if err := b.Apply(cmd.Context(), conn, f.Topology); err != nil {
@@ -61,6 +68,8 @@ func newTopologyApply(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	apply.Flags().BoolVar(&force, "force", false, "declare even though the new quorum queues would exhaust a RabbitMQ 3.x node's file handles")
+	return apply
 }
 
 func newTopologyVerify(g *globals) *cobra.Command {

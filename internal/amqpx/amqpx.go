@@ -17,6 +17,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -179,6 +180,29 @@ func prefixed(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// NoAnswerHint ends the error of a dial whose TCP connection the broker accepted and whose
+// AMQP handshake it never answered, not one byte, before the time limit: a broker that cannot
+// even send connection.start. It names the likely causes and how to check each.
+const NoAnswerHint = "the broker accepted the TCP connection and sent nothing back. Likely causes: " +
+	"a RabbitMQ 3.x node out of file handles, 3 per quorum queue (`rabbitmqctl eval 'file_handle_cache:info().'`: " +
+	"total_used at total_limit; `rabbitmqctl status` and fd_total of the management API's /api/nodes give the " +
+	"open-file limit, but its fd_used does not count these handles; `warren status --management URL` estimates them), " +
+	"a resource alarm (`rabbitmqctl status`), or an overloaded node; see warren's docs/operating.md"
+
+// readConn is a net.Conn that records whether anything was read from it.
+type readConn struct {
+	net.Conn
+	answered atomic.Bool
+}
+
+func (c *readConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.answered.Load() {
+		c.answered.Store(true)
+	}
+	return n, err
+}
+
 // FrameSize is the frame size warren's connections ask for (RabbitMQ's default frame_max).
 const FrameSize = 131072
 
@@ -191,7 +215,8 @@ const DialTimeout = 30 * time.Second
 // is earlier, and end at once when ctx is cancelled; name is shown in the broker's connection
 // list. It returns the address of the node connected to. An error names the node (its URL
 // without the password) and never contains a password; a c.URL that does not parse is a
-// Permanent error.
+// Permanent error. A handshake that the time limit cut short before the broker sent a single
+// byte ends with NoAnswerHint, the likely causes and how to check them.
 //
 // A refusal that trying again cannot change is a Permanent error too, wrapping the reason (an
 // *amqp.Error, amqp.ErrCredentials, a *tls.CertificateVerificationError, ...): the broker
@@ -364,13 +389,16 @@ func dialOne(ctx context.Context, c warren.Connection, url, name string) (*amqp.
 		addr string
 		stop func() bool // stops cutting the handshake short when ctx ends
 		sock net.Conn    // what amqp091 was given
+		read *readConn   // the socket: tells whether the broker sent anything (TLS included)
 	)
 	cfg.Dial = func(network, address string) (net.Conn, error) {
 		addr = address
-		c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+		raw, err := (&net.Dialer{}).DialContext(ctx, network, address)
 		if err != nil {
 			return nil, err
 		}
+		read = &readConn{Conn: raw}
+		var c net.Conn = read
 		// amqp091 clears the deadline once the handshake is complete.
 		if err := c.SetDeadline(deadline); err != nil {
 			_ = c.Close()
@@ -403,6 +431,9 @@ func dialOne(ctx context.Context, c warren.Connection, url, name string) (*amqp.
 				cause = context.DeadlineExceeded
 			}
 			err = fmt.Errorf("AMQP handshake with %s: %w", addr, cause)
+			if errors.Is(cause, context.DeadlineExceeded) && !read.answered.Load() {
+				err = fmt.Errorf("%w: %s", err, NoAnswerHint)
+			}
 		}
 	}
 	var ae *amqp.Error

@@ -2,6 +2,7 @@ package amqpx_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +52,47 @@ func TestDialOfAListWithoutALiveNodeNamesEveryNode(t *testing.T) {
 	}
 	assert.NotContains(t, err.Error(), "s3cr3t")
 	assert.True(t, strings.Contains(err.Error(), "refused"), err.Error())
+}
+
+// A broker that accepts the TCP connection and never answers the handshake (a RabbitMQ 3.x
+// node out of file handles does that) gets an error that names the likely causes and how to
+// check them, and still wraps the deadline; one that answered something does not, and
+// neither does a dial the caller cancelled.
+func TestDialWithoutAnswerNamesTheLikelyCauses(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, _, err := amqpx.Dial(ctx, warren.Connection{URL: "amqp://guest:guest@" + testenv.BlackHole(t) + "/"}, "test")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Contains(t, err.Error(), "AMQP handshake with 127.0.0.1:")
+	for _, s := range []string{"sent nothing back", "file handles", "/api/nodes", "rabbitmqctl status",
+		"file_handle_cache:info()", "resource alarm", "overloaded"} {
+		assert.Contains(t, err.Error(), s)
+	}
+
+	// One byte of a frame header, then nothing: the broker answered.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			_, _ = c.Write([]byte{1})
+		}
+	}()
+	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, _, err = amqpx.Dial(ctx, warren.Connection{URL: "amqp://guest:guest@" + l.Addr().String() + "/"}, "test")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotContains(t, err.Error(), "file handles")
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, _, err = amqpx.Dial(ctx, warren.Connection{URL: "amqp://guest:guest@" + testenv.BlackHole(t) + "/"}, "test")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotContains(t, err.Error(), "file handles")
 }

@@ -76,3 +76,12 @@ func warnDeadLetter(logger watermill.LoggerAdapter, conn *amqp.Connection, field
 	}
 	logger.Info(w, fields.Add(watermill.LogFields{"server_version": v}))
 }
+
+// FileHandleCache reports whether RabbitMQ version counts the file handles of its queues
+// against the node's open-file limit (its file_handle_cache): 3.x does, and a node out of
+// handles stops answering AMQP handshakes; 4.0 removed the cache. False for a version that
+// does not parse.
+func FileHandleCache(version string) bool {
+	major, _, ok := majorMinor(version)
+	return ok && major < 4
+}

@@ -1,7 +1,7 @@
 // Package mgmt reads RabbitMQ's management HTTP API (the rabbitmq_management plugin) for
 // what AMQP 0-9-1 does not tell: a queue's state, its unacknowledged messages, the messages
-// a quorum queue is dead-lettering, the hosts of its consumers, the list of queues, and the
-// client connections.
+// a quorum queue is dead-lettering, the hosts of its consumers, the policies that apply to
+// it, the list of queues, the client connections, and the nodes' resources and alarms.
 package mgmt
 
 import (
@@ -17,6 +17,11 @@ import (
 
 	"github.com/warrenmq/warren/internal/amqpurl"
 )
+
+// ErrNotAllowed is wrapped by the error of a request the API refused the user (401 or 403):
+// a wrong password, or a user without the tag the resource needs (the nodes need
+// "monitoring").
+var ErrNotAllowed = errors.New("not allowed")
 
 // Client reads one broker's management API. Its errors never contain the password of the
 // URL it was made with.
@@ -76,10 +81,33 @@ type Queue struct {
 	DeadLettering int `json:"messages_dlx"`
 	Consumers     int `json:"consumers"`
 	// Online lists the nodes whose member of a quorum queue runs; nil for other types.
-	Online    []string       `json:"online"`
+	Online []string `json:"online"`
+	// Members lists the nodes that hold a member of a quorum queue; nil for other types.
+	Members   []string       `json:"members"`
 	Arguments map[string]any `json:"arguments"`
+	// Policy and OperatorPolicy name the policy and the operator policy that apply to the
+	// queue, "" for none; EffectivePolicy is what they define together (the keys of both,
+	// the operator policy's winning where it is stricter). The broker fills them with its
+	// statistics: a few seconds after the queue or the policy appeared.
+	Policy          string     `json:"policy"`
+	OperatorPolicy  string     `json:"operator_policy"`
+	EffectivePolicy Definition `json:"effective_policy_definition"`
 	// ConsumerDetails is filled by Client.Queue only.
 	ConsumerDetails []Consumer `json:"consumer_details"`
+}
+
+// Definition is a policy's definition: its keys ("delivery-limit", "message-ttl", ...) and
+// their values, as JSON decodes them (numbers are float64).
+type Definition map[string]any
+
+// UnmarshalJSON reads an object, or the empty array the API may give for an empty
+// definition.
+func (d *Definition) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '[' {
+		*d = nil
+		return nil
+	}
+	return json.Unmarshal(b, (*map[string]any)(d))
 }
 
 // Consumer is one consumer of a queue.
@@ -147,7 +175,8 @@ func (q Queue) ConsumerHosts() []string {
 }
 
 // queueColumns are the fields Queues asks for.
-const queueColumns = "name,type,state,messages,messages_ready,messages_unacknowledged,messages_dlx,consumers,online,arguments"
+const queueColumns = "name,type,state,messages,messages_ready,messages_unacknowledged,messages_dlx,consumers,online,members,arguments," +
+	"policy,operator_policy,effective_policy_definition"
 
 // Queues lists the queues of virtual host vhost.
 func (c *Client) Queues(ctx context.Context, vhost string) ([]Queue, error) {
@@ -161,6 +190,65 @@ func (c *Client) Queue(ctx context.Context, vhost, name string) (Queue, bool, er
 	var q Queue
 	found, err := c.get(ctx, "/api/queues/"+url.PathEscape(vhost)+"/"+url.PathEscape(name), nil, &q)
 	return q, found, err
+}
+
+// QuorumMembers counts, per node, the members of quorum queues it holds, of every virtual
+// host: on RabbitMQ 3.x each holds file handles of the node's.
+func (c *Client) QuorumMembers(ctx context.Context) (map[string]int, error) {
+	var qs []Queue
+	if _, err := c.get(ctx, "/api/queues", url.Values{"columns": {"type,members"}}, &qs); err != nil {
+		return nil, err
+	}
+	members := map[string]int{}
+	for _, q := range qs {
+		if q.Type != "quorum" {
+			continue
+		}
+		for _, n := range q.Members {
+			members[n]++
+		}
+	}
+	return members, nil
+}
+
+// Node is what the API tells of one node of the cluster. A figure the node did not give is
+// nil: RabbitMQ 4.x gives no socket figures (or 0), and a node that is not running gives
+// none at all.
+type Node struct {
+	Name    string `json:"name"`
+	Running bool   `json:"running"`
+	// FDUsed and FDTotal are the file descriptors the node's process has open (as the
+	// operating system counts them) and may have. On RabbitMQ 3.x the node's file handle
+	// cache reserves handles beyond the ones open (three per quorum queue): FDUsed does not
+	// show them.
+	FDUsed  *int64 `json:"fd_used"`
+	FDTotal *int64 `json:"fd_total"`
+	// SocketsUsed and SocketsTotal are the sockets (client connections) the node has and may
+	// have: RabbitMQ 3.x only.
+	SocketsUsed  *int64 `json:"sockets_used"`
+	SocketsTotal *int64 `json:"sockets_total"`
+	// MemUsed and MemLimit are its memory and its high watermark, in bytes.
+	MemUsed  *int64 `json:"mem_used"`
+	MemLimit *int64 `json:"mem_limit"`
+	// DiskFree and DiskFreeLimit are its free disk space and the floor under which the disk
+	// alarm goes off, in bytes.
+	DiskFree      *int64 `json:"disk_free"`
+	DiskFreeLimit *int64 `json:"disk_free_limit"`
+	// MemAlarm and DiskFreeAlarm are its resource alarms: while one is on, the broker blocks
+	// every connection that publishes.
+	MemAlarm      bool `json:"mem_alarm"`
+	DiskFreeAlarm bool `json:"disk_free_alarm"`
+}
+
+// nodeColumns are the fields Nodes asks for.
+const nodeColumns = "name,running,fd_used,fd_total,sockets_used,sockets_total,mem_used,mem_limit,disk_free,disk_free_limit," +
+	"mem_alarm,disk_free_alarm"
+
+// Nodes lists the nodes of the cluster.
+func (c *Client) Nodes(ctx context.Context) ([]Node, error) {
+	var ns []Node
+	_, err := c.get(ctx, "/api/nodes", url.Values{"columns": {nodeColumns}}, &ns)
+	return ns, err
 }
 
 // Connection is one client connection to the broker.
@@ -216,7 +304,11 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, v any) 
 		if json.Unmarshal(body, &e) == nil && e.Reason != "" {
 			why = e.Reason
 		}
-		return false, fmt.Errorf("management API %s: GET %s: %s: %s", c.redacted, path, resp.Status, why)
+		err := fmt.Errorf("management API %s: GET %s: %s: %s", c.redacted, path, resp.Status, why)
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			err = fmt.Errorf("%w (%w)", err, ErrNotAllowed)
+		}
+		return false, err
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		return false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)

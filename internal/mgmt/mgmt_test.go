@@ -78,6 +78,7 @@ func TestClientAsksAndNeverShowsThePassword(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "401")
 	assert.Contains(t, err.Error(), "Login failed")
+	assert.ErrorIs(t, err, mgmt.ErrNotAllowed)
 	assert.NotContains(t, err.Error(), "s3cr")
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -178,4 +179,88 @@ func TestClientOnTheBroker(t *testing.T) {
 		}
 	}
 	assert.True(t, listed, "the list has %s", q)
+}
+
+// The nodes of the broker the tests use tell their resources: each runs, with a limit of
+// file descriptors and of memory and its free disk; a figure a node does not give is nil,
+// not 0. Each quorum queue counts as a member on the node that holds it.
+func TestNodesOnTheBroker(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	c, err := mgmt.New(testenv.ManagementURL())
+	require.NoError(t, err)
+	defer c.Close()
+	nodes, err := c.Nodes(t.Context())
+	require.NoError(t, err)
+	require.NotEmpty(t, nodes)
+	names := map[string]bool{}
+	for _, n := range nodes {
+		names[n.Name] = true
+		assert.True(t, n.Running, n.Name)
+		for what, v := range map[string]*int64{"fd_used": n.FDUsed, "fd_total": n.FDTotal, "mem_used": n.MemUsed,
+			"mem_limit": n.MemLimit, "disk_free": n.DiskFree, "disk_free_limit": n.DiskFreeLimit} {
+			if assert.NotNil(t, v, "%s of %s", what, n.Name) {
+				assert.Positive(t, *v, "%s of %s", what, n.Name)
+			}
+		}
+		assert.False(t, n.MemAlarm || n.DiskFreeAlarm, "an alarm on %s", n.Name)
+	}
+	var absent mgmt.Node
+	require.NoError(t, json.Unmarshal([]byte(`{"name":"n","running":false}`), &absent))
+	assert.Nil(t, absent.FDTotal, "absent is nil")
+	assert.Nil(t, absent.SocketsTotal)
+
+	q := env.Queue("members")
+	_, err = env.Channel().QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	require.NoError(t, err)
+	members, err := c.QuorumMembers(t.Context())
+	require.NoError(t, err)
+	require.NotEmpty(t, members)
+	for n, count := range members {
+		assert.True(t, names[n], "%s is a node", n)
+		assert.Positive(t, count)
+	}
+}
+
+// A queue's policy and operator policy, and what they define together, are read with the
+// queue and in the list of queues once the broker's statistics have them.
+func TestPoliciesOnTheBroker(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	c, err := mgmt.New(testenv.ManagementURL())
+	require.NoError(t, err)
+	defer c.Close()
+	q := env.Queue("policy")
+	_, err = env.Channel().QueueDeclare(q, true, false, false, false, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum})
+	require.NoError(t, err)
+	testenv.Policy(t, testenv.ManagementURL(), q+".p", false, q, map[string]any{"delivery-limit": 5, "message-ttl": 1000})
+	testenv.Policy(t, testenv.ManagementURL(), q+".op", true, q, map[string]any{"max-length": 100})
+
+	var got mgmt.Queue
+	require.Eventually(t, func() bool {
+		got, _, err = c.Queue(t.Context(), "/", q)
+		require.NoError(t, err)
+		return got.Policy != "" && got.OperatorPolicy != ""
+	}, 30*time.Second, 200*time.Millisecond, "last: %+v", got)
+	assert.Equal(t, q+".p", got.Policy)
+	assert.Equal(t, q+".op", got.OperatorPolicy)
+	assert.Equal(t, mgmt.Definition{"delivery-limit": 5.0, "message-ttl": 1000.0, "max-length": 100.0}, got.EffectivePolicy)
+
+	all, err := c.Queues(t.Context(), "/")
+	require.NoError(t, err)
+	var listed bool
+	for _, x := range all {
+		if x.Name == q {
+			listed = true
+			assert.Equal(t, got.EffectivePolicy, x.EffectivePolicy)
+			assert.Equal(t, q+".p", x.Policy)
+		} else if x.EffectivePolicy != nil && x.Policy == "" && x.OperatorPolicy == "" {
+			assert.Empty(t, x.EffectivePolicy, "%s has no policy", x.Name)
+		}
+	}
+	assert.True(t, listed)
+
+	var none mgmt.Queue
+	require.NoError(t, json.Unmarshal([]byte(`{"policy":null,"operator_policy":null,"effective_policy_definition":[]}`), &none))
+	assert.Equal(t, mgmt.Queue{}, none)
 }
