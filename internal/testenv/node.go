@@ -37,6 +37,8 @@ type Node struct {
 	// withMgmt makes the node run the management plugin, its HTTP API on port mgmt.
 	withMgmt bool
 	mgmt     int
+	// rabbit are more settings of the rabbit application (see WithRabbitSettings).
+	rabbit []string
 	// cookie is the Erlang cookie (the nodes of a cluster share one); "" until prepare
 	// chooses one of the node's own.
 	cookie string
@@ -59,6 +61,12 @@ type NodeOption func(*Node)
 // WithManagement makes the node run RabbitMQ's management plugin, its HTTP API on a port of
 // its own (Node.ManagementURL). It adds a few seconds to the start.
 func WithManagement() NodeOption { return func(n *Node) { n.withMgmt = true } }
+
+// WithRabbitSettings adds settings of the rabbit application to the node's advanced.config,
+// each an Erlang tuple such as "{consumer_timeout, 1000}".
+func WithRabbitSettings(settings ...string) NodeOption {
+	return func(n *Node) { n.rabbit = append(n.rabbit, settings...) }
+}
 
 // StartNode starts a fresh node (fails the test if it cannot, within ~60s) and stops it and
 // removes its files when t ends.
@@ -278,7 +286,14 @@ func (n *Node) Stop() {
 // it was dead-lettering when the broker crashed: with warren's quorum delay levels, measured
 // here on 3.10.8 and 4.0.5, 149 of 1,000 delayed messages arrived 180 s late (none lost);
 // with 5 s, all within 4.2 s of the restart.
-const AdvancedConfig = "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n"
+const AdvancedConfig = "[{rabbit, [" + advancedRabbit + "]}].\n"
+
+const advancedRabbit = "{dead_letter_worker_publisher_confirm_timeout, 5000}"
+
+// advancedConfig is the node's advanced.config: AdvancedConfig with its own rabbit settings.
+func (n *Node) advancedConfig() string {
+	return "[{rabbit, [" + strings.Join(append([]string{advancedRabbit}, n.rabbit...), ", ") + "]}].\n"
+}
 
 // prepare chooses a name and ports and writes the node's files.
 func (n *Node) prepare() error {
@@ -287,7 +302,7 @@ func (n *Node) prepare() error {
 	n.name = "warrentest" + hex.EncodeToString(b) + "@localhost"
 	files := map[string]string{
 		"owner":             strconv.Itoa(os.Getpid()), // see sweepStaleNodes
-		"advanced.config":   AdvancedConfig,
+		"advanced.config":   n.advancedConfig(),
 		"rabbitmq-env.conf": "", // instead of /etc/rabbitmq/rabbitmq-env.conf
 	}
 	for name, content := range files {
