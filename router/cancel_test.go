@@ -136,8 +136,10 @@ func TestBrokerCancelSettlesTheMessagesInFlight(t *testing.T) {
 
 // The broker cancels the consumer of a queue that is deleted; when the queue exists again by
 // the time the subscriber hears the cancel (a proxy holds the cancel back while the queue is
-// deleted and declared again), the subscriber consumes the new queue: it does not stop
-// silently, nor for good.
+// declared again), the subscriber consumes the new queue: it does not stop silently, nor for
+// good. (The queue is declared again only once the broker has sent the cancel: a channel that
+// learns of the deletion after the queue is back consumes it again by itself, without a
+// cancel, as RabbitMQ 3.10.8's rabbit_channel:handle_consuming_queue_down_or_eol does.)
 func TestCancelOfADeletedAndRedeclaredQueueConsumesAgain(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -164,6 +166,8 @@ func TestCancelOfADeletedAndRedeclaredQueueConsumesAgain(t *testing.T) {
 	ch := env.Channel()
 	_, err = ch.QueueDelete(queue, false, false, false)
 	require.NoError(t, err)
+	require.Eventually(t, func() bool { return proxy.BrokerCancels() == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the broker cancels the consumer of the deleted queue")
 	b, err := topology.NewBuilder(topology.Config{Delay: env.Delay(topology.Delay{})}, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.DeclareQueue(t.Context(), ch, topology.Queue{Name: queue}))

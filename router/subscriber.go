@@ -953,7 +953,7 @@ var errCancelledByBroker = errors.New("the broker cancelled the consumer")
 // the queue no longer exists, and otherwise an error that makes the subscription consume
 // again.
 func (sub *subscription) cancelledByBroker(conn *amqp.Connection, stop func(), cs *channelState) error {
-	sub.s.logger.Info("The broker cancelled the consumer: the messages in flight finish and are settled, then it checks the queue and consumes again",
+	sub.s.logger.Info("The broker cancelled the consumer: the messages in flight finish and are settled; it consumes again unless the queue was deleted",
 		watermill.LogFields{"queue": sub.queue, "in_flight": cs.inflight.n.Load()})
 	stop()
 	return sub.goneOr(conn, errCancelledByBroker)
