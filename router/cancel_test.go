@@ -53,7 +53,8 @@ func logged(logs *orderedLogger, msg string) []logLine {
 }
 
 // holder is a handler that holds the first delivery of the message "held" until release is
-// closed (or its context ends), and counts every delivery by message UUID.
+// closed, or fails it when its context ends first (as a handler that honours its context
+// does), and counts every delivery by message UUID.
 type holder struct {
 	n           calls
 	started     chan struct{}
@@ -80,9 +81,10 @@ func (h *holder) handle(msg *message.Message) error {
 	h.once.Do(func() { close(h.started) })
 	select {
 	case <-h.release:
+		return nil
 	case <-msg.Context().Done():
+		return msg.Context().Err()
 	}
-	return nil
 }
 
 // A consumer the broker cancels while its channel stays open (RabbitMQ 4.3 so cancels a
@@ -192,10 +194,13 @@ func TestCancelOfADeletedAndRedeclaredQueueConsumesAgain(t *testing.T) {
 // A handler that holds a message past its queue's consumer timeout: the broker takes the
 // message back and delivers it again, once; the handler gets it (redelivered), nothing is
 // lost, and the router keeps running and consuming. The broker forces that one redelivery:
-// the first handler holds the message until its copy has been handled, so both run.
+// the first handler holds the message until its copy has been handled.
 //
 // Per version: RabbitMQ 3.12 to 4.2 closes the channel (406 PRECONDITION_FAILED, "delivery
-// acknowledgement ... timed out"), 4.3 cancels the consumer and keeps the channel. They check
+// acknowledgement ... timed out") and the copy is handled while the first handler runs; 4.3
+// cancels the consumer and keeps the channel, and the subscriber waits for the first handler
+// until ShutdownTimeout ends its context (it then fails the message), then consumes the
+// copy. They check
 // the timeout once a minute (channel_tick_interval, 60 s by default: the test takes a minute
 // on 4.0.5). RabbitMQ 3.10 and 3.11 have no consumer timeout per queue, which warren refuses
 // to declare (the broker would ignore it); their node-wide consumer_timeout is tested on a
