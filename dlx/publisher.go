@@ -232,7 +232,7 @@ func newPublisher(config Config, conns *amqpx.Conn, own, declare bool, logger wa
 		p.list(config.Declare)
 		return p, nil
 	}
-	if err := p.declareWith(context.Background(), config.Declare, builder.Declare); err != nil {
+	if err := p.declareWith(context.Background(), config.Declare, (*topology.Builder).Declare); err != nil {
 		_ = p.Close()
 		return nil, err
 	}
@@ -262,11 +262,13 @@ func (p *Publisher) list(t topology.Topology) {
 // exchanges and queues, so that publishing to one of them never declares it otherwise.
 // The delay levels were declared when the publisher started.
 func (p *Publisher) Declare(ctx context.Context, t topology.Topology) error {
-	return p.declareWith(ctx, t, p.builder.DeclareTopology)
+	return p.declareWith(ctx, t, (*topology.Builder).DeclareTopology)
 }
 
+// declareWith declares t with declare, a method of the publisher's builder for the broker's
+// version (see topology.Builder.ForServer).
 func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
-	declare func(context.Context, *amqp.Channel, topology.Topology) error) error {
+	declare func(*topology.Builder, context.Context, *amqp.Channel, topology.Topology) error) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -275,7 +277,7 @@ func (p *Publisher) declareWith(ctx context.Context, t topology.Topology,
 		if _, err := p.connect(ctx); err != nil {
 			return err
 		}
-		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error { return declare(ctx, ch, t) })
+		return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error { return declare(p.forServer(), ctx, ch, t) })
 	})
 }
 
@@ -358,6 +360,13 @@ func (p *Publisher) current() (*amqpx.Confirmer, error) {
 	return nil, nil
 }
 
+// forServer is the publisher's builder for the broker of the current connection.
+func (p *Publisher) forServer() *topology.Builder {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.builder.ForServer(amqpx.ServerVersion(p.conn))
+}
+
 // withDeclareChannel runs fn on a channel of its own, so that a failed declaration never
 // closes the channel that messages are in flight on.
 func (p *Publisher) withDeclareChannel(ctx context.Context, fn func(ch *amqp.Channel) error) error {
@@ -408,10 +417,10 @@ func (p *Publisher) declare(ctx context.Context, route Route) error {
 	err = p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
 		if route.Exchange == "" {
 			q.Name = route.RoutingKey
-			return p.builder.DeclareQueue(ctx, ch, q)
+			return p.forServer().DeclareQueue(ctx, ch, q)
 		}
 		e.Name = route.Exchange
-		return p.builder.DeclareExchange(ctx, ch, e)
+		return p.forServer().DeclareExchange(ctx, ch, e)
 	})
 	if err != nil {
 		return err

@@ -169,8 +169,12 @@ func (c SubscriberConfig) validate() error {
 // A queue deleted under a consumer stops that subscription (its channel of messages is
 // closed, and Err reports it): the queue is not declared again and no empty message is
 // handed out. A consumer cancelled by the broker while its queue still exists (a classic
-// queue's node went down; RabbitMQ 4.3 cancels a quorum queue's consumer that timed out) is
-// not a deletion: the subscription consumes again, with backoff.
+// queue's node went down; RabbitMQ 4.3 cancels a quorum queue's consumer that held a message
+// past its consumer timeout) is not a deletion: the messages in flight finish and are
+// settled on the consumer's channel, which stays open (up to ShutdownTimeout), and the
+// subscription consumes again, with backoff. A channel the broker closes (before 4.3, a
+// consumer past its consumer timeout) takes every message unacked on it back to the queue:
+// the subscription consumes again, and the broker delivers them again.
 //
 // A copy of a message this subscriber acked in the last minutes (same warren.PublishIDHeader:
 // a publisher's re-send after a lost confirm, a redelivery after a lost ack) is acked at once
@@ -413,7 +417,10 @@ func (s *Subscriber) SubscribeInitialize(queue string) error {
 			return err
 		}
 		defer ch.Close()
-		return amqpx.PermanentIfRefused(s.builder.DeclareQueue(ctx, ch, s.queue(queue)))
+		// What the queue's arguments may be depends on the broker's version (see
+		// topology.Topology.ValidateFor).
+		b := s.builder.ForServer(amqpx.ServerVersion(conn))
+		return amqpx.PermanentIfRefused(b.DeclareQueue(ctx, ch, s.queue(queue)))
 	})
 }
 
@@ -697,6 +704,7 @@ func (sub *subscription) consume(ctx context.Context, cc *consumeConn, conn *amq
 		return closed, err
 	}
 	cancelled := ch.NotifyCancel(make(chan string, 1))
+	closedBy := ch.NotifyClose(make(chan *amqp.Error, 1))
 	tag := fmt.Sprintf("warren-%s-%d", s.cfg.HandlerName, consumerSeq.Add(1))
 	cc.consuming.Lock() // one at a time: a refusal that closes conn is this consume's (see consumerConns)
 	deliveries, err := ch.Consume(sub.queue, tag, false, false, false, false, nil)
@@ -752,17 +760,23 @@ func (sub *subscription) consume(ctx context.Context, cc *consumeConn, conn *amq
 		select {
 		case take <- struct{}{}:
 			slot = true
+		case _, sent := <-cancelled:
+			if !sent { // closed, not sent to, when the channel closes: deliveries ends too
+				cancelled = nil
+				continue
+			}
+			return closed, sub.cancelledByBroker(conn, stop, cs)
 		case d, ok := <-in:
 			if !ok {
-				close(cs.stopping)
 				select {
-				case _, ok := <-cancelled: // closed, not sent to, when the channel closes
-					if ok {
-						return closed, sub.goneOr(conn, errors.New("the broker cancelled the consumer"))
+				case _, sent := <-cancelled:
+					if sent {
+						return closed, sub.cancelledByBroker(conn, stop, cs)
 					}
 				default:
 				}
-				return closed, errors.New("channel closed")
+				close(cs.stopping)
+				return closed, channelLost(closedBy)
 			}
 			sub.recordLateness(d)
 			id, _ := d.Headers[warren.PublishIDHeader].(string)
@@ -923,6 +937,40 @@ func (sub *subscription) requeueLater(tag uint64, cs *channelState) {
 	case <-sub.s.closing:
 	}
 	cs.acks.settle(tag, requeue)
+}
+
+// errCancelledByBroker is why a session ends whose consumer the broker cancelled.
+var errCancelledByBroker = errors.New("the broker cancelled the consumer")
+
+// cancelledByBroker ends a session whose consumer the broker cancelled (basic.cancel) while
+// its channel stays open: a queue deleted, a classic queue whose node went down, and from
+// RabbitMQ 4.3 a quorum queue's consumer that held a message past its consumer timeout (the
+// broker has put that message back in the queue). Nothing more is handed out; the messages
+// in flight get up to ShutdownTimeout to finish and are settled on the channel, which the
+// broker still takes their settlements on, so that none of them is delivered again (closing
+// the channel at once would return every one of them to the queue); what was received but
+// not handed out goes back to the queue when the channel closes. It returns errQueueGone if
+// the queue no longer exists, and otherwise an error that makes the subscription consume
+// again.
+func (sub *subscription) cancelledByBroker(conn *amqp.Connection, stop func(), cs *channelState) error {
+	sub.s.logger.Info("The broker cancelled the consumer: the messages in flight finish and are settled; it consumes again unless the queue was deleted",
+		watermill.LogFields{"queue": sub.queue, "in_flight": cs.inflight.n.Load()})
+	stop()
+	return sub.goneOr(conn, errCancelledByBroker)
+}
+
+// channelLost returns the error of a consume channel that closed: the broker's reason when it
+// closed the channel (such as a consumer timeout before RabbitMQ 4.3: 406 PRECONDITION_FAILED,
+// "delivery acknowledgement on channel N timed out"), else the connection's loss.
+func channelLost(closedBy <-chan *amqp.Error) error {
+	select {
+	case err, ok := <-closedBy:
+		if ok && err != nil {
+			return fmt.Errorf("channel closed: %w", err)
+		}
+	default:
+	}
+	return errors.New("channel closed")
 }
 
 // closesConnection reports whether err is the broker's refusal that closes the whole

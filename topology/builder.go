@@ -20,6 +20,8 @@ import (
 type Builder struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
+	// server is the RabbitMQ version declared on (see ForServer); "" when unknown.
+	server string
 }
 
 // NewBuilder returns a Builder, or an error naming the first invalid field of config.
@@ -38,6 +40,16 @@ func (b *Builder) Config() Config { return b.cfg }
 
 // Delay returns the layout of the delay levels.
 func (b *Builder) Delay() Delay { return b.cfg.Delay }
+
+// ForServer returns a Builder like b for declaring on a broker of RabbitMQ version, as the
+// connection declared on announced it (its "version" server property,
+// conn.Properties["version"]; "" when unknown): before it declares anything, it checks what
+// depends on the version too (Topology.ValidateFor).
+func (b *Builder) ForServer(version string) *Builder {
+	c := *b
+	c.server = version
+	return &c
+}
 
 // object is one exchange, queue or binding to declare or verify.
 type object struct {
@@ -60,12 +72,14 @@ const (
 	levelQueue // a level or the parking queue
 )
 
-// Declare declares the delay levels (unless disabled) and everything in t on ch.
-// Each call to the broker is bounded by ctx and Config.Timeout. An existing exchange or
+// Declare declares the delay levels (unless disabled) and everything in t on ch, once t
+// passes ValidateWith (ValidateFor, on a Builder ForServer; an error of that check ends
+// warren's retry loops at once). Each call to the broker is bounded by ctx
+// and Config.Timeout. An existing exchange or
 // queue with other arguments gives a *MismatchError naming it and the argument.
 func (b *Builder) Declare(ctx context.Context, ch *amqp.Channel, t Topology) error {
-	if err := t.ValidateWith(b.cfg); err != nil {
-		return err
+	if err := t.ValidateFor(b.cfg, b.server); err != nil {
+		return amqpx.Permanent(err) // retrying cannot change it
 	}
 	return b.declare(ctx, ch, append(b.delayObjects(), b.objects(t)...))
 }
@@ -74,8 +88,8 @@ func (b *Builder) Declare(ctx context.Context, ch *amqp.Channel, t Topology) err
 // (only their delivery exchange, which t's work queues and exchanges are bound from): for
 // when the levels were declared already.
 func (b *Builder) DeclareTopology(ctx context.Context, ch *amqp.Channel, t Topology) error {
-	if err := t.ValidateWith(b.cfg); err != nil {
-		return err
+	if err := t.ValidateFor(b.cfg, b.server); err != nil {
+		return amqpx.Permanent(err) // retrying cannot change it
 	}
 	return b.declare(ctx, ch, append(b.deliveryObjects(), b.objects(t)...))
 }
@@ -112,7 +126,8 @@ func (b *Builder) objects(t Topology) []object {
 // levels), retrying a lost connection with backoff until the longer of conn.ConnectTimeout
 // and Config.Timeout. No error contains a password of conn.URL.
 //
-// Before it declares anything it checks t (ValidateWith), and that every name t's bindings
+// Before it declares anything it checks t (ValidateWith, and ValidateFor the broker's
+// version once connected), and that every name t's bindings
 // use without declaring it (an exchange another service declares, amq.topic) exists on the
 // broker: a binding to a name that is nowhere is an error naming the binding, and nothing is
 // declared.
@@ -126,6 +141,10 @@ func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology)
 	conn = conn.WithDefaults()
 	dialer := amqpx.NewDialer(conn, "warren topology", b.logger)
 	return dialer.Run(ctx, max(conn.ConnectTimeout, b.cfg.Timeout), "topology: apply", func(ctx context.Context, conn *amqp.Connection) error {
+		b := b.ForServer(amqpx.ServerVersion(conn))
+		if err := t.ValidateFor(b.cfg, b.server); err != nil {
+			return amqpx.Permanent(err)
+		}
 		missing, err := b.unresolved(ctx, conn, t)
 		if err != nil {
 			return err
@@ -378,12 +397,19 @@ func IsMismatch(err error) bool {
 var (
 	inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
 	currentValue    = regexp.MustCompile(`current is (?:the value )?'([^']*)'`)
+	// invalidArg matches the broker's refusal of an argument that the queue's type does not
+	// take: "invalid arg 'x-max-priority' for queue 'q' in vhost '/' of queue type
+	// rabbit_quorum_queue" (3.10.8 and 4.0.5).
+	invalidArg = regexp.MustCompile(`invalid arg '([^']+)' for queue .* of queue type `)
 )
 
 func declareError(o object, err error) error {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
 		return fmt.Errorf("topology: declare %s %q: %w", o.what, o.name, err)
+	}
+	if sm := invalidArg.FindStringSubmatch(ae.Reason); sm != nil && o.what == "queue" {
+		return fmt.Errorf("topology: declare queue %q: RabbitMQ refuses argument %s on a %s queue: %w", o.name, sm[1], o.typ, err)
 	}
 	m := &MismatchError{What: o.what, Name: o.name, Argument: "argument", Err: err}
 	arg := ""

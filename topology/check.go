@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // ValidateWith is Validate, and then reports the first entry of t that, declared with c,
@@ -19,10 +21,32 @@ import (
 //   - Queue.Args of the other queue type, as measured on RabbitMQ 3.10.8 and 4.0.5: a
 //     classic queue refuses x-dead-letter-strategy, x-quorum-initial-group-size and
 //     x-max-in-memory-length/-bytes and ignores x-quorum-target-group-size; a quorum queue
-//     refuses x-max-priority, x-queue-mode, x-queue-master-locator and x-queue-version.
+//     refuses x-queue-mode, x-queue-master-locator and x-queue-version.
 //
-// Builder checks it before it declares anything.
+// What depends on the broker's version (x-max-priority on a quorum queue, x-consumer-timeout)
+// is checked by ValidateFor, when the version is known. Builder checks ValidateWith before it
+// declares anything, and ValidateFor too when it knows the version (Builder.ForServer).
 func (t Topology) ValidateWith(c Config) error {
+	return t.validateFor(c, "")
+}
+
+// ValidateFor is ValidateWith for a broker of RabbitMQ version (as the connection that
+// declares announced it, see Builder.ForServer; "" when unknown), and then reports the first
+// queue argument that this version refuses or ignores for the queue's type:
+//
+//   - x-max-priority on a quorum queue: refused by every version up to 4.3 (measured on
+//     3.10.8 and 4.0.5; RabbitMQ 4.3.5's source lists it for classic queues only). Quorum
+//     queues order messages by their priority property without it from 4.0: two levels up
+//     to 4.2 (a priority above 4 goes first), 32 levels (0–31) from 4.3. A later version,
+//     or an unknown one, is left to decide (a refusal is then reported by the declaration).
+//   - x-consumer-timeout: ignored before 3.12, which has only the node's consumer_timeout
+//     (measured on 3.10.8); from 4.3 refused on a classic queue, whose consumers no longer
+//     time out (4.3's release notes and source).
+func (t Topology) ValidateFor(c Config, version string) error {
+	return t.validateFor(c, version)
+}
+
+func (t Topology) validateFor(c Config, version string) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
@@ -42,7 +66,11 @@ func (t Topology) ValidateWith(c Config) error {
 		}
 		slices.Sort(keys)
 		for _, k := range keys {
-			if why := argProblem(k, typ); why != "" {
+			why := argProblem(k, typ)
+			if why == "" {
+				why = versionArgProblem(k, typ, version)
+			}
+			if why != "" {
 				return fmt.Errorf("topology: Queues[%d].Args[%q] of %s queue %q: %s", i, k, typ, q.Name, why)
 			}
 		}
@@ -65,7 +93,7 @@ func argProblem(k string, typ QueueType) string {
 			return "warren sets it from Queue.DeliveryLimit (or Config.DeliveryLimit): give the limit there"
 		case "x-dead-letter-strategy", amqp.QueueOverflowArg:
 			return "warren sets it: dead-lettering into the poison queue is at-least-once, which needs x-overflow reject-publish"
-		case "x-max-priority", "x-queue-mode", "x-queue-master-locator", "x-queue-version":
+		case "x-queue-mode", "x-queue-master-locator", "x-queue-version":
 			return "a classic queue's argument, which RabbitMQ refuses on a quorum queue"
 		}
 		return ""
@@ -75,6 +103,34 @@ func argProblem(k string, typ QueueType) string {
 		return "a quorum queue's argument, which RabbitMQ refuses on a classic queue"
 	case "x-quorum-target-group-size":
 		return "a quorum queue's argument, which RabbitMQ ignores on a classic queue"
+	}
+	return ""
+}
+
+// versionArgProblem says why queue argument k does not belong on a queue of type typ
+// declared on RabbitMQ version (see ValidateFor for the rules), or "" if it does, or if the
+// rule does not know the version (then the broker decides).
+func versionArgProblem(k string, typ QueueType, version string) string {
+	major, minor, ok := amqpx.MajorMinor(version)
+	if !ok {
+		return ""
+	}
+	before := func(ma, mi int) bool { return major < ma || major == ma && minor < mi }
+	switch {
+	case k == "x-max-priority" && typ == Quorum && before(4, 0):
+		return "RabbitMQ " + version + " refuses it on a quorum queue, whose messages have no priority before 4.0: " +
+			"make the queue classic (Queue.Type), or use a queue per priority"
+	case k == "x-max-priority" && typ == Quorum && before(4, 3):
+		return "RabbitMQ " + version + " refuses it on a quorum queue, which orders messages by their priority without it " +
+			"(two levels: a priority above 4 goes first): remove it"
+	case k == "x-max-priority" && typ == Quorum && before(4, 4):
+		return "RabbitMQ " + version + " refuses it on a quorum queue, which orders messages by their priority without it " +
+			"(32 levels, 0–31; a message without one counts as 4): remove it"
+	case k == "x-consumer-timeout" && before(3, 12):
+		return "RabbitMQ " + version + " ignores it: a consumer timeout per queue needs RabbitMQ 3.12; " +
+			"this version has only the node's consumer_timeout (rabbitmq.conf, 30 minutes by default)"
+	case k == "x-consumer-timeout" && typ == Classic && !before(4, 3):
+		return "RabbitMQ " + version + " refuses it on a classic queue: from 4.3 only quorum queues have a consumer timeout"
 	}
 	return ""
 }

@@ -45,6 +45,10 @@ func DeadLetterWarning(version string) string {
 		"warren's users write to the delay levels: " + DeadLetterDoc
 }
 
+// MajorMinor reads the first two numbers of a RabbitMQ version such as "3.10.8",
+// "4.0.0-rc.1" or "3.13.7+1.g0abc"; ok is false for a version it cannot read ("" included).
+func MajorMinor(version string) (major, minor int, ok bool) { return majorMinor(version) }
+
 // majorMinor reads the first two numbers of a version such as "3.10.8", "4.0.0-rc.1" or
 // "3.13.7+1.g0abc".
 func majorMinor(version string) (major, minor int, ok bool) {

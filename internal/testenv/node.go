@@ -39,6 +39,8 @@ type Node struct {
 	mgmt     int
 	// openFiles, if not 0, is the node's limit of open files (ulimit -n).
 	openFiles int
+	// rabbit are more settings of the rabbit application (see WithRabbitSettings).
+	rabbit []string
 	// cookie is the Erlang cookie (the nodes of a cluster share one); "" until prepare
 	// chooses one of the node's own.
 	cookie string
@@ -66,6 +68,11 @@ func WithManagement() NodeOption { return func(n *Node) { n.withMgmt = true } }
 // runs with the common default of 1,024 does. On RabbitMQ 3.x the node's file handle cache
 // allows a few fewer, shared by its quorum queues and its connections.
 func WithOpenFiles(n int) NodeOption { return func(node *Node) { node.openFiles = n } }
+// WithRabbitSettings adds settings of the rabbit application to the node's advanced.config,
+// each an Erlang tuple such as "{consumer_timeout, 1000}".
+func WithRabbitSettings(settings ...string) NodeOption {
+	return func(n *Node) { n.rabbit = append(n.rabbit, settings...) }
+}
 
 // StartNode starts a fresh node (fails the test if it cannot, within ~60s) and stops it and
 // removes its files when t ends.
@@ -285,7 +292,14 @@ func (n *Node) Stop() {
 // it was dead-lettering when the broker crashed: with warren's quorum delay levels, measured
 // here on 3.10.8 and 4.0.5, 149 of 1,000 delayed messages arrived 180 s late (none lost);
 // with 5 s, all within 4.2 s of the restart.
-const AdvancedConfig = "[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 5000}]}].\n"
+const AdvancedConfig = "[{rabbit, [" + advancedRabbit + "]}].\n"
+
+const advancedRabbit = "{dead_letter_worker_publisher_confirm_timeout, 5000}"
+
+// advancedConfig is the node's advanced.config: AdvancedConfig with its own rabbit settings.
+func (n *Node) advancedConfig() string {
+	return "[{rabbit, [" + strings.Join(append([]string{advancedRabbit}, n.rabbit...), ", ") + "]}].\n"
+}
 
 // prepare chooses a name and ports and writes the node's files.
 func (n *Node) prepare() error {
@@ -294,7 +308,7 @@ func (n *Node) prepare() error {
 	n.name = "warrentest" + hex.EncodeToString(b) + "@localhost"
 	files := map[string]string{
 		"owner":             strconv.Itoa(os.Getpid()), // see sweepStaleNodes
-		"advanced.config":   AdvancedConfig,
+		"advanced.config":   n.advancedConfig(),
 		"rabbitmq-env.conf": "", // instead of /etc/rabbitmq/rabbitmq-env.conf
 	}
 	for name, content := range files {

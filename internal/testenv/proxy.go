@@ -24,6 +24,7 @@ type Proxy struct {
 	conns    []net.Conn
 	wake     *sync.Cond
 	streams  []*toClient
+	cancels  int // basic.cancel frames read from the broker
 }
 
 // toClient is the broker-to-client direction of one proxied connection, forwarded frame by
@@ -164,6 +165,15 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 	}
 }
 
+// BrokerCancels is how many basic.cancel frames the broker has sent through the proxy (also
+// while it is frozen: they are counted when they reach the proxy, before they are
+// forwarded).
+func (p *Proxy) BrokerCancels() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cancels
+}
+
 // CancelConsumers sends basic.cancel, as the broker does when a consumer's queue becomes
 // unavailable, to every consumer whose tag starts with prefix, and returns how many it sent.
 // The broker itself is not told: the client's consumer is gone, the broker's stays until the
@@ -208,6 +218,12 @@ func (p *Proxy) frames(tc *toClient, src net.Conn) {
 		frame := make([]byte, 7+int(binary.BigEndian.Uint32(hdr[3:7]))+1)
 		if _, err := io.ReadFull(r, frame); err != nil {
 			return
+		}
+		if payload := frame[7 : len(frame)-1]; frame[0] == 1 && len(payload) >= 4 &&
+			binary.BigEndian.Uint16(payload) == 60 && binary.BigEndian.Uint16(payload[2:]) == 30 { // basic.cancel
+			p.mu.Lock()
+			p.cancels++
+			p.mu.Unlock()
 		}
 		p.awaitThaw()
 		tc.mu.Lock()
