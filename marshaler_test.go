@@ -140,7 +140,7 @@ func get(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
 		var ok bool
 		d, ok, err = ch.Get(queue, true)
 		return ok || err != nil
-	}, 5*time.Second, 20*time.Millisecond, "nothing arrived in %s", queue)
+	}, testenv.Patience(), 20*time.Millisecond, "nothing arrived in %s", queue)
 	require.NoError(t, err)
 	return d
 }

@@ -202,7 +202,7 @@ func TestBrokerTakesWhatMarshalMakesOfHostileValues(t *testing.T) {
 	require.False(t, ch.IsClosed())
 	assert.Equal(t, len(hostile)+1, func() int {
 		n := 0
-		require.Eventually(t, func() bool { n = env.Messages(q); return n == len(hostile)+1 }, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { n = env.Messages(q); return n == len(hostile)+1 }, testenv.Patience(), 20*time.Millisecond)
 		return n
 	}())
 }

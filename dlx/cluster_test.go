@@ -100,7 +100,7 @@ func TestPublishAfterANackGoesOnAFreshChannel(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(confirmed) >= 50
-	}, 30*time.Second, 10*time.Millisecond)
+	}, testenv.Patience(), 10*time.Millisecond)
 	n1.Kill()
 	time.Sleep(8 * time.Second) // longer than PublishTimeout: a wedged channel fails Publish
 	close(stop)

@@ -74,7 +74,7 @@ func TestPermissionRecipeKeepsApplicationsOutOfTheDelayLevels(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience())
 		defer cancel()
 		ok, err := dc.WaitContext(ctx)
 		if err == nil && !ok { // a refusal closes the channel, which nacks what it had
@@ -129,7 +129,7 @@ func TestPermissionRecipeKeepsApplicationsOutOfTheDelayLevels(t *testing.T) {
 			}
 			got[string(msg.Body)] = true
 		}
-	}, 30*time.Second, 20*time.Millisecond, "got %v", got)
+	}, testenv.Patience(), 20*time.Millisecond, "got %v", got)
 	assert.Len(t, got, 2, "nothing forged arrived: %v", got)
 	for _, row := range node.ListQueues() {
 		assert.Equal(t, "running", row.State, row.Name)

@@ -271,7 +271,7 @@ func TestParkedCount(t *testing.T) {
 	require.Eventually(t, func() bool {
 		n, err := p.Parked(context.Background())
 		return err == nil && n == 3
-	}, 5*time.Second, 50*time.Millisecond)
+	}, testenv.Patience(), 50*time.Millisecond)
 }
 
 // The destination is declared before the first publish to it: nothing published before the
@@ -618,7 +618,7 @@ func TestDelayPastTheLargestTTLWaitsInTheChain(t *testing.T) {
 	require.Eventually(t, func() bool {
 		w, err := ch.QueueDeclarePassive(layout.ChainQueue(1), true, false, false, false, nil)
 		return err == nil && w.Messages == 1
-	}, 5*time.Second, 10*time.Millisecond, "the message waits in %s", layout.ChainQueue(1))
+	}, testenv.Patience(), 10*time.Millisecond, "the message waits in %s", layout.ChainQueue(1))
 	d, ok, err := ch.Get(layout.ChainQueue(1), true)
 	require.NoError(t, err)
 	require.True(t, ok)

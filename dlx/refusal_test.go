@@ -131,7 +131,7 @@ func TestRefusalIsPermanentForItsMessageOnly(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return published >= 8*5
-	}, 20*time.Second, 5*time.Millisecond, "the innocent publishers publish nothing")
+	}, testenv.Patience(), 5*time.Millisecond, "the innocent publishers publish nothing")
 	for range 3 {
 		start := time.Now()
 		err := p.Publish(forbidden, message.NewMessage(watermill.NewUUID(), nil))

@@ -48,7 +48,7 @@ func hang(t *testing.T, p *dlx.Publisher, proxy *testenv.Proxy) {
 // connectionLost waits until the publisher's client has seen its connection closed.
 func connectionLost(t *testing.T, p *dlx.Publisher) {
 	t.Helper()
-	require.Eventually(t, p.ConnectionClosed, 5*time.Second, 5*time.Millisecond, "the client does not see its connection closed")
+	require.Eventually(t, p.ConnectionClosed, testenv.Patience(), 5*time.Millisecond, "the client does not see its connection closed")
 }
 
 // A stopped broker: every limit is kept and named in the error (cenkalti's MaxElapsedTime

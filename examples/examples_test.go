@@ -20,6 +20,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -127,24 +128,24 @@ func TestDemos(t *testing.T) {
 
 	t.Run("publish", func(t *testing.T) {
 		bin := build(t, "publish")
-		out := run(t, time.Minute, bin, "-queue", queue)
+		out := run(t, testenv.Patience(), bin, "-queue", queue)
 		contains(t, out, "publishing 1 message to "+queue+", at once", "published #1", "arrived   #1",
 			"not delayed:", "it arrived; deleted "+queue)
 
-		out = run(t, time.Minute, bin, "-queue", queue, "-delay", "1500ms", "-count", "2")
+		out = run(t, testenv.Patience(), bin, "-queue", queue, "-delay", "1500ms", "-count", "2")
 		contains(t, out, "delayed 1.5s", "published #2", "requested 1.5s", "late", "all 2 arrived; deleted "+queue)
 
-		out = run(t, time.Minute, bin, "-queue", queue, "-at", time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano))
+		out = run(t, testenv.Patience(), bin, "-queue", queue, "-at", time.Now().Add(2*time.Second).UTC().Format(time.RFC3339Nano))
 		contains(t, out, "scheduled for", "requested at", "late", "it arrived; deleted "+queue)
 
-		out = run(t, time.Minute, bin, "-queue", queue, "-at", "+1s")
+		out = run(t, testenv.Patience(), bin, "-queue", queue, "-at", "+1s")
 		contains(t, out, "scheduled for", "requested at", "late", "it arrived; deleted "+queue)
 	})
 
 	t.Run("consumer", func(t *testing.T) {
 		consumer, publish := build(t, "consumer"), build(t, "publish")
 		defer deleteQueue(t, queue) // if the consumer failed before it deleted it
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 		defer cancel()
 		cmd := exec.CommandContext(ctx, consumer, "-queue", queue, "-count", "2", "-for", "45s", "-delete")
 		stdout, err := cmd.StdoutPipe()
@@ -179,9 +180,9 @@ func TestDemos(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the consumer did not start")
 		}
-		contains(t, run(t, time.Minute, publish, "-queue", queue, "-delay", "1s", "-body", "delayed"),
+		contains(t, run(t, testenv.Patience(), publish, "-queue", queue, "-delay", "1s", "-body", "delayed"),
 			"not waiting: "+queue+" has 1 consumer already")
-		contains(t, run(t, time.Minute, publish, "-queue", queue, "-body", "at once"),
+		contains(t, run(t, testenv.Patience(), publish, "-queue", queue, "-body", "at once"),
 			"not waiting: "+queue+" has 1 consumer already")
 		<-ended
 		err = cmd.Wait()
@@ -197,49 +198,49 @@ func TestDemos(t *testing.T) {
 	})
 
 	t.Run("fanout", func(t *testing.T) {
-		out := run(t, time.Minute, build(t, "fanout"), "-compact")
+		out := run(t, testenv.Patience(), build(t, "fanout"), "-compact")
 		contains(t, out, "billing   got order.created", "shipping  got order.created", `"SpanKind":4`,
 			"child of place order", "process warren.example.fanout.billing", "process warren.example.fanout.shipping",
 			"one trace: 4 spans share trace id")
 	})
 
 	t.Run("delays", func(t *testing.T) {
-		out := run(t, time.Minute, build(t, "delays"))
+		out := run(t, testenv.Patience(), build(t, "delays"))
 		contains(t, out, "refused   #5 order.eu.created", "arrived   #1 tasks", "arrived   #4 order.created")
 	})
 
 	t.Run("retries", func(t *testing.T) {
-		out := run(t, time.Minute, build(t, "retries"), "-delays", "100ms,200ms")
+		out := run(t, testenv.Patience(), build(t, "retries"), "-delays", "100ms,200ms")
 		contains(t, out, "attempt 3 fails", "in warren.example.retries.poison, with:", "attempts exhausted")
 	})
 
 	t.Run("kill", func(t *testing.T) {
-		out := run(t, 2*time.Minute, build(t, "kill"))
+		out := run(t, 2*testenv.Patience(), build(t, "kill"))
 		contains(t, out, "all 12 consumers stopped", "4 of its consumers stopped at once; processed since: 0",
 			"resume: 16 consumers consume again", "all 16 ended")
 	})
 
 	t.Run("reminders", func(t *testing.T) {
-		out := run(t, time.Minute, build(t, "reminders"))
+		out := run(t, testenv.Patience(), build(t, "reminders"))
 		contains(t, out, "in a year", "listed    renew-passport-", "cancelled call-mum-", "arrived   tea-", "arrived   stretch-",
 			"never arrived: cancelled", "the message was delivered before the cancellation", "0 reminders left scheduled")
 	})
 
 	t.Run("scheduler", func(t *testing.T) {
-		out := run(t, 2*time.Minute, build(t, "scheduler"), "-every", "1s", "-ticks", "2")
+		out := run(t, 2*testenv.Patience(), build(t, "scheduler"), "-every", "1s", "-ticks", "2")
 		contains(t, out, "is active", "(SIGKILL)", "after the kill", "4 ticks, each 1s after the one before: no tick lost, none twice",
 			"the tick published ahead came with no scheduler running")
 	})
 
 	t.Run("dashboard", func(t *testing.T) {
-		out := run(t, 2*time.Minute, build(t, "dashboard"), "-backlog", "300", "-once", "-listen", "127.0.0.1:0")
+		out := run(t, 2*testenv.Patience(), build(t, "dashboard"), "-backlog", "300", "-once", "-listen", "127.0.0.1:0")
 		contains(t, out, "backlog: 300 messages in the poison queue of warren.example.dashboard.orders",
 			"Overview · warren: RabbitMQ", "To look at: warren.example.dashboard.orders: 300 poison messages, no consumer",
 			"Read all 300 messages of the poison queue")
 	})
 
 	t.Run("metrics", func(t *testing.T) {
-		out := run(t, time.Minute, build(t, "metrics"))
+		out := run(t, testenv.Patience(), build(t, "metrics"))
 		contains(t, out, "warren_messages_poisoned_total")
 	})
 }

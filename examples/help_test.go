@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // Every demo honours -h: it prints its usage and exits 0 without touching the broker (here a
@@ -33,7 +34,7 @@ func TestDemosHelp(t *testing.T) {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
 			bin := build(t, dir)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, "-h")
 			cmd.Env = append(os.Environ(), "WARREN_AMQP_URL=amqp://guest:guest@"+closed+"/", "WARREN_REDIS_ADDR="+closed)

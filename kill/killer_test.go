@@ -17,7 +17,7 @@ import (
 
 // confirmWait bounds the waits for confirmations in these tests: an upper bound, never
 // asserted; without consumers nobody answers, and Send does not wait.
-const confirmWait = 20 * time.Second
+var confirmWait = testenv.Patience()
 
 // killerOf returns a Killer of cfg on env's broker.
 func killerOf(t *testing.T, env *testenv.Env, cfg kill.Config) *kill.Killer {
@@ -127,7 +127,7 @@ func TestReadStateTellsTheLastCommandAndLeavesIt(t *testing.T) {
 	assert.Eventually(t, func() bool {
 		q, err := env.Inspect(kill.StateQueue(queue, nil))
 		return err == nil && q.Messages == 1
-	}, 10*time.Second, 20*time.Millisecond, "the state holds one command")
+	}, testenv.Patience(), 20*time.Millisecond, "the state holds one command")
 
 	require.ErrorIs(t, k.Resume(context.Background(), queue), kill.ErrNoListener)
 	resume, found := read("")

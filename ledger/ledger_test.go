@@ -145,7 +145,7 @@ func TestCancelledMessagesAreNeverHandled(t *testing.T) {
 	require.NoError(t, f.l.Cancel(ctx, "reminder-7"))
 	require.NoError(t, f.l.Cancel(ctx, "reminder-7"), "twice")
 
-	require.Eventually(t, func() bool { return len(handled()) == 7 }, 15*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == 7 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return len(handled()) > 7 }, 500*time.Millisecond, 10*time.Millisecond,
 		"a cancelled one, due with them, handled")
 	assert.ElementsMatch(t, []string{"reminder-0", "reminder-1", "reminder-2", "reminder-4", "reminder-6",
@@ -190,7 +190,7 @@ func TestListShowsWhatWaits(t *testing.T) {
 
 	require.NoError(t, f.l.Cancel(ctx, "b-later"))
 	handled := f.consume(t, a)
-	require.Eventually(t, func() bool { return len(handled()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 
 	other, err := ledger.New(ledger.Config{Connection: f.env.Connection(), Delay: f.delay}, nil)
 	require.NoError(t, err)
@@ -226,7 +226,7 @@ func TestCancellationSurvivesABrokerCrash(t *testing.T) {
 	t.Logf("listed %s after the crash", time.Since(crashed))
 	assert.Len(t, entries, 3, "the three not cancelled wait")
 	handled := f.consume(t, q)
-	require.Eventually(t, func() bool { return len(handled()) == 3 }, time.Minute, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == 3 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return len(handled()) > 3 }, time.Second, 10*time.Millisecond, "the cancelled one handled")
 	assert.ElementsMatch(t, []string{"r0", "r1", "r3"}, handled())
 	assert.ErrorIs(t, f.l.Cancel(context.Background(), "r0"), ledger.ErrDelivered)
@@ -286,7 +286,7 @@ func TestIDsAreKeptExactly(t *testing.T) {
 	assert.ElementsMatch(t, kept, ids(fresh), "read from the stream's start")
 
 	handled := f.consume(t, q)
-	require.Eventually(t, func() bool { return len(handled()) == len(kept) }, 15*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == len(kept) }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return len(handled()) > len(kept) }, 500*time.Millisecond, 10*time.Millisecond,
 		"a cancelled one handled")
 	assert.ElementsMatch(t, kept, handled())
@@ -353,7 +353,7 @@ func TestRecordsOfEarlierVersionsStillHold(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	require.Eventually(t, func() bool { return len(handled()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return len(handled()) > 1 }, 500*time.Millisecond, 10*time.Millisecond, "a cancelled one handled")
 	assert.Equal(t, []string{"kept-\xfd"}, handled())
 	assert.ErrorIs(t, f.l.Cancel(ctx, "kept-\ufffd"), ledger.ErrDelivered, "the id as listed")
@@ -366,7 +366,7 @@ func TestRecordsOfEarlierVersionsStillHold(t *testing.T) {
 	// one under a new id, due with it, is.
 	f.schedule(t, q, "cancelled-then-\xff", time.Second)
 	f.schedule(t, q, "new-\xff", time.Second)
-	require.Eventually(t, func() bool { return len(handled()) == 2 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == 2 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return len(handled()) > 2 }, 500*time.Millisecond, 10*time.Millisecond, "a cancelled one handled")
 	assert.Equal(t, []string{"kept-\xfd", "new-\xff"}, handled())
 }
@@ -415,7 +415,7 @@ func TestLongestIDsAreKeptExactly(t *testing.T) {
 		"both listed exactly")
 	require.NoError(t, f.l.Cancel(ctx, cancelled))
 	handled := f.consume(t, q)
-	require.Eventually(t, func() bool { return len(handled()) == 1 }, 15*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(handled()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return len(handled()) > 1 }, 500*time.Millisecond, 10*time.Millisecond, "the cancelled one handled")
 	assert.Equal(t, []string{"b"}, handled())
 	assert.ErrorIs(t, f.l.Cancel(ctx, kept), ledger.ErrDelivered)

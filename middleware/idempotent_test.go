@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -139,7 +140,7 @@ func TestIdempotentTwinWaitsForTheHolder(t *testing.T) {
 				_, err := h(delivered("q", "p"))
 				twin <- err
 			}()
-			require.Eventually(t, func() bool { return store.busy.Load() >= 2 }, 10*time.Second, time.Millisecond,
+			require.Eventually(t, func() bool { return store.busy.Load() >= 2 }, testenv.Patience(), time.Millisecond,
 				"the twin finds the key busy, and asks again")
 			close(release)
 			require.ErrorIs(t, <-holder, tc.holderErr)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // poisonHeaders returns msg's headers named warren_poison_*.
@@ -189,7 +190,7 @@ func TestSetPoisonHeadersNamesTheHandler(t *testing.T) {
 	select {
 	case md := <-got:
 		assert.Equal(t, "orders-handler", md.Get(warren.PoisonHandlerKey))
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		require.FailNow(t, "the handler was not called")
 	}
 	cancel()

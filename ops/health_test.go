@@ -39,7 +39,7 @@ func TestStatusReadsTheBrokersHealth(t *testing.T) {
 		s, err = o.Status(t.Context(), q)
 		require.NoError(t, err)
 		return s.Broker != nil && len(s.Broker.Policies) == 2
-	}, 30*time.Second, 200*time.Millisecond, "last: %+v", s.Broker)
+	}, testenv.Patience(), 200*time.Millisecond, "last: %+v", s.Broker)
 	assert.Equal(t, []ops.PolicyWarning{
 		{Queue: q, Policy: q + ".limit", Keys: []string{"delivery-limit=5", "message-ttl=60000"}},
 		{Queue: topology.PoisonQueue(q), OperatorPolicy: q + ".cap", Keys: []string{"max-length=1000"}},

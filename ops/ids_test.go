@@ -41,7 +41,7 @@ func TestLongIDsAreShownFilteredAndReplayed(t *testing.T) {
 	q := env.WorkQueue("longid")
 	fill(t, env, q, 2)
 	poisonLong(t, env, q, longID)
-	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 3 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 3 }, testenv.Patience(), 10*time.Millisecond)
 	o := newOps(t, env.URL, topology.Delay{})
 	ctx := context.Background()
 

@@ -98,7 +98,7 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 	case <-r.Running():
 	case err := <-done:
 		t.Fatalf("router stopped: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("router did not start")
 	}
 
@@ -106,7 +106,7 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 	msg.Metadata = maps.Clone(propertyMetadata)
 	require.NoError(t, r.Publisher().Publish(queue, msg))
 
-	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(queue)) == 1 }, 30*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(queue)) == 1 }, testenv.Patience(), 20*time.Millisecond)
 	require.NoError(t, r.Close())
 	require.NoError(t, <-done)
 	mu.Lock()
@@ -136,7 +136,7 @@ func TestEveryPropertySurvivesRetryPoisonAndReplay(t *testing.T) {
 	require.NoError(t, d.Nack(false, true))
 	// A quorum queue applies the requeue a moment later (the replay found the queue empty once
 	// on RabbitMQ 4.0.5 with make test's 4 test binaries at once).
-	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(queue)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(queue)) == 1 }, testenv.Patience(), 20*time.Millisecond)
 
 	// The replay: every property back, the expiration too.
 	o := newOps(t, env.URL, topology.Delay{})
@@ -170,13 +170,13 @@ func TestReplayKeepsWhatThePropertyCannotTake(t *testing.T) {
 		p.UserId = "guest" // as the broker keeps it on a message it dead-letters
 		require.NoError(t, ch.Publish("", topology.PoisonQueue(q), false, false, p))
 	}
-	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 2 }, testenv.Patience(), 20*time.Millisecond)
 	o := newOps(t, env.URL, topology.Delay{})
 	res, err := o.ReplayPoisoned(context.Background(), q, ops.ReplayOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Replayed)
 	var got []amqp.Delivery
-	require.Eventually(t, func() bool { got = append(got, drain(t, env, q)...); return len(got) == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { got = append(got, drain(t, env, q)...); return len(got) == 2 }, testenv.Patience(), 20*time.Millisecond)
 	assert.Empty(t, got[0].Expiration)
 	assert.Equal(t, "abc", got[0].Headers[warren.MetadataExpiration])
 	assert.Equal(t, "600000", got[1].Expiration)
@@ -196,7 +196,7 @@ func TestExpiredInTheWorkQueueIsPoisonedAndReplayedWithoutExpiration(t *testing.
 	ch := env.Channel()
 	require.NoError(t, ch.Publish("", q, false, false, amqp.Publishing{MessageId: "short-lived", Expiration: "1",
 		CorrelationId: "corr-1", Body: []byte("x")}))
-	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 1 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 1 }, testenv.Patience(), 20*time.Millisecond)
 	o := newOps(t, env.URL, topology.Delay{})
 	msgs, err := o.Poisoned(context.Background(), q, ops.Browse{})
 	require.NoError(t, err)

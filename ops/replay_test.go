@@ -185,7 +185,7 @@ func TestParked(t *testing.T) {
 	require.NoError(t, pub.Publish(q, msg))
 
 	o := newOps(t, env.URL, delay)
-	require.Eventually(t, func() bool { n, err := pub.Parked(ctx); return err == nil && n == 1 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, err := pub.Parked(ctx); return err == nil && n == 1 }, testenv.Patience(), 10*time.Millisecond)
 	parked, err := o.Parked(ctx, ops.Browse{})
 	require.NoError(t, err)
 	require.Len(t, parked, 1)
@@ -276,7 +276,7 @@ func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(ctx, "", delay.ParkingQueue(), true, false, amqp.Publishing{
 		MessageId: "to-poison", Headers: amqp.Table{warren.DestQueueHeader: topology.PoisonQueue(q)}}))
-	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
 	require.NoError(t, err)
 	assert.Zero(t, res.Replayed)
@@ -357,5 +357,5 @@ func TestReplayRightAfterABrowse(t *testing.T) {
 		return d.Messages
 	}
 	assert.Equal(t, 6666, count(q))
-	assert.Eventually(t, func() bool { return count(topology.PoisonQueue(q)) == 13334 }, 5*time.Second, 10*time.Millisecond)
+	assert.Eventually(t, func() bool { return count(topology.PoisonQueue(q)) == 13334 }, testenv.Patience(), 10*time.Millisecond)
 }

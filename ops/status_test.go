@@ -49,7 +49,7 @@ func TestStatusWithManagement(t *testing.T) {
 		s, err = o.Status(t.Context(), q)
 		require.NoError(t, err, "the management API must answer at %s (make broker enables it)", testenv.ManagementURL())
 		return s.Queues[0].State != "unknown" && s.Queues[0].Unacked == 1 && len(s.Queues[0].ConsumerHosts) == 1
-	}, 30*time.Second, 200*time.Millisecond, "last: %+v", s.Queues)
+	}, testenv.Patience(), 200*time.Millisecond, "last: %+v", s.Queues)
 	got := s.Queues[0]
 	assert.True(t, s.Management)
 	assert.Equal(t, "running", got.State)
@@ -105,7 +105,7 @@ func TestStatusSeesABrokerThatCannotDeadLetter(t *testing.T) {
 		return s.Queues[1].Exists && s.Queues[0].State != "unknown" && s.Queues[1].State != "unknown" &&
 			s.Delay.Levels[0].State != "unknown" &&
 			(!broken || s.Delay.DeadLettering > 0)
-	}, 30*time.Second, 200*time.Millisecond, "last: %+v %+v", s.Queues, s.Delay)
+	}, testenv.Patience(), 200*time.Millisecond, "last: %+v %+v", s.Queues, s.Delay)
 	t.Logf("RabbitMQ %s, broken: %v: %+v; levels: %d waiting, %d dead-lettering", s.ServerVersion, broken, s.Queues, s.Delay.Waiting, s.Delay.DeadLettering)
 	plain, err := newOps(t, node.URL(), d).Status(t.Context(), later)
 	require.NoError(t, err)

@@ -111,17 +111,17 @@ func TestBrokerCancelSettlesTheMessagesInFlight(t *testing.T) {
 	require.NoError(t, pub.Publish(queue, message.NewMessage("held", nil)))
 	select {
 	case <-h.started:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the message was not handed out")
 	}
 
 	require.Equal(t, 1, proxy.CancelConsumers("warren-h-"))
 	// Heard the cancel, or (the defect) delivered the message again.
 	require.Eventually(t, func() bool { return len(logged(logs, brokerCancelled)) > 0 || h.n.get("held") > 1 },
-		10*time.Second, 10*time.Millisecond)
+		testenv.Patience(), 10*time.Millisecond)
 	close(h.release)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("after", nil)))
-	require.Eventually(t, func() bool { return h.n.get("after") == 1 }, 20*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return h.n.get("after") == 1 }, testenv.Patience(), 10*time.Millisecond,
 		"consumed again after the cancel")
 	select {
 	case err := <-done:
@@ -162,23 +162,23 @@ func TestCancelOfADeletedAndRedeclaredQueueConsumesAgain(t *testing.T) {
 	done := start(t, r)
 	pub := newPublisherFor(t, env)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("before", nil)))
-	require.Eventually(t, func() bool { return n.get("before") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n.get("before") == 1 }, testenv.Patience(), 10*time.Millisecond)
 
 	proxy.Freeze()
 	ch := env.Channel()
 	_, err = ch.QueueDelete(queue, false, false, false)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return proxy.BrokerCancels() == 1 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return proxy.BrokerCancels() == 1 }, testenv.Patience(), 10*time.Millisecond,
 		"the broker cancels the consumer of the deleted queue")
 	b, err := topology.NewBuilder(topology.Config{Delay: env.Delay(topology.Delay{})}, nil)
 	require.NoError(t, err)
 	require.NoError(t, b.DeclareQueue(t.Context(), ch, topology.Queue{Name: queue}))
 	proxy.Thaw()
 
-	require.Eventually(t, func() bool { return len(logged(logs, brokerCancelled)) > 0 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(logged(logs, brokerCancelled)) > 0 }, testenv.Patience(), 10*time.Millisecond,
 		"the broker's basic.cancel reached the subscriber")
 	require.NoError(t, pub.Publish(queue, message.NewMessage("after", nil)))
-	require.Eventually(t, func() bool { return n.get("after") == 1 }, 20*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return n.get("after") == 1 }, testenv.Patience(), 10*time.Millisecond,
 		"the queue declared again is consumed")
 	select {
 	case err := <-done:
@@ -242,14 +242,14 @@ func TestConsumerTimeoutRedeliversTheMessageOnce(t *testing.T) {
 	require.NoError(t, pub.Publish(queue, message.NewMessage("held", nil)))
 	select {
 	case <-h.started:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the message was not handed out")
 	}
-	require.Eventually(t, func() bool { return h.n.get("held") == 2 }, 3*time.Minute, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return h.n.get("held") == 2 }, 3*testenv.Patience(), 20*time.Millisecond,
 		"the broker took the message back and delivered it again")
 	close(h.release)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("after", nil)))
-	require.Eventually(t, func() bool { return h.n.get("after") == 1 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return h.n.get("after") == 1 }, testenv.Patience(), 10*time.Millisecond,
 		"consuming after the timeout")
 	select {
 	case err := <-done:

@@ -131,7 +131,7 @@ func TestRouterWithManyHandlersHoldsFewConnections(t *testing.T) {
 			}
 		}
 		return true
-	}, 30*time.Second, 10*time.Millisecond, "every handler processed its messages, the output and the retry")
+	}, testenv.Patience(), 10*time.Millisecond, "every handler processed its messages, the output and the retry")
 
 	opened := log.opened()
 	total := 0
@@ -142,7 +142,7 @@ func TestRouterWithManyHandlersHoldsFewConnections(t *testing.T) {
 	require.Eventually(t, func() bool { // the management API lists a connection a moment after it opened
 		onBroker = testenv.Connections(t, testenv.ManagementURL(), prefix)
 		return len(onBroker) >= total
-	}, 20*time.Second, 100*time.Millisecond, "the broker lists the %d connections opened: %v", total, opened)
+	}, testenv.Patience(), 100*time.Millisecond, "the broker lists the %d connections opened: %v", total, opened)
 	t.Logf("a router with %d handlers: %d connections on the broker: %q", handlers, len(onBroker), onBroker)
 	assert.LessOrEqual(t, len(onBroker), 3, "connections on the broker: %q", onBroker)
 	assert.Equal(t, total, len(onBroker), "connections reported through OnEvent: %v", opened)
@@ -224,14 +224,14 @@ func TestOneHandlersChannelStallsNoOther(t *testing.T) {
 	defer unblock()
 
 	stuck := stream(t, r, []string{slow}, 10, time.Millisecond) // 2 in its handler, 8 waiting
-	require.Eventually(t, func() bool { return blocked.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return blocked.Load() == 2 }, testenv.Patience(), 5*time.Millisecond)
 	ch := env.Channel()
 	_, err := ch.QueueDelete(deleted, false, false, false)
 	require.NoError(t, err)
 
 	ids := stream(t, r, others, 100, 2*time.Millisecond)
 	for _, q := range others {
-		require.Eventually(t, func() bool { return done.missing(ids[q]) == 0 }, 30*time.Second, 10*time.Millisecond,
+		require.Eventually(t, func() bool { return done.missing(ids[q]) == 0 }, testenv.Patience(), 10*time.Millisecond,
 			"%s: %d of %d not processed while another handler blocks and another queue is gone", q, done.missing(ids[q]), len(ids[q]))
 	}
 	assert.Equal(t, len(stuck[slow]), done.missing(stuck[slow]), "the blocked handler processed nothing")
@@ -239,7 +239,7 @@ func TestOneHandlersChannelStallsNoOther(t *testing.T) {
 	assert.Equal(t, 1, log.count(warren.Connected, "warren subscriber"), "consuming connections opened")
 
 	unblock()
-	require.Eventually(t, func() bool { return done.missing(stuck[slow]) == 0 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return done.missing(stuck[slow]) == 0 }, testenv.Patience(), 10*time.Millisecond)
 	require.NoError(t, r.Close())
 	err = <-runDone
 	assert.ErrorContains(t, err, deleted, "Run reports the deleted queue")
@@ -271,13 +271,13 @@ func TestRefusedConsumerRetriesOnAConnectionOfItsOwn(t *testing.T) {
 	runDone := make(chan error, 1)
 	go func() { runDone <- r.Run(context.Background()) }() // never Running: one handler never consumes
 	const isolated = "warren subscriber (isolated)"
-	require.Eventually(t, func() bool { return log.count(warren.Connected, isolated) >= 1 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return log.count(warren.Connected, isolated) >= 1 }, testenv.Patience(), 10*time.Millisecond,
 		"the refused consumer moved to a connection of its own")
 	lostBefore := log.count(warren.Reconnecting, "warren subscriber")
 	refusedBefore := log.count(warren.Reconnecting, isolated)
 
 	ids := stream(t, r, []string{up}, 200, 10*time.Millisecond) // 2s: a few refusals on the isolated connection
-	require.Eventually(t, func() bool { return done.missing(ids[up]) == 0 }, 30*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return done.missing(ids[up]) == 0 }, testenv.Patience(), 10*time.Millisecond,
 		"%d of %d not processed", done.missing(ids[up]), len(ids[up]))
 	refused := log.count(warren.Reconnecting, isolated) - refusedBefore
 	t.Logf("consuming connection lost %d times (before the stream), the isolated one %d times during the stream",

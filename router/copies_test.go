@@ -53,7 +53,7 @@ func TestCopyStoreRecognisesACopyHandledByAnotherProcess(t *testing.T) {
 	start(t, first)
 	copyOf := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p1"}}
 	publishRaw(t, env, "", queue, copyOf)
-	require.Eventually(t, func() bool { return n.get("m") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n.get("m") == 1 }, testenv.Patience(), 10*time.Millisecond)
 	require.NoError(t, first.Close())
 
 	second := newRouter(t, env, func(c *router.Config) { c.CopyStore = stores[1] })
@@ -61,7 +61,7 @@ func TestCopyStoreRecognisesACopyHandledByAnotherProcess(t *testing.T) {
 	start(t, second)
 	publishRaw(t, env, "", queue, copyOf)
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "later", Headers: amqp.Table{warren.PublishIDHeader: "p2"}})
-	require.Eventually(t, func() bool { return n.get("later") == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n.get("later") == 1 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, 1, n.get("m"), "the copy is acked, not handled")
 	assert.Zero(t, env.Messages(queue))
 }
@@ -91,9 +91,9 @@ func TestCopyStoreMakesOneChainAcrossProcesses(t *testing.T) {
 	twin := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "f1"}}
 	publishRaw(t, env, "", queue, twin)
 	publishRaw(t, env, "", queue, twin)
-	d := poisoned(t, env, queue, 20*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, "m", d.MessageId)
-	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, testenv.Patience(), 20*time.Millisecond)
 	assert.Equal(t, 3, n.get("m"), "one call per attempt, MaxAttempts 3")
 	assert.Zero(t, env.Messages(topology.PoisonQueue(queue)), "poisoned once")
 }
@@ -144,9 +144,9 @@ func TestMessageIDGuardInHandlerMiddlewareLetsARetryThrough(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return returned[true] == 1 && returned[false] == 2
-	}, 20*time.Second, 10*time.Millisecond)
+	}, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, 2, n.get("m"), "the failed attempt and one success")
 	assert.Equal(t, 1, n.get("success"))
-	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, testenv.Patience(), 20*time.Millisecond)
 	assert.Zero(t, env.Messages(topology.PoisonQueue(queue)))
 }

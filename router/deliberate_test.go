@@ -40,7 +40,7 @@ func TestKillDeleteLogsNoError(t *testing.T) {
 	select {
 	case err := <-done:
 		assert.NoError(t, err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the router did not stop after its only queue was deleted")
 	}
 	for _, l := range logger.Captured()[watermill.ErrorLogLevel] {

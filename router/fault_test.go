@@ -68,12 +68,12 @@ func TestConsumersResumeAfterConnectionLoss(t *testing.T) {
 				published <- nil
 			}()
 
-			require.Eventually(t, func() bool { return processed() >= total/4 }, 30*time.Second, 5*time.Millisecond)
+			require.Eventually(t, func() bool { return processed() >= total/4 }, testenv.Patience(), 5*time.Millisecond)
 			fault(node)
 			t.Logf("%s after %d messages", name, processed())
 
 			require.NoError(t, <-published, "Publish returned an error")
-			require.Eventually(t, func() bool { return processed() == total }, 90*time.Second, 20*time.Millisecond,
+			require.Eventually(t, func() bool { return processed() == total }, 2*testenv.Patience(), 20*time.Millisecond,
 				"processed %d of %d", processed(), total)
 			mu.Lock()
 			dups := 0
@@ -130,7 +130,7 @@ func TestRouterFailsOverToAnotherNode(t *testing.T) {
 		select {
 		case got := <-processed:
 			assert.Equal(t, id, got)
-		case <-time.After(20 * time.Second):
+		case <-time.After(testenv.Patience()):
 			t.Fatalf("%s not processed", id)
 		}
 	}
@@ -148,7 +148,7 @@ func TestRouterFailsOverToAnotherNode(t *testing.T) {
 		gone = b
 	}
 	gone.Close()
-	require.Eventually(t, func() bool { _, ok := seen(sub, warren.FailedOver); return ok }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { _, ok := seen(sub, warren.FailedOver); return ok }, testenv.Patience(), 10*time.Millisecond)
 	lost, ok := seen(sub, warren.Reconnecting)
 	require.True(t, ok)
 	assert.Equal(t, gone.Addr(), lost.Node)

@@ -97,7 +97,7 @@ func TestForwardedMessageStartsAtAttemptOne(t *testing.T) {
 			}
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
-			timeout := time.After(30 * time.Second)
+			timeout := time.After(testenv.Patience())
 			for finished := 0; finished < len(ids); {
 				select {
 				case <-done:
@@ -149,7 +149,7 @@ func TestOutputsCarryNoBookkeeping(t *testing.T) {
 		require.Eventually(t, func() bool {
 			got = append(got, drain(t, env, q)...)
 			return len(got) > 0
-		}, 15*time.Second, 20*time.Millisecond, q)
+		}, testenv.Patience(), 20*time.Millisecond, q)
 		assert.Equal(t, "m", got[0].MessageId, q)
 		assert.Equal(t, "t1", got[0].Headers["tenant"], "%s: the message's own headers are kept", q)
 		assert.Empty(t, bookkeeping(got[0].Headers), q)
@@ -191,7 +191,7 @@ func TestReplyCarriesNoBookkeeping(t *testing.T) {
 			got[d.CorrelationId] = d
 		}
 		return len(got) == 2
-	}, 15*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	assert.Equal(t, []int{1, 2, 3}, seen.get(queue, "echo"))
 
 	reply := got["c-echo"]

@@ -73,7 +73,7 @@ func (f *fleet) start(n, consumers int) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.ready >= want
-	}, 30*time.Second, 10*time.Millisecond, "consumer processes did not start")
+	}, testenv.Patience(), 10*time.Millisecond, "consumer processes did not start")
 }
 
 func (f *fleet) read(stdout interface{ Read([]byte) (int, error) }) {
@@ -199,7 +199,7 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 
 	sent := time.Now()
 	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Stop))
-	stopped := f.awaitHandlers("stopped", 12, sent, 10*time.Second)
+	stopped := f.awaitHandlers("stopped", 12, sent, testenv.Patience())
 	var last time.Time
 	for _, at := range stopped {
 		if at.After(last) {
@@ -223,7 +223,7 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 	// Started after the kill: it does not consume.
 	since := time.Now()
 	f.start(1, 4)
-	f.awaitHandlers("stopped", 4, since, 10*time.Second)
+	f.awaitHandlers("stopped", 4, since, testenv.Patience())
 	assert.Never(t, func() bool { d, _, _ := f.count(); return d != after }, 300*time.Millisecond, 10*time.Millisecond,
 		"a consumer started after the kill consumed")
 	late, _, _ := f.count()
@@ -232,8 +232,8 @@ func TestKillStopsEveryConsumerInEveryProcess(t *testing.T) {
 	// Resume: all 16 consume again, and every message is processed exactly once.
 	since = time.Now()
 	require.NoError(t, newKiller(t, env, "").Resume(context.Background(), queue))
-	f.awaitHandlers("resumed", 16, since, 10*time.Second)
-	require.Eventually(t, func() bool { d, _, _ := f.count(); return d == published }, 30*time.Second, 10*time.Millisecond)
+	f.awaitHandlers("resumed", 16, since, testenv.Patience())
+	require.Eventually(t, func() bool { d, _, _ := f.count(); return d == published }, testenv.Patience(), 10*time.Millisecond)
 	_, total, dups = f.count()
 	assert.Equal(t, published, total)
 	assert.Empty(t, dups)
@@ -248,7 +248,7 @@ func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 	sent := time.Now()
 	require.NoError(t, newKiller(t, env, "").Kill(context.Background(), queue, kill.Delete))
 	published := pub.halt()
-	f.awaitHandlers("deleted", 12, sent, 20*time.Second)
+	f.awaitHandlers("deleted", 12, sent, testenv.Patience())
 
 	ch := env.Channel()
 	_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
@@ -256,7 +256,7 @@ func TestKillDeleteDrainsThenDeletesTheQueue(t *testing.T) {
 	assert.Eventually(t, func() bool {
 		ch := env.Channel()
 		return ch.ExchangeDeclarePassive(topology.KillExchange(queue), "fanout", true, false, false, false, nil) != nil
-	}, 5*time.Second, 50*time.Millisecond, "the kill exchange is gone")
+	}, testenv.Patience(), 50*time.Millisecond, "the kill exchange is gone")
 	_, err = env.Channel().QueueDeclarePassive(topology.PoisonQueue(queue), true, false, false, false, nil)
 	assert.ErrorContains(t, err, "NOT_FOUND", "the empty poison queue is gone")
 	_, err = env.Channel().QueueDeclarePassive(kill.StateQueue(queue, nil), true, false, false, false, nil)
@@ -287,16 +287,16 @@ func TestKillWithSecretRefusesUnsignedAndWronglySigned(t *testing.T) {
 	for _, k := range []*kill.Killer{newKiller(t, env, ""), newKiller(t, env, "not the secret")} {
 		require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
 	}
-	f.awaitHandlers("refused", 2, since, 10*time.Second)
+	f.awaitHandlers("refused", 2, since, testenv.Patience())
 	before, _, _ := f.count()
-	require.Eventually(t, func() bool { d, _, _ := f.count(); return d > before+50 }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { d, _, _ := f.count(); return d > before+50 }, testenv.Patience(), 5*time.Millisecond,
 		"consumers stopped on a refused kill")
 	assert.Empty(t, f.handlers("stopped", since))
 
 	signed := newKiller(t, env, secret)
 	since = time.Now()
 	require.NoError(t, signed.Kill(context.Background(), queue, kill.Stop))
-	f.awaitHandlers("stopped", 2, since, 10*time.Second)
+	f.awaitHandlers("stopped", 2, since, testenv.Patience())
 	require.NoError(t, signed.Resume(context.Background(), queue))
 }
 
@@ -308,7 +308,7 @@ func flowing(t *testing.T, what string) (*testenv.Env, string, *fleet, *publishe
 	f := newFleet(t, env, queue, env.Delay(topology.Delay{}).Prefix, "")
 	f.start(3, 4)
 	pub := publish(t, env, queue, time.Millisecond)
-	require.Eventually(t, func() bool { d, _, _ := f.count(); return d >= 300 }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { d, _, _ := f.count(); return d >= 300 }, testenv.Patience(), 5*time.Millisecond)
 	return env, queue, f, pub
 }
 
@@ -361,7 +361,7 @@ func (p *probe) await(t *testing.T, state string) router.KillEvent {
 			}
 		}
 		return false
-	}, 10*time.Second, 5*time.Millisecond, "no %s event", state)
+	}, testenv.Patience(), 5*time.Millisecond, "no %s event", state)
 	return found
 }
 
@@ -383,7 +383,7 @@ func (p *probe) flows(t *testing.T, env *testenv.Env, queue string, n int) {
 	for i := range n {
 		require.NoError(t, pub.Publish(queue, message.NewMessage(strconv.Itoa(i), nil)))
 	}
-	require.Eventually(t, func() bool { return p.processed.Load() >= want }, 10*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return p.processed.Load() >= want }, testenv.Patience(), 5*time.Millisecond,
 		"messages not processed: %d of %d", p.processed.Load(), want)
 }
 
@@ -394,7 +394,7 @@ func consuming(t *testing.T, env *testenv.Env, queue string) {
 	require.Eventually(t, func() bool {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err == nil && q.Consumers > 0
-	}, 10*time.Second, 5*time.Millisecond, "nobody consumes %s", queue)
+	}, testenv.Patience(), 5*time.Millisecond, "nobody consumes %s", queue)
 }
 
 // eavesdrop binds a queue of the test's own to queue's kill exchange, as anyone allowed to
@@ -417,7 +417,7 @@ func next(t *testing.T, d <-chan amqp.Delivery) []byte {
 	select {
 	case m := <-d:
 		return m.Body
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("no command went past")
 		return nil
 	}
@@ -508,7 +508,7 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 
 	require.NoError(t, k.Resume(context.Background(), queue), "a consumer listens")
 	first.await(t, "resumed")
-	require.Eventually(t, func() bool { return first.processed.Load() == 10 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return first.processed.Load() == 10 }, testenv.Patience(), 5*time.Millisecond)
 
 	require.NoError(t, env.Channel().ExchangeDelete(topology.KillExchange(queue), false, false))
 	require.ErrorIs(t, k.Kill(context.Background(), queue, kill.Stop), kill.ErrNoListener)
@@ -518,7 +518,7 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	for i := range 10 {
 		require.NoError(t, pub.Publish(queue, message.NewMessage("late-"+strconv.Itoa(i), nil)))
 	}
-	require.Eventually(t, func() bool { return first.processed.Load()+second.processed.Load() >= 20 }, 10*time.Second,
+	require.Eventually(t, func() bool { return first.processed.Load()+second.processed.Load() >= 20 }, testenv.Patience(),
 		5*time.Millisecond)
 	assert.Zero(t, second.processed.Load(), "a consumer started after the kill consumed")
 }
@@ -565,7 +565,7 @@ func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 		select {
 		case m := <-msgs:
 			return m
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Patience()):
 			t.Fatalf("%s was not handed out", what)
 			return nil
 		}
@@ -577,7 +577,7 @@ func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 	require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
 	select { // the handler outlives ShutdownTimeout: its context ends
 	case <-held.Context().Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the held message's context did not end after ShutdownTimeout")
 	}
 	held.Nack()

@@ -19,7 +19,7 @@ import (
 
 // confirmWait bounds the waits for confirmations in these tests: an upper bound, never
 // asserted; a wait ends early once as many consumers as the queue had have answered.
-const confirmWait = 20 * time.Second
+var confirmWait = testenv.Patience()
 
 // A kill reaches 2 consumer processes of 2 consumers each: Send reports 4
 // consumers in 2 processes confirmed, as many as the queue had; the answers name the
@@ -34,7 +34,7 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 	consumers := func(n int) {
 		t.Helper()
 		require.Eventually(t, func() bool { q, err := env.Inspect(queue); return err == nil && q.Consumers == n },
-			10*time.Second, 5*time.Millisecond, "the queue does not have %d consumers", n)
+			testenv.Patience(), 5*time.Millisecond, "the queue does not have %d consumers", n)
 	}
 	consumers(4)
 	k := killerOf(t, env, kill.Config{Wait: confirmWait})
@@ -60,7 +60,7 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 	}
 	assert.Len(t, pids, 2)
 	assert.Len(t, handlers, 4)
-	f.awaitHandlers("stopped", 4, since, 10*time.Second)
+	f.awaitHandlers("stopped", 4, since, testenv.Patience())
 	consumers(0)
 
 	res, err = killerOf(t, env, kill.Config{Wait: 3 * time.Second}).Send(context.Background(), queue, kill.Resume)
@@ -78,7 +78,7 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, map[string]int{"draining": 4}, res.States)
 	assert.True(t, res.Confirmed())
-	f.awaitHandlers("deleted", 4, since, 20*time.Second)
+	f.awaitHandlers("deleted", 4, since, testenv.Patience())
 }
 
 // A command to a stopped queue returns once every consumer has answered, before its wait
@@ -145,7 +145,7 @@ func TestKillListenerQueueTakesNothingAndGoesWithTheLastListener(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := env.Inspect(listeners)
 		return amqpx.IsNotFound(err)
-	}, 10*time.Second, 10*time.Millisecond, "the listener queue outlived its last listener")
+	}, testenv.Patience(), 10*time.Millisecond, "the listener queue outlived its last listener")
 }
 
 // With a secret, a command signed with another secret, or not signed, is refused,

@@ -143,7 +143,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 			}
 		}
 		return len(differ) == 0
-	}, time.Minute, 50*time.Millisecond, "the workload's metrics")
+	}, testenv.Patience(), 50*time.Millisecond, "the workload's metrics")
 	if !settled {
 		env.LogDepths()
 		t.Fatalf("metrics that differ:\n%s", strings.Join(differ, "\n"))
@@ -156,10 +156,10 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 	}
 	require.NoError(t, k.Kill(context.Background(), queue, kill.Stop))
 	require.Eventually(t, func() bool { return metricPoints(t, reader)[killEvents("stop", "stopped")] == 1 },
-		10*time.Second, 20*time.Millisecond)
+		testenv.Patience(), 20*time.Millisecond)
 	require.NoError(t, k.Resume(context.Background(), queue))
 	require.Eventually(t, func() bool { return metricPoints(t, reader)[killEvents("resume", "resumed")] == 1 },
-		10*time.Second, 20*time.Millisecond)
+		testenv.Patience(), 20*time.Millisecond)
 	want[killEvents("stop", "stopped")], want[killEvents("resume", "resumed")] = 1, 1
 
 	got := metricPoints(t, reader)

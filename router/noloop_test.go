@@ -89,7 +89,7 @@ func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 		}))
 	start(t, r)
 	require.NoError(t, newPublisherFor(t, env).Publish(queue, message.NewMessage("m", []byte("x"))))
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, "m", d.MessageId)
 	assert.Equal(t, warren.PoisonReasonPermanent, d.Headers[warren.PoisonReasonKey])
 	assert.Contains(t, d.Headers[warren.PoisonErrorKey], "NO_ROUTE")
@@ -133,14 +133,14 @@ func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 	require.NoError(t, newPublisherFor(t, env).Publish(queue, message.NewMessage("m", nil)))
 	select { // (draining before the handler did would take the filler)
 	case <-drained:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatalf("the third attempt did not come: %d calls", n.get("m"))
 	}
 	var got []amqp.Delivery
 	require.Eventually(t, func() bool {
 		got = append(got, drain(t, env, out)...)
 		return len(got) > 0
-	}, 5*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	assert.Equal(t, "o-m", got[0].MessageId)
 	assert.Never(t, func() bool { return n.get("m") > 3 }, 500*time.Millisecond, 10*time.Millisecond, "a fourth call came")
 	assert.Equal(t, 3, n.get("m"), "one call per attempt of the schedule")
@@ -186,7 +186,7 @@ func TestForeignDelayMetadataIsNotADelay(t *testing.T) {
 			got[d.MessageId] = d
 		}
 		return len(got) == len(foreign)+1
-	}, 10*time.Second, 20*time.Millisecond, "forwarded: %v", got)
+	}, testenv.Patience(), 20*time.Millisecond, "forwarded: %v", got)
 	for id, d := range got {
 		assert.Equal(t, "", d.Exchange, "%s went straight to its destination, not through the delay levels", id)
 		assert.Equal(t, 1, n.get(id), "%s: handler calls", id)
@@ -213,8 +213,8 @@ func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, err := env.Inspect(topology.PoisonQueue(queue))
 		return err == nil
-	}, 10*time.Second, 20*time.Millisecond, "the poison queue is declared again")
-	d := poisoned(t, env, queue, 10*time.Second)
+	}, testenv.Patience(), 20*time.Millisecond, "the poison queue is declared again")
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, "m", d.MessageId)
 	assert.Equal(t, 1, n.get("m"), "handler calls")
 }
@@ -243,7 +243,7 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 	for i := range 20 {
 		publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "small-" + strconv.Itoa(i)})
 	}
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	msg, err := warren.Marshaler{}.Unmarshal(d)
 	require.NoError(t, err)
 	assert.Equal(t, "big", msg.UUID)
@@ -259,7 +259,7 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 		}
 		return true
 	}
-	require.Eventually(t, func() bool { return handledOnce(func(c int) bool { return c >= 1 }) }, 10*time.Second,
+	require.Eventually(t, func() bool { return handledOnce(func(c int) bool { return c >= 1 }) }, testenv.Patience(),
 		10*time.Millisecond, "the unrelated messages were not all handled")
 	assert.Never(t, func() bool { return !handledOnce(func(c int) bool { return c == 1 }) }, 500*time.Millisecond,
 		10*time.Millisecond, "a message was handled again")
@@ -311,11 +311,11 @@ func TestCancelledConsumerConsumesAgain(t *testing.T) {
 	done := start(t, r)
 	pub := newPublisherFor(t, env)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("before", nil)))
-	require.Eventually(t, func() bool { return n.get("before") == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n.get("before") == 1 }, testenv.Patience(), 10*time.Millisecond)
 
 	require.Equal(t, 1, proxy.CancelConsumers("warren-h-"))
 	require.NoError(t, pub.Publish(queue, message.NewMessage("after", nil)))
-	require.Eventually(t, func() bool { return n.get("after") == 1 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return n.get("after") == 1 }, testenv.Patience(), 10*time.Millisecond,
 		"consumed again after the cancel")
 	select {
 	case err := <-done:
@@ -340,7 +340,7 @@ func TestRunReportsADeletedQueue(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), queue)
 		assert.Contains(t, err.Error(), "deleted")
-	case <-time.After(15 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("Run did not return")
 	}
 }
@@ -417,7 +417,7 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 			poison[d.MessageId] = d
 		}
 		return len(poison) == 3
-	}, 15*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	for id, d := range poison {
 		assert.Equal(t, 3, n.get(id), "%s: every attempt, no more", id)
 		assert.Equal(t, "3", d.Headers[warren.PoisonAttemptsKey], id)
@@ -453,12 +453,12 @@ func TestUnreadableHeadersArePoisonedAndTheQueueFlows(t *testing.T) {
 	for i := range 5 {
 		publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "normal-" + strconv.Itoa(i)})
 	}
-	require.Eventually(t, func() bool { return handled.Load() == 5 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return handled.Load() == 5 }, testenv.Patience(), 10*time.Millisecond)
 	var got []amqp.Delivery
 	require.Eventually(t, func() bool {
 		got = append(got, drain(t, env, topology.PoisonQueue(queue))...)
 		return len(got) == len(hostile)
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	for _, d := range got {
 		assert.Equal(t, warren.PoisonReasonUnreadable, d.Headers[warren.PoisonReasonKey], string(d.Body))
 		assert.Contains(t, d.Headers[warren.PoisonErrorKey], "cannot read its headers", string(d.Body))
@@ -484,7 +484,7 @@ func TestDeliveryLimitPoisonSaysWhy(t *testing.T) {
 		require.True(t, ok)
 		require.NoError(t, d.Nack(false, true))
 	}
-	d := poisoned(t, env, queue, 5*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	msg, err := warren.Marshaler{}.Unmarshal(d)
 	require.NoError(t, err)
 	assert.Equal(t, warren.PoisonReasonDeliveryLimit, warren.DecodePoisonRecord(msg.Metadata).Reason)
@@ -513,12 +513,12 @@ func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
 	start(t, r)
 	copyOf := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p1"}}
 	publishRaw(t, env, "", queue, copyOf)
-	require.Eventually(t, func() bool { return n.get("m") == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n.get("m") == 1 }, testenv.Patience(), 10*time.Millisecond)
 	publishRaw(t, env, "", queue, copyOf)                                                                             // a copy
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p2"}}) // a new publish
 	pub := newPublisherFor(t, env)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("fails-once", nil)))
-	require.Eventually(t, func() bool { return n.get("m") == 2 && n.get("fails-once") == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n.get("m") == 2 && n.get("fails-once") == 2 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return n.get("m") > 2 || n.get("fails-once") > 2 }, 300*time.Millisecond, 10*time.Millisecond,
 		"the copy, or a retry of the retry, was handled")
 	assert.Equal(t, 2, n.get("m"), "the copy is not handled, the new publish is")
@@ -546,7 +546,7 @@ func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
 	twin := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "f1"}}
 	publishRaw(t, env, "", queue, twin)
 	publishRaw(t, env, "", queue, twin)
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, "m", d.MessageId)
 	assert.Never(t, func() bool {
 		p, err := env.Inspect(topology.PoisonQueue(queue))

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,9 +33,9 @@ func TestUndecodablePoisonCopyHasTheRecordOfAHandlersOne(t *testing.T) {
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	traceparent := "00-" + traceID + "-00f067aa0ba902b7-01"
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "undecodable", Headers: amqp.Table{"traceparent": traceparent, "encoding": long}})
-	undecodable := poisoned(t, env, queue, 10*time.Second)
+	undecodable := poisoned(t, env, queue, testenv.Patience())
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "failing", Headers: amqp.Table{"traceparent": traceparent}})
-	failing := poisoned(t, env, queue, 10*time.Second)
+	failing := poisoned(t, env, queue, testenv.Patience())
 	require.Equal(t, "undecodable", undecodable.MessageId)
 	require.Equal(t, "failing", failing.MessageId)
 

@@ -22,7 +22,7 @@ func TestUndecodablePoisonCopyKeepsProperties(t *testing.T) {
 	subscribe(t, env, queue, router.SubscriberConfig{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
 
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"encoding": "rot13"}))
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, warren.PoisonReasonUndecoded, d.Headers[warren.PoisonReasonKey])
 	assertPoisonCopyProperties(t, d)
 }
@@ -35,7 +35,7 @@ func TestUnreadablePoisonCopyKeepsProperties(t *testing.T) {
 	queue := env.Queue("unreadable-props")
 	subscribe(t, env, queue, router.SubscriberConfig{HandlerName: "h"})
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"deep": testenv.NestedTable(33)}))
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, warren.PoisonReasonUnreadable, d.Headers[warren.PoisonReasonKey])
 	assertPoisonCopyProperties(t, d)
 }

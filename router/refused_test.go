@@ -112,7 +112,7 @@ func TestRefusedSubscriptionBacksOffAndLogsOncePerStep(t *testing.T) {
 		}
 		return n
 	}
-	require.Eventually(t, func() bool { return failures() >= steps }, 3*time.Minute, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return failures() >= steps }, 3*testenv.Patience(), 10*time.Millisecond)
 	lines := logger.snapshot()
 	elapsed := time.Since(start)
 	cancel()

@@ -73,7 +73,7 @@ func start(t *testing.T, r *router.Router) <-chan error {
 	case <-r.Running():
 	case err := <-done:
 		t.Fatalf("router stopped at once: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("router did not start")
 	}
 	return done
@@ -166,7 +166,7 @@ func TestRetryScheduleLimitPoisonHeadersAndTrace(t *testing.T) {
 	require.NoError(t, r.Publisher().Publish("order.created", msg))
 	root.End()
 
-	d := poisoned(t, env, queue, 15*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Never(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -273,7 +273,7 @@ func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 	start(t, r)
 
 	require.NoError(t, r.Publisher().Publish("order.created", message.NewMessage(watermill.NewUUID(), nil)))
-	require.Eventually(t, func() bool { return billing.Load() == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return billing.Load() == 2 }, testenv.Patience(), 20*time.Millisecond)
 	assert.Never(t, func() bool { return billing.Load() > 2 || audit.Load() > 1 }, 500*time.Millisecond, 10*time.Millisecond,
 		"a third attempt, or the retry in the other group")
 	assert.EqualValues(t, 2, billing.Load(), "the failing group: first attempt and its retry")
@@ -298,7 +298,7 @@ func TestPanicIsRetriedThenPoisoned(t *testing.T) {
 	start(t, r)
 	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), nil)))
 
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.EqualValues(t, 2, calls.Load())
 	assert.Equal(t, "*middleware.PanicError", d.Headers[warren.PoisonErrorTypeKey])
 	assert.Contains(t, d.Headers[warren.PoisonErrorKey], "assignment to entry in nil map")
@@ -324,7 +324,7 @@ func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
 	start(t, r)
 	require.NoError(t, r.Publisher().Publish(queue, message.NewMessage(watermill.NewUUID(), []byte(`{"amount":`))))
 
-	d := poisoned(t, env, queue, 10*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, warren.PoisonReasonPermanent, d.Headers[warren.PoisonReasonKey])
 	assert.Equal(t, "1", d.Headers[warren.PoisonAttemptsKey])
 	assert.Equal(t, "*json.SyntaxError", d.Headers[warren.PoisonErrorTypeKey])
@@ -359,7 +359,7 @@ func TestHandlersRunConcurrently(t *testing.T) {
 		select {
 		case <-all:
 			return nil
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Patience()):
 			return warren.Permanent(errors.New("not all handlers were in flight at once"))
 		}
 	}))
@@ -371,7 +371,7 @@ func TestHandlersRunConcurrently(t *testing.T) {
 	require.NoError(t, r.Publisher().Publish(queue, msgs...))
 	select {
 	case <-all:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatalf("only %d of %d handlers were in flight at once", peak.Load(), n)
 	}
 	assert.EqualValues(t, n, peak.Load())
@@ -411,7 +411,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	first := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
 	require.NoError(t, first.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	done := start(t, first)
-	require.Eventually(t, func() bool { return processed() >= 200 }, 20*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return processed() >= 200 }, testenv.Patience(), 5*time.Millisecond)
 	require.NoError(t, first.Close())
 	require.NoError(t, <-done)
 
@@ -425,7 +425,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	}
 	// The broker puts the deliveries of the closed channel back in the queue on its own time:
 	// on a loaded broker, the first count after Close can miss some.
-	assert.Eventually(t, func() bool { return afterFirst+ready() == total }, 10*time.Second, 20*time.Millisecond,
+	assert.Eventually(t, func() bool { return afterFirst+ready() == total }, testenv.Patience(), 20*time.Millisecond,
 		"processed + in the queue = published")
 	t.Logf("first router processed %d, %d back in the queue", afterFirst, ready())
 	assert.Less(t, afterFirst, total, "closed before the end")
@@ -433,7 +433,7 @@ func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	second := newRouter(t, env, func(c *router.Config) { c.Concurrency = 16 })
 	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	start(t, second)
-	require.Eventually(t, func() bool { return processed() == total }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return processed() == total }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
@@ -476,10 +476,10 @@ func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
 	case m := <-msgs:
 		assert.Equal(t, "good", m.UUID)
 		m.Ack()
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the good message was not handed out")
 	}
-	d := poisoned(t, env, queue, 5*time.Second)
+	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, "bad", d.MessageId)
 	assert.Equal(t, warren.PoisonReasonUndecoded, d.Headers[warren.PoisonReasonKey])
 	assert.Equal(t, "unmarshal: unknown encoding rot13", d.Headers[warren.PoisonErrorKey])
@@ -537,7 +537,7 @@ func TestSignalStopsRunGracefully(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(15 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("Run did not return after SIGTERM")
 	}
 	select {
@@ -561,7 +561,7 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	require.NoError(t, err)
 	select {
 	case <-sub.Ready(): // consuming
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the subscription did not start consuming")
 	}
 
@@ -570,7 +570,7 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	select {
 	case m, ok := <-msgs:
 		require.False(t, ok, "a message was handed out: %v", m)
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the subscription did not stop")
 	}
 	assert.Never(t, func() bool { return queueExists(env, queue) }, 300*time.Millisecond, 20*time.Millisecond,

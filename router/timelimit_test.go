@@ -140,7 +140,7 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 	go func() { done <- r.Run(context.Background()) }()
 	select { // Run declares: its publisher dials again (it dials only when it needs to)
 	case <-dialed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("Run did not dial to declare")
 	}
 	start := time.Now()

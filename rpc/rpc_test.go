@@ -64,7 +64,7 @@ func serve(t *testing.T, env *testenv.Env, queue string, retry *middleware.Backo
 	case <-r.Running():
 	case err := <-done:
 		t.Fatalf("router stopped at once: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("router did not start")
 	}
 	return r
@@ -245,8 +245,8 @@ func TestReplyToGoneCaller(t *testing.T) {
 	require.NoError(t, c.Close())
 	close(release)
 
-	require.Eventually(t, func() bool { return calls.Load() == 2 }, 20*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return calls.Load() == 2 }, testenv.Patience(), 10*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(queue) == 0 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool {
 		return calls.Load() != 2 || env.Messages(queue) != 0 || env.Messages(topology.PoisonQueue(queue)) != 0
 	}, time.Second, 50*time.Millisecond, "the replies to gone callers were retried or poisoned")
@@ -272,7 +272,7 @@ func TestSend(t *testing.T) {
 				assert.JSONEq(t, `{"n":7,"from":""}`, string(msg.Payload))
 				assert.Empty(t, msg.Metadata.Get(warren.MetadataReplyTo))
 				assert.NotEmpty(t, msg.Metadata.Get(warren.MetadataCorrelationID))
-			case <-time.After(20 * time.Second):
+			case <-time.After(testenv.Patience()):
 				t.Fatal("the request did not arrive")
 			}
 
@@ -302,7 +302,7 @@ func TestClose(t *testing.T) {
 				_, err := c.Call(context.Background(), queue, message.NewMessage(watermill.NewUUID(), nil))
 				errs <- err
 			}()
-			require.Eventually(t, func() bool { return env.Messages(queue) > 0 }, 20*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return env.Messages(queue) > 0 }, testenv.Patience(), 10*time.Millisecond)
 			require.NoError(t, c.Close())
 			assert.ErrorIs(t, <-errs, warren.ErrClosed)
 			_, err := c.Call(context.Background(), queue, message.NewMessage(watermill.NewUUID(), nil))
@@ -389,7 +389,7 @@ func TestReconnect(t *testing.T) {
 				answers <- answer{reply, err}
 			}()
 			w := <-arrived // the request is with the server, and (next) the client knows the broker has it
-			require.Eventually(t, func() bool { return c.Sent(w.correlationID) }, 20*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return c.Sent(w.correlationID) }, testenv.Patience(), time.Millisecond)
 			if tc.cancel {
 				require.Equal(t, 1, proxy.CancelConsumers(""))
 			} else {
@@ -447,7 +447,7 @@ func TestTrace(t *testing.T) {
 			}
 		}
 		return len(kinds[trace.SpanKindProducer]) == 2 && len(kinds[trace.SpanKindConsumer]) == 1
-	}, 10*time.Second, 10*time.Millisecond, "spans of the caller's trace: %v", kinds)
+	}, testenv.Patience(), 10*time.Millisecond, "spans of the caller's trace: %v", kinds)
 }
 
 // TestReplyQueueIsTheClientsOwn: a second client with the same reply queue is refused at once
@@ -500,7 +500,7 @@ func TestForeignCaller(t *testing.T) {
 			var resp response
 			require.NoError(t, json.Unmarshal(d.Body, &resp))
 			assert.Equal(t, tc.double, resp.Double)
-		case <-time.After(20 * time.Second):
+		case <-time.After(testenv.Patience()):
 			t.Fatal("no reply")
 		}
 	}

@@ -62,7 +62,7 @@ func TestServersAnswerFromTheStart(t *testing.T) {
 				case <-r.Running():
 				case err := <-done:
 					t.Fatalf("router stopped at once: %v", err)
-				case <-time.After(30 * time.Second):
+				case <-time.After(testenv.Patience()):
 					t.Fatal("router did not start")
 				}
 			}

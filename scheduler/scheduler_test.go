@@ -101,15 +101,15 @@ func TestOneActiveAndHandover(t *testing.T) {
 		}
 		return n, which
 	}
-	require.Eventually(t, func() bool { n, _ := active(); return n == 1 }, 10*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return len(ticks()) >= 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { n, _ := active(); return n == 1 }, testenv.Patience(), 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(ticks()) >= 3 }, testenv.Patience(), 10*time.Millisecond)
 	_, first := active()
 	require.NoError(t, first.Close())
 	stopped := time.Now()
-	require.Eventually(t, func() bool { n, s := active(); return n == 1 && s != first }, 10*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { n, s := active(); return n == 1 && s != first }, testenv.Patience(), time.Millisecond)
 	t.Logf("handover in %s", time.Since(stopped).Round(time.Millisecond))
 	got := len(ticks())
-	require.Eventually(t, func() bool { return len(ticks()) >= got+3 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(ticks()) >= got+3 }, testenv.Patience(), 10*time.Millisecond)
 	for _, s := range scheds {
 		require.NoError(t, s.Close())
 	}
@@ -125,12 +125,12 @@ func TestOneActiveAndHandover(t *testing.T) {
 		require.NoError(c, err)
 		require.True(c, found)
 		assert.Zero(c, g.Schedulers, "all closed")
-	}, 10*time.Second, 10*time.Millisecond)
+	}, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, "@every 1s", g.Jobs["every-second"].Schedule)
 	// The last tick published ahead, and recorded, is still delivered after the close.
 	last := g.Jobs["every-second"].Next
 	require.Eventually(t, func() bool { tk := ticks(); return len(tk) > 0 && !tk[len(tk)-1].due.Before(last) },
-		10*time.Second, 10*time.Millisecond, "the last tick recorded, %s, arrives", last)
+		testenv.Patience(), 10*time.Millisecond, "the last tick recorded, %s, arrives", last)
 
 	all := ticks()
 	seen := map[string]bool{}
@@ -162,12 +162,12 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 				Missed: policy, Jobs: []scheduler.Job{{Name: "j", Schedule: "@every 1s", Topic: q}}}
 			start := func() *scheduler.Scheduler { return runScheduler(t, env, cfg) }
 			first := start()
-			require.Eventually(t, func() bool { return len(ticks()) >= 1 }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return len(ticks()) >= 1 }, testenv.Patience(), 10*time.Millisecond)
 			require.NoError(t, first.Close())   // its next tick waits in the levels, and is delivered
 			time.Sleep(3500 * time.Millisecond) // no scheduler for 3 ticks: real time must pass
 			start()
 			n := len(ticks())
-			require.Eventually(t, func() bool { return len(ticks()) >= n+2 }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return len(ticks()) >= n+2 }, testenv.Patience(), 10*time.Millisecond)
 
 			all := ticks()
 			var gaps []time.Duration
@@ -211,7 +211,7 @@ func TestAStateAheadOfTheClockIsDropped(t *testing.T) {
 		Jobs: []scheduler.Job{{Name: "j", Schedule: "@every 1s", Topic: q}}}
 	start := func() *scheduler.Scheduler { return runScheduler(t, env, cfg) }
 	first := start()
-	require.Eventually(t, func() bool { return len(ticks()) >= 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(ticks()) >= 1 }, testenv.Patience(), 10*time.Millisecond)
 	require.NoError(t, first.Close())
 
 	forged := fmt.Sprintf(`{"jobs":{"j":{"schedule":"@every 1s","topic":%q,"next":"9999-01-01T00:00:00Z"}},"by":"forger","at":"9999-01-01T00:00:00Z"}`, q)
@@ -226,6 +226,6 @@ func TestAStateAheadOfTheClockIsDropped(t *testing.T) {
 
 	n := len(ticks())
 	start()
-	require.Eventually(t, func() bool { return len(ticks()) >= n+3 }, 15*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return len(ticks()) >= n+3 }, testenv.Patience(), 10*time.Millisecond,
 		"ticks go on after a takeover that read the forged state")
 }

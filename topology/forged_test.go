@@ -80,7 +80,7 @@ func TestForgedXDeathInALevel(t *testing.T) {
 				}
 			}
 			return held == 1
-		}, 20*time.Second, 250*time.Millisecond, "the delayed message waits in a level for good: %+v", rows)
+		}, testenv.Patience(), 250*time.Millisecond, "the delayed message waits in a level for good: %+v", rows)
 	} else {
 		require.Eventually(t, func() bool {
 			for {
@@ -92,7 +92,7 @@ func TestForgedXDeathInALevel(t *testing.T) {
 					return true
 				}
 			}
-		}, 30*time.Second, 50*time.Millisecond, "the delayed message arrives")
+		}, testenv.Patience(), 50*time.Millisecond, "the delayed message arrives")
 	}
 
 	// A work queue declared now (once: a second declaration finds it and succeeds).
@@ -117,7 +117,7 @@ func TestForgedXDeathInALevel(t *testing.T) {
 			}
 		}
 		return false
-	}, 10*time.Second, 200*time.Millisecond, "the work queue declared afterwards is %s", want)
+	}, testenv.Patience(), 200*time.Millisecond, "the work queue declared afterwards is %s", want)
 
 	// Verify sees it: the level queues that exist still run, but its probe of dead-lettering
 	// fails.

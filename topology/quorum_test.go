@@ -116,7 +116,7 @@ func TestPoisonAndParkingQueuesKeepBrowsedMessages(t *testing.T) {
 				d, ok, err = ch.Get(queue, false)
 				require.NoError(t, err)
 				return ok
-			}, 2*time.Second, 5*time.Millisecond, "%s: the message is gone after %d deliveries", queue, i)
+			}, testenv.Patience(), 5*time.Millisecond, "%s: the message is gone after %d deliveries", queue, i)
 			require.NoError(t, d.Nack(false, true))
 		}
 	}
@@ -211,7 +211,7 @@ func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
 			got = append(got, string(d.Body))
 		}
 		return len(got) == 2
-	}, 5*time.Second, 10*time.Millisecond)
+	}, testenv.Patience(), 10*time.Millisecond)
 	assert.ElementsMatch(t, []string{"old", "new"}, got)
 }
 
@@ -245,7 +245,7 @@ func TestLevelExchangesParkWhatTheyCannotRoute(t *testing.T) {
 			parked[string(m.Body)] = m
 		}
 		return len(parked) == len(sent)
-	}, 5*time.Second, 10*time.Millisecond, "parked: %d of %d", len(parked), len(sent))
+	}, testenv.Patience(), 10*time.Millisecond, "parked: %d of %d", len(parked), len(sent))
 	for body, h := range sent {
 		m := parked[body]
 		assert.Equal(t, "rk."+body, m.RoutingKey)

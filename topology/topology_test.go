@@ -200,7 +200,7 @@ func drain(t *testing.T, ch *amqp.Channel, queue string, n int) []string {
 	require.Eventually(t, func() bool {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err == nil && q.Messages >= n
-	}, 5*time.Second, 5*time.Millisecond, "queue %s: fewer than %d messages arrived", queue, n)
+	}, testenv.Patience(), 5*time.Millisecond, "queue %s: fewer than %d messages arrived", queue, n)
 	var bodies []string
 	for {
 		d, ok, err := ch.Get(queue, true)
@@ -339,7 +339,7 @@ func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
 		}
 		d, ok, err = ch.Get(topology.PoisonQueue(q), true)
 		return assert.NoError(t, err) && ok && string(d.Body) == "hopeless"
-	}, 10*time.Second, 10*time.Millisecond, "the message did not reach the poison queue")
+	}, testenv.Patience(), 10*time.Millisecond, "the message did not reach the poison queue")
 	assert.Equal(t, 3, deliveries, "returned to the queue up to the limit (2), then dead-lettered")
 	_, ok, err := ch.Get(q, false)
 	require.NoError(t, err)
@@ -392,7 +392,7 @@ func TestDelayLevelsDeliver(t *testing.T) {
 				var ok bool
 				d, ok, err = ch.Get(q, true)
 				return err == nil && ok
-			}, 5*time.Second, 5*time.Millisecond)
+			}, testenv.Patience(), 5*time.Millisecond)
 			assert.GreaterOrEqual(t, time.Since(start), 333*time.Millisecond)
 			assert.Equal(t, q, d.RoutingKey)
 		})
@@ -446,7 +446,7 @@ func TestWatermillSubscriberUsesBuilder(t *testing.T) {
 	case m := <-msgs:
 		assert.Equal(t, "m-1", m.UUID)
 		m.Ack()
-	case <-time.After(5 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("no message")
 	}
 }

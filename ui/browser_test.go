@@ -47,7 +47,7 @@ func chromium(t *testing.T) context.Context {
 		chromedp.WindowSize(1400, 1000), chromedp.Flag("lang", "en"))
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 2*testenv.Patience())
 	t.Cleanup(func() {
 		cancelTimeout()
 		cancel()
@@ -60,7 +60,7 @@ func chromium(t *testing.T) context.Context {
 // step runs actions; if they fail, it saves a screenshot of the page and fails the test.
 func step(ctx context.Context, t *testing.T, name string, actions ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, testenv.Patience())
 	defer cancel()
 	if err := chromedp.Do(sctx, actions...); err != nil {
 		failed(ctx, t, name, err)
@@ -70,7 +70,7 @@ func step(ctx context.Context, t *testing.T, name string, actions ...chromedp.Ac
 // read returns the text of the first element sel (XPath or CSS) finds, once visible.
 func read(ctx context.Context, t *testing.T, name, sel string) string {
 	t.Helper()
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(ctx, testenv.Patience())
 	defer cancel()
 	s, err := chromedp.Run(sctx, chromedp.Text(sel))
 	if err != nil {
@@ -87,7 +87,7 @@ func failed(ctx context.Context, t *testing.T, name string, err error) {
 		dir = os.TempDir()
 	}
 	file := filepath.Join(dir, "warren-ui-"+strings.ReplaceAll(t.Name(), "/", "_")+"-"+strings.ReplaceAll(name, " ", "_")+".png")
-	shot, cancelShot := context.WithTimeout(ctx, 10*time.Second)
+	shot, cancelShot := context.WithTimeout(ctx, testenv.Patience())
 	defer cancelShot()
 	if png, serr := chromedp.Run(shot, chromedp.FullScreenshot(100)); serr == nil && os.WriteFile(file, png, 0o644) == nil {
 		t.Fatalf("%s: %v (screenshot: %s)", name, err, file)

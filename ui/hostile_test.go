@@ -206,7 +206,7 @@ func hostilePages(t *testing.T, e *hostileEnv) {
 	require.Eventually(t, func() bool { // the charts once sampled: every part of the overview
 		_, page := b.get("/")
 		return strings.Contains(page, `<svg class="chart"`)
-	}, 30*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	overview := get("/", http.StatusOK)
 	assert.Contains(t, overview, `<p id="problems" class="problems"`)
 	assert.Contains(t, overview, `\x1b[2J\x07\x00\u007f\u009b&#34;&gt;&lt;script&gt;`, "the queue's name, written out")

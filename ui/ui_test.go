@@ -229,7 +229,7 @@ func TestOverview(t *testing.T) {
 		_, page := b.get("/")
 		chart = regexp.MustCompile(`<svg class="chart".*?</svg>`).FindString(page)
 		return chart != ""
-	}, 30*time.Second, 50*time.Millisecond)
+	}, testenv.Patience(), 50*time.Millisecond)
 	// labelled axes: the top of the scale in messages, the time shown, now
 	assert.Regexp(t, `<text [^>]*>5 msg</text><text [^>]*>0</text><text [^>]*>-[0-9.]+ (ms|s)</text><text [^>]*>now</text>`, chart)
 	assert.Contains(t, chart, `<line class="axis"`)
@@ -314,7 +314,7 @@ func TestPoisonPage(t *testing.T) {
 
 	status, _ = b.get("/message?queue=" + url.QueryEscape(q) + "&id=nope")
 	assert.Equal(t, http.StatusNotFound, status)
-	assert.Eventually(t, func() bool { return depth(t, env, topology.PoisonQueue(q)) == 7 }, 5*time.Second, 10*time.Millisecond,
+	assert.Eventually(t, func() bool { return depth(t, env, topology.PoisonQueue(q)) == 7 }, testenv.Patience(), 10*time.Millisecond,
 		"reading left every message in the queue")
 }
 
@@ -453,7 +453,7 @@ func waitJob(t *testing.T, b *browser, resp *http.Response) string {
 	require.Eventually(t, func() bool {
 		_, page = b.get(strings.TrimPrefix(loc.Path, strings.TrimPrefix(b.base, "http://"+loc.Host)))
 		return strings.Contains(page, "finished")
-	}, 20*time.Second, 50*time.Millisecond)
+	}, testenv.Patience(), 50*time.Millisecond)
 	return page
 }
 
@@ -589,7 +589,7 @@ func TestParkedPage(t *testing.T) {
 			amqp.Publishing{MessageId: "p" + strconv.Itoa(i), Body: []byte("due"), DeliveryMode: amqp.Persistent,
 				Headers: amqp.Table{warren.DestQueueHeader: dest}}))
 	}
-	require.Eventually(t, func() bool { return depth(t, env, delay.ParkingQueue()) == 3 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return depth(t, env, delay.ParkingQueue()) == 3 }, testenv.Patience(), 10*time.Millisecond)
 	o, err := ops.New(ops.Config{Connection: env.Connection(), Delay: delay}, nil)
 	require.NoError(t, err)
 	defer o.Close()
@@ -620,12 +620,12 @@ func TestOverviewRates(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, page := b.get("/")
 		return strings.Contains(page, "&#43;0/min, &#43;0/min over") // html/template writes + so
-	}, 30*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	poison(t, env, q, 600)
 	require.Eventually(t, func() bool {
 		_, page := b.get("/")
 		return regexp.MustCompile(`&#43;0/min, &#43;[1-9][0-9]*/min over`).MatchString(page)
-	}, 30*time.Second, 20*time.Millisecond, "poison rising")
+	}, testenv.Patience(), 20*time.Millisecond, "poison rising")
 }
 
 // The page's htmx configuration is JSON that swaps a 502 in (the overview's refresh then shows
@@ -789,7 +789,7 @@ func TestPagesOfAQueueWaitForItsJob(t *testing.T) {
 	require.Eventually(t, func() bool {
 		status, page := b.get(list)
 		return status == http.StatusConflict && strings.Contains(page, "a replay or delete of this queue is under way (job 1)")
-	}, 5*time.Second, 10*time.Millisecond)
+	}, testenv.Patience(), 10*time.Millisecond)
 	resp2 := b.post("/delete", url.Values{"queue": {q}}, token(t, page))
 	assert.Equal(t, http.StatusConflict, resp2.StatusCode, "nor is it counted")
 	page = waitJob(t, b, resp)
@@ -953,7 +953,7 @@ func TestOverviewCountsWhatIsBeingRead(t *testing.T) {
 	require.NoError(t, ch.Qos(2, 0, false))
 	_, err := ch.Consume(topology.PoisonQueue(q), "", false, false, false, false, nil) // holds 2
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return depth(t, env, topology.PoisonQueue(q)) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return depth(t, env, topology.PoisonQueue(q)) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	o, err := ops.New(ops.Config{Connection: env.Connection(), Management: testenv.ManagementURL()}, nil)
 	require.NoError(t, err)
 	defer o.Close()
@@ -962,7 +962,7 @@ func TestOverviewCountsWhatIsBeingRead(t *testing.T) {
 	require.Eventually(t, func() bool { // the management API's statistics come every few seconds
 		_, page = b.get("/")
 		return strings.Contains(page, `/poison?queue=`+q+`">3</a>`)
-	}, 30*time.Second, 100*time.Millisecond, "the held ones counted")
+	}, testenv.Patience(), 100*time.Millisecond, "the held ones counted")
 
 	own := env.WorkQueue("own")
 	poison(t, env, own, 4)
@@ -975,7 +975,7 @@ func TestOverviewCountsWhatIsBeingRead(t *testing.T) {
 	require.Eventually(t, func() bool {
 		status, _ := b.get(list)
 		return status == http.StatusConflict && depth(t, env, topology.PoisonQueue(own)) < 4
-	}, 5*time.Second, 10*time.Millisecond, "the replay holds the queue and has taken messages")
+	}, testenv.Patience(), 10*time.Millisecond, "the replay holds the queue and has taken messages")
 	_, page = b.get("/")
 	assert.Regexp(t, `/poison\?queue=`+regexp.QuoteMeta(own)+`">4</a> <small title="this dashboard is reading the queue: its count before the read began">\(being read\)</small>`, page)
 	waitJob(t, b, job)

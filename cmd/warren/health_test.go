@@ -32,7 +32,7 @@ func TestStatusPrintsProblemsFirst(t *testing.T) {
 		var code int
 		stdout, stderr, code = runCode(t, env.URL, args...)
 		assert.Contains(c, stdout, "policy ", "exit %d, stderr: %s", code, stderr)
-	}, 30*time.Second, 500*time.Millisecond)
+	}, testenv.Patience(), 500*time.Millisecond)
 	t.Logf("stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	problems := stdout[:strings.Index(stdout, "QUEUE")]
 	assert.Regexp(t, `^\d+ problems:\n`, problems)
@@ -69,7 +69,7 @@ func TestDelaysApplyChecksFileHandles(t *testing.T) {
 		ns, err := c.Nodes(t.Context())
 		require.NoError(t, err)
 		return len(ns) == 1 && ns[0].FDTotal != nil
-	}, 30*time.Second, 200*time.Millisecond)
+	}, testenv.Patience(), 200*time.Millisecond)
 	// Without the management API, an apply of many quorum queues says that the limit is
 	// unchecked, and declares them: 6 levels, 91 queues, 273 handles of 600 open files' 503.
 	stdout, stderr, code := runCode(t, node.URL(), "delays", "apply", "--levels", "6", "--prefix", "small")
@@ -102,7 +102,7 @@ func TestDelaysApplyChecksFileHandles(t *testing.T) {
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, stderr, code = runCode(t, node.URL(), "delays", "verify", "--management", mg, "--levels", "4")
 		assert.Contains(c, out, "policy level-ttl", "stderr: %s", stderr)
-	}, 30*time.Second, 500*time.Millisecond)
+	}, testenv.Patience(), 500*time.Millisecond)
 	assert.Equal(t, 0, code, stderr)
 	assert.Contains(t, out, "warning: policy level-ttl changes queue "+d.LevelQueue(0, 1)+": message-ttl=5\n")
 	assert.Regexp(t, `warning: \S+ holds about 4\d\d of its 503 file handles \(RabbitMQ 3.x: 3 per quorum queue, 152 quorum queues\)`, out)

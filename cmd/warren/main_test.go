@@ -65,7 +65,7 @@ func startRouter(t *testing.T, env *testenv.Env, queue, secret string, onKill fu
 	go func() { _ = r.Run(context.Background()) }()
 	select {
 	case <-r.Running(): // the handler consumes and listens to its kill topic
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the router is not running")
 	}
 }
@@ -90,7 +90,7 @@ func TestKillResumeDelete(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(states) > 0 && states[len(states)-1] == state
-		}, 10*time.Second, 10*time.Millisecond, "no %s event", state)
+		}, testenv.Patience(), 10*time.Millisecond, "no %s event", state)
 	}
 
 	assert.Regexp(t, `^stop confirmed by 1 consumer in 1 process within \d+(\.\d+)?m?s \(the queue had 1 consumer\)\n$`,
@@ -98,7 +98,7 @@ func TestKillResumeDelete(t *testing.T) {
 	await("stopped")
 	// Resume returns once the stopped consumer has answered, long before --wait or the
 	// context (which ends the wait as an interrupt does) is over.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
 	assert.Regexp(t, `^resume confirmed by 1 consumer in 1 process within .+ \(1 consumer listening, 0 on the queue: `+
 		`stopped ones have none there\)\n$`, runContext(t, ctx, env.URL, "resume", queue, "--wait", "1h"))

@@ -76,7 +76,7 @@ func TestPoisonCommands(t *testing.T) {
 	for i := range 12 {
 		require.NoError(t, r.Publisher().Publish(q, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprint(100+i)))))
 	}
-	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 8 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(topology.PoisonQueue(q)) == 8 }, testenv.Patience(), 10*time.Millisecond)
 
 	delayFlag := []string{"--prefix", delay.Prefix, "--levels", fmt.Sprint(delay.Levels)}
 	out := run(t, env.URL, append([]string{"status", q}, delayFlag...)...)
@@ -110,7 +110,7 @@ func TestPoisonCommands(t *testing.T) {
 	out = run(t, env.URL, "poison", "replay", q, "--group-id", unavailable.ID)
 	t.Log("\n" + out)
 	assert.Contains(t, out, "replayed 4 messages of the poison queue "+topology.PoisonQueue(q)+" to where they were going (scanned 8)")
-	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == 4+4 }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(handled) == 4+4 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, 4, env.Messages(topology.PoisonQueue(q)))
 
 	out = run(t, env.URL, "poison", "export", q)

@@ -170,7 +170,7 @@ func TestScheduledIDsThroughTheCLI(t *testing.T) {
 	go func() { defer close(done); assert.NoError(t, r.Run(ctx)) }()
 	defer func() { stop(); <-done }()
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(handled) }
-	require.Eventually(t, func() bool { return count() == len(kept) }, 30*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return count() == len(kept) }, testenv.Patience(), 10*time.Millisecond)
 	assert.Never(t, func() bool { return count() > len(kept) }, 500*time.Millisecond, 10*time.Millisecond, "a cancelled one handled")
 	mu.Lock()
 	assert.ElementsMatch(t, kept, handled)

@@ -29,12 +29,12 @@ func TestSchedulesList(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	go func() { assert.NoError(t, s.Run(context.Background())) }()
 
-	require.Eventually(t, s.Active, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, s.Active, testenv.Patience(), 10*time.Millisecond)
 	var g scheduler.Group
 	require.Eventually(t, func() bool {
 		out := run(t, env.URL, "schedules", "list", name, "--json")
 		return json.Unmarshal([]byte(out), &g) == nil && len(g.Jobs) == 1
-	}, 10*time.Second, 50*time.Millisecond)
+	}, testenv.Patience(), 50*time.Millisecond)
 	next := g.Jobs["nightly"].Next
 	paris, err := time.LoadLocation("Europe/Paris")
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestSchedulesListWithoutAGroupListsTheGroups(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		go func() { assert.NoError(t, s.Run(context.Background())) }()
-		require.Eventually(t, s.Active, 10*time.Second, 10*time.Millisecond)
+		require.Eventually(t, s.Active, testenv.Patience(), 10*time.Millisecond)
 	}
 	lookalike := prefix + ".work"
 	env.Remove([]string{kill.LockQueue(lookalike), kill.StateQueue(lookalike, nil)}, nil)
@@ -81,7 +81,7 @@ func TestSchedulesListWithoutAGroupListsTheGroups(t *testing.T) {
 	require.Eventually(t, func() bool { // once each active scheduler has recorded its job
 		out := run(t, env.URL, "schedules", "list", "--prefix", prefix, "--management", mg, "--json")
 		return json.Unmarshal([]byte(out), &groups) == nil && len(groups) == 2 && groups[0].Jobs == 1 && groups[1].Jobs == 1
-	}, 10*time.Second, 50*time.Millisecond, "%+v", groups)
+	}, testenv.Patience(), 50*time.Millisecond, "%+v", groups)
 	assert.Equal(t, []schedulerGroup{{Name: "a", Schedulers: 1, Jobs: 1}, {Name: "b.c", Schedulers: 1, Jobs: 1}}, groups)
 	out := run(t, env.URL, "schedules", "list", "--prefix", prefix, "--management", mg)
 	assert.Regexp(t, `^GROUP +SCHEDULERS +JOBS\na +1 +1\nb\.c +1 +1\nwarren schedules list GROUP lists a group's jobs\n$`, out)

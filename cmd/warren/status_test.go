@@ -69,7 +69,7 @@ func TestStatusListsWorkQueuesAndShowsWhatIsDown(t *testing.T) {
 		out = run(t, node.URL(), append([]string{"status", "--management", mg}, levels...)...)
 		return !strings.Contains(out, "unknown") && strings.Contains(out, "cli.later") &&
 			(!broken || strings.Contains(out, "dead-lettering") && strings.Contains(out, "not running"))
-	}, 30*time.Second, 500*time.Millisecond, "last:\n%s", out)
+	}, testenv.Patience(), 500*time.Millisecond, "last:\n%s", out)
 	t.Logf("broken: %v\n%s", broken, out)
 	assert.NotContains(t, out, "management API: not given")
 	assert.NotContains(t, out, "no work queue named")

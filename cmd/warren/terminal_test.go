@@ -99,7 +99,7 @@ func hostileValuesAreShownEscaped(t *testing.T, url string) {
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(context.Background(), "", delay.ParkingQueue(), true, false, amqp.Publishing{
 		MessageId: hostile, ContentType: hostile, Headers: amqp.Table{warren.DestQueueHeader: hostile}}))
-	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	out := text(append([]string{"parked", "list"}, delayFlags...)...)
 	assert.Contains(t, out, hostileShown[:36])
 	assert.Contains(t, out, hostileShown)

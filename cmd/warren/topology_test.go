@@ -189,7 +189,7 @@ func TestDelaysApplyVerifyRemove(t *testing.T) {
 	require.NoError(t, err, out)
 	// A parked message stays (no consumer, no TTL): remove refuses for it.
 	require.NoError(t, env.Channel().Publish("", d.ParkingQueue(), false, false, amqp.Publishing{Body: []byte("parked")}))
-	require.Eventually(t, func() bool { return env.Messages(d.ParkingQueue()) == 1 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return env.Messages(d.ParkingQueue()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	out, err = delays("remove")
 	require.Error(t, err)
 	assert.Contains(t, out, "Error: remove delay levels "+d.Name()+": refused: 1 message waits in delay levels "+d.Name()+" ("+d.ParkingQueue()+": 1) and would be lost")
@@ -239,7 +239,7 @@ func TestPublishDelayed(t *testing.T) {
 		assert.Equal(t, `{"order": 7}`, string(m.Body))
 		assert.Equal(t, "acme", m.Headers["tenant"])
 		assert.Equal(t, "v=w", m.Headers["k"])
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the delayed message did not arrive")
 	}
 
@@ -257,7 +257,7 @@ func TestPublishDelayed(t *testing.T) {
 		assert.False(t, time.Now().Before(at), "delivered before --at")
 		assert.Equal(t, "paid", string(m.Body))
 		assert.Equal(t, "order.paid", m.RoutingKey)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the message for --at did not arrive")
 	}
 
@@ -268,7 +268,7 @@ func TestPublishDelayed(t *testing.T) {
 	select {
 	case m := <-deliveries:
 		assert.Equal(t, "fine", string(m.Body))
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the message for --delay 1.5ms did not arrive")
 	}
 
@@ -280,7 +280,7 @@ func TestPublishDelayed(t *testing.T) {
 	case m := <-deliveries:
 		assert.GreaterOrEqual(t, time.Since(start), delay, "delivered before --at +D")
 		assert.Equal(t, "soon", string(m.Body))
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the message for --at +D did not arrive")
 	}
 }

@@ -58,7 +58,7 @@ func serveUI(t *testing.T, env *testenv.Env, args ...string) string {
 			url = m[1]
 		}
 		return m != nil
-	}, 30*time.Second, 10*time.Millisecond, "warren ui did not start: %s", out)
+	}, testenv.Patience(), 10*time.Millisecond, "warren ui did not start: %s", out)
 	return url
 }
 

@@ -65,7 +65,7 @@ func TestConnIsSharedAndDialedAgainOnce(t *testing.T) {
 	assert.Same(t, first[0], c.Current())
 
 	proxy.Drop() // the connection is lost
-	require.Eventually(t, func() bool { return first[0].IsClosed() }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return first[0].IsClosed() }, testenv.Patience(), 5*time.Millisecond)
 	assert.Nil(t, c.Current(), "no connection is open")
 	second := getAll()
 	require.NotNil(t, second[0])

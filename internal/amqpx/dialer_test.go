@@ -39,7 +39,7 @@ func TestDialerReportsConnectedLostAndFailedOver(t *testing.T) {
 		select {
 		case e := <-events:
 			return e
-		case <-time.After(10 * time.Second):
+		case <-time.After(testenv.Patience()):
 			t.Fatal("no connection event")
 			return warren.ConnectionEvent{}
 		}
@@ -123,7 +123,7 @@ func TestDialTLS(t *testing.T) {
 		require.NoError(t, err)
 		got = d
 		return ok
-	}, 10*time.Second, 20*time.Millisecond)
+	}, testenv.Patience(), 20*time.Millisecond)
 	assert.Equal(t, "over TLS", string(got.Body))
 	assert.Equal(t, "v", got.Headers["k"])
 

@@ -63,7 +63,7 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			select {
 			case cerr := <-closed:
 				t.Logf("an unguarded connection closes: %v", cerr)
-			case <-time.After(5 * time.Second):
+			case <-time.After(testenv.Patience()):
 				t.Fatal("an unguarded connection survived the hostile header: the fixture is not hostile")
 			}
 
@@ -149,7 +149,7 @@ func TestHeaderFrameSizeMatchesTheWire(t *testing.T) {
 		select {
 		case got := <-sizes:
 			assert.Equal(t, got, want)
-		case <-time.After(5 * time.Second):
+		case <-time.After(testenv.Patience()):
 			t.Fatal("no header frame seen")
 		}
 	}

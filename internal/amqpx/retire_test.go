@@ -39,7 +39,7 @@ func TestRetiredConfirmerClosesItsChannelOnceSettled(t *testing.T) {
 	require.ErrorIs(t, err, amqpx.ErrRetired)
 	select {
 	case <-conf.Done():
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the retired channel is still open 10s after its last publishing was settled")
 	}
 	assert.True(t, ch.IsClosed())

@@ -181,7 +181,7 @@ func (h *harness) stopConsumer(c *consumer) {
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
-	case <-time.After(45 * time.Second):
+	case <-time.After(testenv.Patience()):
 		h.t.Errorf("consumer %s did not exit within 45s of SIGTERM: killed", c.name)
 		_ = c.cmd.Process.Kill()
 		<-c.done

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // (a) The broker is killed with SIGKILL and restarted while the stream flows.
@@ -166,7 +168,7 @@ func (h *harness) expectUnparseable(queue, id string) {
 			h.t.Fatalf("%s: connection closed with %v, not a frame error", id, cerr)
 		}
 		h.t.Logf("%s: the broker took it, amqp091-go refuses it: %v", id, cerr)
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		h.t.Fatalf("%s: Get failed (%v) but the connection stays open", id, err)
 	}
 }

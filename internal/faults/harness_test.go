@@ -362,7 +362,7 @@ func (c *consumer) awaitReady(t *testing.T) {
 	case <-c.ready:
 	case <-c.done:
 		t.Fatalf("consumer %s exited before it was ready: %v\n%s", c.name, c.waitErr, tail(c.log, 20))
-	case <-time.After(60 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatalf("consumer %s not ready after 60s\n%s", c.name, tail(c.log, 20))
 	}
 }
@@ -425,7 +425,7 @@ func (h *harness) kill9(c *consumer) {
 	}
 	select {
 	case <-c.done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		h.t.Fatalf("consumer %s still running 10s after kill -9", c.name)
 	}
 	var ee *exec.ExitError
@@ -479,7 +479,7 @@ func (h *harness) stopConsumers() {
 			if c.waitErr != nil {
 				h.t.Logf("consumer %s exited after SIGTERM: %v\n%s", c.name, c.waitErr, tail(c.log, 10))
 			}
-		case <-time.After(45 * time.Second):
+		case <-time.After(testenv.Patience()):
 			h.t.Errorf("consumer %s did not exit within 45s of SIGTERM: killed", c.name)
 			_ = c.cmd.Process.Kill()
 			<-c.done
@@ -533,7 +533,7 @@ func (h *harness) crashBroker() {
 		h.marks = append(h.marks, at)
 		h.history["."] = append(h.history["."], fmt.Sprintf("%.3fs broker answers again", at.Sub(h.start).Seconds()))
 		h.mu.Unlock()
-	case <-time.After(10 * time.Second):
+	case <-time.After(testenv.Patience()):
 		h.t.Fatalf("the node does not answer AMQP clients 10s after it restarted")
 	}
 }
@@ -1122,7 +1122,7 @@ func (h *harness) publishRaw(conn *amqp.Connection, queue string, p amqp.Publish
 		h.t.Fatal(err)
 	}
 	returned := ch.NotifyReturn(make(chan amqp.Return, 1))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
 	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", queue, true, false, p)
 	if err != nil {

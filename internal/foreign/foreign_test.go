@@ -37,7 +37,7 @@ var (
 func amqplib(t *testing.T) string {
 	t.Helper()
 	installOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*testenv.Patience())
 		defer cancel()
 		var stderr bytes.Buffer
 		cmd := exec.CommandContext(ctx, "../../scripts/amqplib.sh")
@@ -59,7 +59,7 @@ func amqplib(t *testing.T) string {
 func node(t *testing.T, args ...string) []byte {
 	t.Helper()
 	path := amqplib(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "node", append([]string{"testdata/amqplib.js"}, args...)...)
@@ -105,7 +105,7 @@ func TestForeignPropertiesReachAHandler(t *testing.T) {
 	case <-r.Running():
 	case err := <-done:
 		t.Fatalf("router stopped: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("router did not start")
 	}
 
@@ -123,7 +123,7 @@ func TestForeignPropertiesReachAHandler(t *testing.T) {
 	var msg *message.Message
 	select {
 	case msg = <-got:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatal("the handler got nothing")
 	}
 	assert.Equal(t, "node-1", msg.UUID)

@@ -156,13 +156,13 @@ func TestClientOnTheBroker(t *testing.T) {
 	// The broker's statistics arrive every few seconds.
 	var got mgmt.Queue
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), testenv.Patience())
 		defer cancel()
 		var found bool
 		got, found, err = c.Queue(ctx, "/", q)
 		require.NoError(t, err, "the management API must answer at %s (make broker enables it)", c)
 		return found && got.State != "" && got.Unacked == 1 && len(got.ConsumerDetails) == 1
-	}, 30*time.Second, 200*time.Millisecond, "last: %+v", got)
+	}, testenv.Patience(), 200*time.Millisecond, "last: %+v", got)
 	assert.Equal(t, "running", got.Status())
 	assert.Equal(t, 3, got.Messages)
 	assert.Equal(t, 2, got.Ready)
@@ -241,7 +241,7 @@ func TestPoliciesOnTheBroker(t *testing.T) {
 		got, _, err = c.Queue(t.Context(), "/", q)
 		require.NoError(t, err)
 		return got.Policy != "" && got.OperatorPolicy != ""
-	}, 30*time.Second, 200*time.Millisecond, "last: %+v", got)
+	}, testenv.Patience(), 200*time.Millisecond, "last: %+v", got)
 	assert.Equal(t, q+".p", got.Policy)
 	assert.Equal(t, q+".op", got.OperatorPolicy)
 	assert.Equal(t, mgmt.Definition{"delivery-limit": 5.0, "message-ttl": 1000.0, "max-length": 100.0}, got.EffectivePolicy)

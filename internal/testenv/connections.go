@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/warrenmq/warren/internal/mgmt"
 )
@@ -21,7 +20,7 @@ func Connections(t testing.TB, mgmtURL, prefix string) []string {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
 	all, err := c.Connections(ctx)
 	if err != nil {

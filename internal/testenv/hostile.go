@@ -128,7 +128,7 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 		n.t.Fatalf("forge into %s: nacked", q)
 	}
 	probe := "warren.probe." + newCookie()[:8]
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(Patience())
 	for time.Now().Before(deadline) {
 		ch, err := conn.Channel()
 		if err != nil {

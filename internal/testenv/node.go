@@ -49,12 +49,14 @@ type Node struct {
 	stopped bool
 }
 
-const (
-	nodeDirPrefix  = "warren-node-"
-	nodeStartLimit = 60 * time.Second
-	nodeCtlLimit   = 30 * time.Second
-	nodeStopLimit  = 20 * time.Second
-	nodeExitLimit  = 15 * time.Second
+const nodeDirPrefix = "warren-node-"
+
+// The limits of a node's start, rabbitmqctl calls, stop and exit, from Patience.
+var (
+	nodeStartLimit = Patience()
+	nodeCtlLimit   = Patience() / 2
+	nodeStopLimit  = Patience() / 3
+	nodeExitLimit  = Patience() / 4
 )
 
 // NodeOption is an option of StartNode.
@@ -68,6 +70,7 @@ func WithManagement() NodeOption { return func(n *Node) { n.withMgmt = true } }
 // runs with the common default of 1,024 does. On RabbitMQ 3.x the node's file handle cache
 // allows a few fewer, shared by its quorum queues and its connections.
 func WithOpenFiles(n int) NodeOption { return func(node *Node) { node.openFiles = n } }
+
 // WithRabbitSettings adds settings of the rabbit application to the node's advanced.config,
 // each an Erlang tuple such as "{consumer_timeout, 1000}".
 func WithRabbitSettings(settings ...string) NodeOption {

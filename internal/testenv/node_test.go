@@ -37,7 +37,7 @@ func TestNode(t *testing.T) {
 			t.Fatal("connection closed without an error")
 		}
 		t.Logf("connection closed: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(Patience()):
 		t.Fatal("connection not closed by CloseAllConnections")
 	}
 
@@ -64,7 +64,7 @@ func TestNode(t *testing.T) {
 	select {
 	case err := <-closed:
 		t.Logf("connection closed: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(Patience()):
 		t.Fatal("connection survived Restart")
 	}
 	conn = dial(t, n)
@@ -93,7 +93,7 @@ func TestNode(t *testing.T) {
 	select {
 	case err := <-closed:
 		t.Logf("connection closed: %v", err)
-	case <-time.After(10 * time.Second):
+	case <-time.After(Patience()):
 		t.Fatal("connection survived Crash")
 	}
 	for _, pid := range before {
@@ -148,7 +148,7 @@ func expectMessage(t *testing.T, ch *amqp.Channel, queue, body string) {
 		var ok bool
 		d, ok, getErr = ch.Get(queue, true)
 		return ok || getErr != nil
-	}, 5*time.Second, 50*time.Millisecond, "no message in %s", queue)
+	}, Patience(), 50*time.Millisecond, "no message in %s", queue)
 	if getErr != nil {
 		t.Fatalf("get from %s: %v", queue, getErr)
 	}

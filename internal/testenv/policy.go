@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // Policy sets, through the management API at mgmtURL, a policy called name (an operator
@@ -48,7 +47,7 @@ func mgmtCall(mgmtURL, method, path string, body []byte) error {
 	}
 	user := u.User
 	u.User = nil
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimSuffix(u.String(), "/")+"/"+path, bytes.NewReader(body))
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,13 +22,13 @@ func Redis(t testing.TB, prefix string) *redis.Client {
 	t.Helper()
 	NeedsBroker(t)
 	c := redis.NewClient(&redis.Options{Addr: RedisAddr()})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("no Redis at %s (start it with `make redis`): %v", RedisAddr(), err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), Patience())
 		defer cancel()
 		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for iter.Next(ctx) {

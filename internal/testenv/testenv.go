@@ -17,7 +17,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -101,7 +100,7 @@ func NewAt(t testing.TB, url string) *Env {
 	NeedsBroker(t)
 	// Generous: a loaded 2-core machine can take seconds for a handshake; a broker that does
 	// not answer still fails the test.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
 	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: url}, "warren test "+t.Name())
 	if err != nil {
@@ -114,8 +113,11 @@ func NewAt(t testing.TB, url string) *Env {
 	return e
 }
 
-// Connection is the Connection to the Env's broker.
-func (e *Env) Connection() warren.Connection { return warren.Connection{URL: e.URL} }
+// Connection is the Connection to the Env's broker, with Patience as its ConnectTimeout: a
+// loaded machine can take longer than the default to connect and declare.
+func (e *Env) Connection() warren.Connection {
+	return warren.Connection{URL: e.URL, ConnectTimeout: Patience()}
+}
 
 // Name returns a name of this test's own, registered for nothing.
 func (e *Env) Name(what string) string {
@@ -281,7 +283,7 @@ func (e *Env) cleanup() {
 // DeleteAt removes queues and exchanges from the broker at url, ignoring those that do not
 // exist: for examples and the benchmark, which have no test to clean up after them.
 func DeleteAt(url string, queues, exchanges []string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
 	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: url}, "warren cleanup")
 	if err != nil {

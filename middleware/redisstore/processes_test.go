@@ -285,7 +285,7 @@ func startChild(t *testing.T, l *ledger, name string, env map[string]string) *ch
 	case <-c.ready:
 	case <-c.done:
 		t.Fatalf("%s exited before it consumed", name)
-	case <-time.After(60 * time.Second):
+	case <-time.After(testenv.Patience()):
 		t.Fatalf("%s does not consume after 60s", name)
 	}
 	return c
@@ -407,9 +407,9 @@ func TestThreeProcessesProcessEachOfTwiceDeliveredMessagesOnce(t *testing.T) {
 			}
 			s.publish(t, msgs, 32)
 
-			l.await(t, 2*time.Minute, "every message processed", func() bool { return len(l.calls) == messages })
+			l.await(t, 2*testenv.Patience(), "every message processed", func() bool { return len(l.calls) == messages })
 			if tc.wantAllSeen {
-				l.await(t, 2*time.Minute, "all 2,000 deliveries acked", func() bool {
+				l.await(t, 2*testenv.Patience(), "all 2,000 deliveries acked", func() bool {
 					acked := 0
 					for _, d := range l.deliveries {
 						if d.outcome == "processed" || d.outcome == "skipped" {
@@ -515,7 +515,7 @@ func TestAClaimOfAProcessKilledWhileProcessingEndsWithItsLease(t *testing.T) {
 	msg := message.NewMessage(id, []byte(id))
 	msg.Metadata.Set(copyKey, "a")
 	s.publish(t, []*message.Message{msg}, 1)
-	l.await(t, 30*time.Second, "the holder holds the message", func() bool { return l.holds[id] == "holder" })
+	l.await(t, testenv.Patience(), "the holder holds the message", func() bool { return l.holds[id] == "holder" })
 
 	holder.kill(t)
 	key := s.prefix + middleware.MessageIDKey(withQueue(msg, s.queue))

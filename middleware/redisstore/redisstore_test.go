@@ -70,7 +70,7 @@ func TestClaimDoneRelease(t *testing.T) {
 
 	require.NoError(t, s[1].Done(ctx, "k", time.Minute))
 	// Done is written in the store's next batch; until then the claim holds the key.
-	require.Eventually(t, func() bool { return claim(t, s[0], "k") == middleware.Processed }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return claim(t, s[0], "k") == middleware.Processed }, testenv.Patience(), 5*time.Millisecond)
 	assert.Equal(t, middleware.Processed, claim(t, s[1], "k"))
 }
 
@@ -79,8 +79,8 @@ func TestProcessedKeyIsForgottenAfterRetention(t *testing.T) {
 	s := newStores(t, 1, 0)[0]
 	require.Equal(t, middleware.Claimed, claim(t, s, "k"))
 	require.NoError(t, s.Done(context.Background(), "k", 300*time.Millisecond))
-	require.Eventually(t, func() bool { return claim(t, s, "k") == middleware.Processed }, 5*time.Second, 5*time.Millisecond)
-	require.Eventually(t, func() bool { return claim(t, s, "k") == middleware.Claimed }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return claim(t, s, "k") == middleware.Processed }, testenv.Patience(), 5*time.Millisecond)
+	require.Eventually(t, func() bool { return claim(t, s, "k") == middleware.Claimed }, testenv.Patience(), 20*time.Millisecond)
 }
 
 // A process killed while it held a key (its Store no longer renews) blocks the key for at
@@ -94,7 +94,7 @@ func TestClaimOfAGoneHolderExpiresAfterTheLease(t *testing.T) {
 	require.Equal(t, middleware.Claimed, claim(t, s[1], "alive"))
 	require.NoError(t, s[0].Close()) // the process dies
 	gone := time.Now()
-	require.Eventually(t, func() bool { return claim(t, s[2], "gone") == middleware.Claimed }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return claim(t, s[2], "gone") == middleware.Claimed }, testenv.Patience(), 10*time.Millisecond)
 	assert.GreaterOrEqual(t, time.Since(gone), lease/3, "not freed before its lease could end")
 
 	assert.Never(t, func() bool {
@@ -142,7 +142,7 @@ func TestRedisDownIsAnError(t *testing.T) {
 	s, err := redisstore.New(redisstore.Config{Client: client}, nil)
 	require.NoError(t, err)
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
 	_, err = s.Claim(ctx, "k")
 	require.ErrorContains(t, err, "redisstore: claim")
