@@ -91,6 +91,76 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	assert.Zero(t, violations.Load(), "reads older than the last command sent")
 }
 
+// A consumer does not read the kill state while a command of it is out: got by a reader
+// and not yet returned. That is the state queue between a reader's lost connection, which
+// releases its lock at once, and the return of what it held, which the quorum queue applies
+// once its log has recorded the reader's end (a window measured in docs/decisions.md). Here
+// a channel of the test's, which took no lock, holds the newest command, a resume, while
+// the stop before it is back in the queue: a reader that read then would stay stopped.
+func TestKillStateIsNotReadWhileACommandIsOut(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	queue := env.Queue("out")
+	state := kill.StateQueue(queue, nil)
+	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	require.NoError(t, err)
+	defer s.Close()
+	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Force: true}, env.Logger()) // the queue is never declared
+	require.NoError(t, err)
+	send := func(a kill.Action) {
+		t.Helper()
+		_, err := k.Send(context.Background(), queue, a)
+		require.ErrorIs(t, err, kill.ErrNoListener)
+	}
+	hold := func(want kill.Action) *amqp.Channel {
+		t.Helper()
+		ch := env.Channel()
+		d, ok, err := ch.Get(state, false)
+		require.NoError(t, err)
+		require.True(t, ok, "the state holds a command")
+		var c kill.Command
+		require.NoError(t, json.Unmarshal(d.Body, &c))
+		require.Equal(t, want, c.Action)
+		return ch
+	}
+	sub := &subscription{s: s, queue: queue}
+	conn, err := s.connection(context.Background())
+	require.NoError(t, err)
+	read := func(ctx context.Context) (kill.Command, stateFound) {
+		t.Helper()
+		c, _, found, err := sub.readState(ctx, conn)
+		require.NoError(t, err)
+		return c, found
+	}
+
+	send(kill.Stop)
+	begin := time.Now()
+	c, found := read(context.Background()) // a read while nothing is out: its time is the measure below
+	oneRead := time.Since(begin)
+	require.Equal(t, present, found)
+	require.Equal(t, kill.Stop, c.Action)
+	older := hold(kill.Stop)
+	send(kill.Resume) // the Killer purges what is ready: the stop, out, is not
+	newest := hold(kill.Resume)
+	require.NoError(t, older.Close())
+	require.Eventually(t, func() bool {
+		q, err := env.Inspect(state)
+		return err == nil && q.Messages == 1
+	}, 10*time.Second, 5*time.Millisecond, "the stop is back")
+
+	// A reader that does not wait reads the stop in one read; one that waits for the resume
+	// is given many times that (never under a second) and ends with nothing found.
+	ctx, cancel := context.WithTimeout(context.Background(), max(time.Second, 20*oneRead))
+	c, found = read(ctx)
+	cancel()
+	assert.Equal(t, unknown, found, "read %s while the newest command was out", c.Action)
+
+	require.NoError(t, newest.Close())
+	c, found = read(context.Background())
+	require.Equal(t, present, found)
+	assert.Equal(t, kill.Resume, c.Action, "the newest command, once back")
+}
+
 // A command equal to the last one accepted (read from the state, then received live) is
 // ignored silently; an older one is refused as a replay.
 func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
