@@ -269,6 +269,10 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 		if _, err := ch.QueueDeclare(state, true, false, false, false, stateArgs); err != nil {
 			return nil, fmt.Errorf("declare %s: %w", state, err)
 		}
+		// The purge removes what is ready, not what is out (got by a reader that lost its
+		// connection, and not yet returned): that comes back later, beside the new command
+		// and older, and readers take the newest. The Killer does not wait for it as readers
+		// do (killstate.Read): a kill never waits on a reader.
 		if _, err := ch.QueuePurge(state, false); err != nil {
 			return nil, err
 		}

@@ -63,7 +63,8 @@ var stateArgs = amqp.Table{
 // ReadState returns the kill command remembered for the consumers of queue: the newest
 // valid command of its kill state queue (StateQueue, named with secret), and whether there
 // is one (none when the queue was never killed, or its state queue is gone). It reads under
-// the state's lock, as consumers and Killers do, and puts every command back as it found
+// the state's lock, as consumers and Killers do, once no command of the state is out (see
+// killstate.Read; waited for as long as ctx lasts), and puts every command back as it found
 // it. A Resume command means the queue is not killed.
 func ReadState(ctx context.Context, conn *amqp.Connection, queue string, secret []byte) (Command, bool, error) {
 	name := StateQueue(queue, secret)
@@ -75,7 +76,7 @@ func ReadState(ctx context.Context, conn *amqp.Connection, queue string, secret 
 	var newest Command
 	found := false
 	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-		ds, err := killstate.Get(ctx, ch, name, killstate.ReadMax)
+		ds, err := killstate.Read(ctx, ch, name, killstate.ReadMax)
 		if len(ds) > 0 {
 			last := ds[len(ds)-1].DeliveryTag
 			defer func() { _ = ch.Nack(last, true, true) }()

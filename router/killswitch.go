@@ -143,10 +143,11 @@ const (
 )
 
 // readState returns the newest valid command of the kill state queue and its JSON, and
-// removes the valid commands it supersedes (see stateReadMax), holding the state's lock
-// (killstate.Lock). The queue holds a command; for a moment after a lost connection it may look
-// empty (the commands its reader held come back): it is read again, for up to
-// ConnectTimeout.
+// removes the valid commands it supersedes (see newest and killstate.Settle), holding the
+// state's lock (killstate.Lock). It reads once no command of the queue is out (see
+// killstate.Read: a reader that lost its connection gives the lock back before the broker
+// returns what it held). A state queue that exists holds a command; if it looks empty, it is
+// read again, for up to ConnectTimeout.
 func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (c kill.Command, body []byte, found stateFound, err error) {
 	s := sub.s
 	name := kill.StateQueue(sub.queue, s.cfg.KillSecret)
@@ -165,7 +166,7 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 			}
 			defer unlock()
 			return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-				ds, err := killstate.Get(opCtx, ch, name, killstate.ReadMax)
+				ds, err := killstate.Read(opCtx, ch, name, killstate.ReadMax)
 				if err != nil || len(ds) == 0 {
 					return err
 				}

@@ -25,12 +25,13 @@ import (
 // Lock takes the lock of a kill state queue, which readers and Killers hold while they read
 // or write it, and returns the function that releases it. The lock is an exclusive consumer
 // of lockQueue, a queue of its own (auto-deleted, and expiring in case its holder dies
-// between declaring and consuming it; its name does not match the state's, so that
+// between declaring and consuming it: x-expires counts only time without a consumer, so it
+// never ends a lock that is held; its name does not match the state's, so that
 // permissions can keep apart who may declare which), on a channel that releasing closes, as
-// losing the connection does. Without it, measured on RabbitMQ 3.10.8 with 8 readers and a
-// Killer writing every 10 ms, a reader could miss a command written while another reader
-// held the previous one (in 1 of 5 to 1 of 30 runs), and read only older ones. Contention
-// is waited out, for as long as ctx lasts.
+// losing the connection does. Without it, a reader can miss a command written while another
+// reader holds the previous one, and read only older ones (measured: docs/decisions.md). A
+// holder's messages are not all back when the lock is released: see Read. Contention is
+// waited out, for as long as ctx lasts.
 func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock func(), err error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
@@ -70,7 +71,46 @@ func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock 
 // a newer one.
 const ReadMax = 8
 
-// Get gets up to n messages of queue, without acking them, each get bounded by ctx.
+// Read gets up to n messages of the kill state queue, without acking them (see Get), once
+// none of its messages is out: got and not yet settled on some channel. The lock does not
+// see to that. A holder that loses its connection (or whose get outlives its time limit, so
+// that its channel is closed) lets go of the lock and of the messages it got separately:
+// the exclusive consumer of the classic lock queue goes at once, while the quorum state
+// queue returns the messages only once its log has recorded the holder's end. The next
+// holder can take the lock in between (measured: see docs/decisions.md), and read an older
+// command (returned already, or never taken) while the newest is still out. Read waits for
+// them: a quorum queue counts each get not yet settled as a consumer of its own (RabbitMQ
+// 3.10 and 4.0; nothing else consumes a kill state queue), and returns a lost holder's
+// messages and drops its count in one step of its log. A holder cut off from the queue's
+// leader by a partition is not counted (the queue suspects it down) and keeps what it got
+// until it is back. The wait lasts as long as ctx: it ends with an error that says how
+// many messages are out. A queue that does not exist is not waited for: the error is
+// the broker's 404 (see amqpx.IsNotFound), and ch is closed.
+func Read(ctx context.Context, ch *amqp.Channel, queue string, n int) ([]amqp.Delivery, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
+	for {
+		var q amqp.Queue
+		err := amqpx.Do(ctx, ch, func() (err error) {
+			q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if q.Consumers == 0 {
+			return Get(ctx, ch, queue, n)
+		}
+		select {
+		case <-time.After(b.NextBackOff()):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read %s: %d of its messages are out (got and not settled): %w", queue, q.Consumers, ctx.Err())
+		}
+	}
+}
+
+// Get gets up to n messages of queue, without acking them, each get bounded by ctx. It does
+// not wait for messages that are out (see Read).
 func Get(ctx context.Context, ch *amqp.Channel, queue string, n int) (ds []amqp.Delivery, err error) {
 	for range n {
 		var d amqp.Delivery
@@ -90,11 +130,11 @@ func Get(ctx context.Context, ch *amqp.Channel, queue string, n int) (ds []amqp.
 // Settle puts the newest command (body, if any) back into the kill state queue name as a
 // new message, published on ch and confirmed, then removes the messages read (ds, got on
 // ch) but the refused ones, which it requeues: the stale ones, and those with the newest's
-// body once the copy is in, are acked. It does not requeue the newest: measured on RabbitMQ
-// 3.10.8, while a reader held a command a Killer wrote the next one, and the reader
-// requeued what it held, a get of the next reader could return the requeued command and
-// then "empty", the newer one out of its sight for tens of milliseconds. If the broker
-// refuses the copy (a nack), the newest is requeued instead.
+// body once the copy is in, are acked. It does not requeue the newest: while a reader held
+// a command a Killer wrote the next one, and the reader requeued what it held, a get of the
+// next reader could return the requeued command and then "empty", the newer one out of its
+// sight (seen on RabbitMQ 3.10.8). If the broker refuses the copy (a nack), the newest is
+// requeued instead.
 func Settle(ctx context.Context, ch *amqp.Channel, name string, ds, stale []amqp.Delivery, body []byte) error {
 	copied := body == nil
 	if !copied {
