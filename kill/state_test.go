@@ -45,7 +45,7 @@ func TestReadStateWaitsForACommandThatIsOut(t *testing.T) {
 		require.Eventually(t, func() bool {
 			q, err := env.Inspect(state)
 			return err == nil && q.Messages == ready && q.Consumers == out
-		}, 10*time.Second, 5*time.Millisecond, "the state holds %d command(s), %d out", ready, out)
+		}, testenv.Patience(), 5*time.Millisecond, "the state holds %d command(s), %d out", ready, out)
 	}
 
 	require.ErrorIs(t, k.Kill(context.Background(), queue, kill.Stop), kill.ErrNoListener)

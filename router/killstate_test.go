@@ -97,7 +97,7 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	sent := time.Since(sending)
 	readsWhileSending := reads.Load()
 	sentAll.Store(true)
-	limit := max(10*time.Second, sent)
+	limit := max(testenv.Patience(), sent)
 	if !assert.Eventually(t, func() bool { return readAfterAll.Load() == 8 }, limit, 5*time.Millisecond,
 		"not every reader read the state after the last command was sent") {
 		t.Logf("%d of 8 readers did within %s", readAfterAll.Load(), limit)
@@ -219,7 +219,7 @@ func TestKillStateIsNotReadWhileACommandIsOut(t *testing.T) {
 	require.Eventually(t, func() bool {
 		q, err := env.Inspect(state)
 		return err == nil && q.Messages == 1
-	}, 10*time.Second, 5*time.Millisecond, "the stop is back")
+	}, testenv.Patience(), 5*time.Millisecond, "the stop is back")
 
 	// A reader that does not wait reads the stop in one read; one that waits for the resume
 	// is given many times that (never under a second) and ends with nothing found.
