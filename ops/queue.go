@@ -126,7 +126,7 @@ func (o *Ops) scan(ctx context.Context, what string, src source, limit int, each
 				last = d.DeliveryTag
 			}
 			if last > 0 && ch.Nack(last, true, true) == nil {
-				settle(ctx, ch, src.queue, q.Messages-acked)
+				settle(ctx, ch, src.queue, q.Messages-acked, o.cfg.Timeout)
 			}
 		}()
 		for pos := 1; pos <= n; pos++ {
@@ -327,16 +327,19 @@ func passive(ctx context.Context, ch *amqp.Channel, queue string) (amqp.Queue, e
 	return q, err
 }
 
-// settleMax bounds settle.
+// settleMax bounds the wait of cameBack, which expects no message back unless a lost
+// connection's come back.
 const settleMax = 2 * time.Second
 
-// settle waits until queue counts at least n messages again, for up to settleMax: the
-// broker applies a hand-back asynchronously, and for a few milliseconds a quorum queue
-// counts fewer messages (measured on RabbitMQ 3.10.8: 0 of 30), so that a browse or replay
-// that followed at once would see an empty queue. It gives up silently (other consumers may
-// have taken messages meanwhile).
-func settle(ctx context.Context, ch *amqp.Channel, queue string, n int) {
-	ctx, cancel := context.WithTimeout(ctx, settleMax)
+// settle waits until queue counts at least n messages again, for up to limit: the broker
+// applies a hand-back asynchronously, and until it has, a quorum queue counts fewer messages
+// (measured on RabbitMQ 3.10.8: 0 of 30 for a few milliseconds idle, 264 of 20,000 for
+// seconds on a loaded machine), so that a browse or replay that followed at once would see
+// fewer messages than there are. Its consumer count cannot tell whether another consumer
+// took some meanwhile (a cancelled consumer is counted out a moment later): then it waits
+// for all of limit, and gives up silently.
+func settle(ctx context.Context, ch *amqp.Channel, queue string, n int, limit time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	b := backoff.WithContext(&backoff.ExponentialBackOff{InitialInterval: time.Millisecond, RandomizationFactor: 0.5,
 		Multiplier: 2, MaxInterval: 100 * time.Millisecond, Stop: backoff.Stop, Clock: backoff.SystemClock}, ctx)
@@ -449,7 +452,7 @@ func (o *Ops) cameBack(ctx context.Context, conn *amqp.Connection, queue string,
 		return false // the next replay finds them
 	}
 	defer func() { _ = ch.Close() }()
-	settle(ctx, ch, queue, held+1)
+	settle(ctx, ch, queue, held+1, settleMax)
 	q, err := passive(ctx, ch, queue)
 	return err == nil && q.Messages > held
 }
@@ -648,7 +651,7 @@ func (t *txn) handBack(callCtx func() (context.Context, context.CancelFunc)) err
 	if err := amqpx.Do(ctx, t.ch, t.ch.TxCommit); err != nil {
 		return err
 	}
-	settle(ctx, t.ch, t.src.queue, t.held)
+	settle(ctx, t.ch, t.src.queue, t.held, t.o.cfg.Timeout)
 	return nil
 }
 

@@ -351,11 +351,9 @@ func TestReplayRightAfterABrowse(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 20000, res.Scanned)
 	assert.Equal(t, 6666, res.Replayed)
-	count := func(queue string) int {
-		d, err := env.Channel().QueueDeclarePassive(queue, true, false, false, false, nil)
-		require.NoError(t, err)
-		return d.Messages
-	}
-	assert.Equal(t, 6666, count(q))
-	assert.Eventually(t, func() bool { return count(topology.PoisonQueue(q)) == 13334 }, testenv.Patience(), 10*time.Millisecond)
+	assert.Equal(t, 6666, env.Messages(q))
+	assert.Eventually(t, func() bool {
+		p, err := env.Inspect(topology.PoisonQueue(q))
+		return err == nil && p.Messages == 13334
+	}, testenv.Patience(), 10*time.Millisecond)
 }
