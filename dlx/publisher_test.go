@@ -73,14 +73,15 @@ type arrival struct {
 	d   amqp.Delivery
 }
 
-// consume reads queue until n messages arrived or the timeout passed.
-func consume(t *testing.T, env *testenv.Env, queue string, n int, timeout time.Duration) []arrival {
+// consume reads queue until n messages arrived, for up to testenv.Patience.
+func consume(t *testing.T, env *testenv.Env, queue string, n int) []arrival {
 	t.Helper()
 	ch := env.Channel()
 	defer ch.Close() // cancels the consumer: later calls get the later messages
 	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
 	require.NoError(t, err)
 	var got []arrival
+	timeout := testenv.Patience()
 	deadline := time.After(timeout)
 	for len(got) < n {
 		select {
@@ -107,7 +108,7 @@ func TestPublishImmediate(t *testing.T) {
 	msg.Metadata.Set("tenant", "acme")
 	require.NoError(t, p.Publish(q, msg))
 
-	got := consume(t, env, q, 1, 5*time.Second)
+	got := consume(t, env, q, 1)
 	assert.Equal(t, msg.UUID, got[0].msg.UUID)
 	assert.Equal(t, msg.UUID, got[0].d.MessageId)
 	assert.Equal(t, "hello", string(got[0].msg.Payload))
@@ -134,7 +135,7 @@ func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
 		require.NoError(t, p.Publish(q, msg))
 	}
 
-	got := consume(t, env, q, len(delays), 10*time.Second)
+	got := consume(t, env, q, len(delays))
 	var order []string
 	for _, a := range got {
 		order = append(order, a.msg.UUID)
@@ -172,7 +173,7 @@ func TestNeverEarly(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	got := consume(t, env, q, n, 15*time.Second)
+	got := consume(t, env, q, n)
 	early := 0
 	for _, a := range got {
 		if a.at.Before(due[a.msg.UUID]) {
@@ -183,10 +184,10 @@ func TestNeverEarly(t *testing.T) {
 }
 
 // A delayed message to a topic exchange is routed by its routing key on arrival, exactly as
-// an immediate one.
-//
-// Not parallel: delays 100 ms apart must arrive in their order.
+// an immediate one. (Their delays take different paths through the levels: on a loaded
+// machine one 100 ms longer can arrive first.)
 func TestDelayedTopicRouting(t *testing.T) {
+	t.Parallel()
 	env := testenv.New(t)
 	events := env.Exchange("events")
 	orders, all, invoices := env.Queue("orders"), env.Queue("all"), env.Queue("invoices")
@@ -217,9 +218,9 @@ func TestDelayedTopicRouting(t *testing.T) {
 		}
 		return s
 	}
-	assert.Equal(t, []string{"order.created"}, uuids(consume(t, env, orders, 1, 5*time.Second)))
-	assert.Equal(t, []string{"invoice.paid"}, uuids(consume(t, env, invoices, 1, 5*time.Second)))
-	assert.Equal(t, []string{"order.created", "order.eu.created", "invoice.paid"}, uuids(consume(t, env, all, 3, 5*time.Second)))
+	assert.Equal(t, []string{"order.created"}, uuids(consume(t, env, orders, 1)))
+	assert.Equal(t, []string{"invoice.paid"}, uuids(consume(t, env, invoices, 1)))
+	assert.ElementsMatch(t, []string{"order.created", "order.eu.created", "invoice.paid"}, uuids(consume(t, env, all, 3)))
 	// order.eu.created was routed (to all) and must not reach orders.
 	assert.Never(t, func() bool {
 		q, err := env.Inspect(orders)
@@ -246,11 +247,10 @@ func TestParkingWhenDestinationDeleted(t *testing.T) {
 	dlx.Delay(after, 700*time.Millisecond)
 	require.NoError(t, p.Publish(alive, after))
 
-	got := consume(t, env, alive, 1, 5*time.Second)
+	got := consume(t, env, alive, 1)
 	assert.Equal(t, after.UUID, got[0].msg.UUID)
 
-	// Generous: on a loaded broker a level's at-least-once dead-lettering can take seconds.
-	parked := consume(t, env, p.Delay().ParkingQueue(), 1, 30*time.Second)
+	parked := consume(t, env, p.Delay().ParkingQueue(), 1)
 	assert.Equal(t, msg.UUID, parked[0].msg.UUID)
 	assert.Equal(t, gone, parked[0].d.Headers[warren.DestQueueHeader])
 	assert.Equal(t, "orphan", string(parked[0].msg.Payload))
@@ -287,7 +287,7 @@ func TestAutoCreateOnWrite(t *testing.T) {
 	dlx.Delay(later, 200*time.Millisecond)
 	require.NoError(t, p.Publish(q, now, later))
 
-	got := consume(t, env, q, 2, 5*time.Second)
+	got := consume(t, env, q, 2)
 	assert.Equal(t, "now", got[0].msg.UUID)
 	assert.Equal(t, "later", got[1].msg.UUID)
 
@@ -328,7 +328,7 @@ func TestReturnInBatchNamesTheMessage(t *testing.T) {
 	err := p.Publish("no", message.NewMessage("c", nil))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "message c")
-	assert.Equal(t, 2, len(consume(t, env, q, 2, 5*time.Second)))
+	assert.Equal(t, 2, len(consume(t, env, q, 2)))
 }
 
 // A queue that rejects publishes when full makes the broker nack: Publish publishes again
@@ -363,7 +363,7 @@ func TestNackIsRetriedUntilTheTimeLimit(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, "first", d.MessageId)
 	require.NoError(t, <-published)
-	assert.Equal(t, "third", consume(t, env, q, 1, 5*time.Second)[0].msg.UUID)
+	assert.Equal(t, "third", consume(t, env, q, 1)[0].msg.UUID)
 }
 
 func TestUnreachableBrokerGivesUpWithAClearError(t *testing.T) {
@@ -426,7 +426,7 @@ func TestWatermillDelayMetadata(t *testing.T) {
 	delay.Message(untilMsg, delay.Until(start.Add(300*time.Millisecond)))
 	require.NoError(t, p.Publish(q, forMsg, untilMsg))
 
-	got := consume(t, env, q, 2, 5*time.Second)
+	got := consume(t, env, q, 2)
 	// A delay is a lower bound, not an order: under load (make test and make test-rabbitmq4
 	// at once, on RabbitMQ 4.0.5) "until" once came after "for", neither early.
 	if got[0].msg.UUID == "for" {
@@ -445,8 +445,10 @@ func TestWatermillDelayMetadata(t *testing.T) {
 	again := got[1].msg.Copy()
 	again.UUID = "again"
 	require.NoError(t, p.Publish(q, again))
-	forwarded := consume(t, env, q, 1, 500*time.Millisecond)
+	forwarded := consume(t, env, q, 1)
 	assert.Equal(t, "again", forwarded[0].msg.UUID)
+	assert.Equal(t, got[1].d.Exchange, p.Delay().DeliveryExchange(), "the delayed one came through the delay levels")
+	assert.Empty(t, forwarded[0].d.Exchange, "published straight to the queue, not through the delay levels")
 }
 
 func TestInvalidDelaysAreErrorsNamingTheValue(t *testing.T) {
@@ -514,13 +516,13 @@ func TestRedelayDoesNotGrow(t *testing.T) {
 	msg.Metadata.Set("k", "v")
 	dlx.Delay(msg, 1234*time.Millisecond)
 	require.NoError(t, p.Publish(q, msg))
-	first := consume(t, env, q, 1, 5*time.Second)[0]
+	first := consume(t, env, q, 1)[0]
 	assert.Contains(t, first.d.Headers, "x-death", "dead-lettered through the levels")
 
 	again := first.msg.Copy()
 	dlx.Delay(again, 1234*time.Millisecond)
 	require.NoError(t, p.Publish(q, again))
-	second := consume(t, env, q, 1, 5*time.Second)[0]
+	second := consume(t, env, q, 1)[0]
 
 	// The same headers come back. Only the level digits may differ: the remaining delay is
 	// measured when the message is sent.
@@ -567,7 +569,7 @@ func TestPublisherTakesAListOfNodes(t *testing.T) {
 	for i := range 5 {
 		require.NoError(t, p.Publish(q, message.NewMessage(fmt.Sprint(i), []byte("x"))))
 	}
-	assert.Len(t, consume(t, env, q, 5, 5*time.Second), 5)
+	assert.Len(t, consume(t, env, q, 5), 5)
 }
 
 // Delays beyond the levels' maximum wait in the chain first, then in the levels: with a
@@ -591,7 +593,7 @@ func TestLongDelaysThroughTheChain(t *testing.T) {
 		due[msg.UUID] = time.Now().Add(d)
 		require.NoError(t, p.Publish(q, msg))
 	}
-	got := consume(t, env, q, len(delays), 15*time.Second)
+	got := consume(t, env, q, len(delays))
 	var order []string
 	for _, a := range got {
 		order = append(order, a.msg.UUID)
