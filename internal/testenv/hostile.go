@@ -146,7 +146,13 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 		case err != nil:
 			n.t.Fatalf("node %s: declare %s: %v", n.name, probe, err)
 		}
+		// The worker may stop between the declare and the delete, which the broker then
+		// refuses (and closes ch): the next turn's declare tells.
 		_, _ = ch.QueueDelete(probe, false, false, false)
+		_ = ch.Close()
+		if ch, err = conn.Channel(); err != nil {
+			n.t.Fatal(err)
+		}
 		info, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
 		if err != nil {
 			n.t.Fatalf("node %s: %s: %v", n.name, dest, err)
@@ -157,7 +163,7 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 		}
 		time.Sleep(100 * time.Millisecond) // the broker's dead-letter worker, not ours to wait on
 	}
-	n.t.Fatalf("node %s: after a minute the forged message has not reached %s and dead-lettering is not refused", n.name, dest)
+	n.t.Fatalf("node %s: after %s the forged message has not reached %s and dead-lettering is not refused", n.name, Patience(), dest)
 	return false
 }
 
