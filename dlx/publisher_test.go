@@ -35,13 +35,12 @@ func oneOfFewDeclaring(declare func()) {
 	declare()
 }
 
-// newPublisher starts a publisher with delay levels of the test's own: 4 levels of the
-// default radix 16 (60 queues, delays up to 65.5 s), where the other packages' tests have
-// testenv's lighter layout.
+// newPublisher starts a publisher with delay levels of the test's own, testenv's light
+// layout (17 queues) unless mod sets another: radix16 for the tests of the default radix's
+// digits.
 func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Publisher {
 	t.Helper()
-	delay := env.Delay(topology.Delay{Radix: topology.DefaultDelayRadix, Levels: 4})
-	cfg := dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: delay}}
+	cfg := dlx.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -59,6 +58,14 @@ func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Pu
 // other that arrived in the other order: one due a second sooner is not held back by a
 // later one (head-of-line blocking would hold it for the later one's whole delay). Messages
 // due closer together may swap on a loaded machine: their paths through the levels differ.
+// radix16 gives a publisher 4 levels of the default radix 16 (60 queues, delays up to
+// 65.5 s): each delay takes up to 4 hops, with digits up to 15.
+func radix16(env *testenv.Env) func(*dlx.Config) {
+	return func(c *dlx.Config) {
+		c.Topology.Delay = env.Delay(topology.Delay{Radix: topology.DefaultDelayRadix, Levels: 4})
+	}
+}
+
 func assertApartInOrder(t *testing.T, got []arrival, due map[string]time.Time, apart time.Duration) {
 	t.Helper()
 	for i, a := range got {
@@ -126,7 +133,7 @@ func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("mixed")
-	p := newPublisher(t, env, nil)
+	p := newPublisher(t, env, radix16(env))
 
 	delays := []time.Duration{3 * time.Second, 1500 * time.Millisecond, 10 * time.Millisecond,
 		2500 * time.Millisecond, 300 * time.Millisecond, 2 * time.Second, 700 * time.Millisecond, 1100 * time.Millisecond}
@@ -151,7 +158,7 @@ func TestNeverEarly(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("early")
-	p := newPublisher(t, env, nil)
+	p := newPublisher(t, env, radix16(env))
 
 	const n = 400
 	var (

@@ -42,7 +42,7 @@ func TestPubSubSuite(t *testing.T) {
 			// quorum queues (delay levels included); run beside the package's other tests,
 			// the broker took more than the default 30s to declare one of them.
 			conn := env.Connection()
-			conn.ConnectTimeout = 2 * time.Minute
+			conn.ConnectTimeout = 2 * testenv.Patience()
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
 				pub, err := dlx.NewPublisher(dlx.Config{Connection: conn, Topology: tcfg, Route: route}, env.Logger())
 				require.NoError(t, err)

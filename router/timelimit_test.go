@@ -128,7 +128,7 @@ func TestCloseWhileRunDeclares(t *testing.T) {
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Connection.URL = testenv.WithHost(t, env.URL, addr)
 		c.ShutdownTimeout = 2 * time.Second
-		c.Connection.ConnectTimeout = 2 * time.Minute // New declares; a loaded CI broker took over 20 s
+		c.Connection.ConnectTimeout = 2 * testenv.Patience() // New declares: a loaded broker takes seconds
 	})
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("declaring")}, func(*message.Message) error { return nil }))
 	proxy.Freeze()
