@@ -468,6 +468,11 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 	}
 	defer func() { _ = ch.Close() }() // hands back what was taken and not replayed
 	callCtx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.cfg.Timeout) }
+	if res.Reconnects > 0 {
+		// What the lost connection had taken comes back once the broker notices the loss:
+		// counted before, a pass would take the rest for all there is.
+		settle(ctx, ch, src.queue, res.Total-res.Replayed, o.cfg.Timeout)
+	}
 	cctx, cancel := callCtx()
 	q, err := passive(cctx, ch, src.queue)
 	cancel()

@@ -21,11 +21,11 @@ import (
 
 func run(t *testing.T, url string, args ...string) string {
 	t.Helper()
-	return runContext(t, context.Background(), url, args...)
+	return runContext(context.Background(), t, url, args...)
 }
 
 // runContext is run with ctx as the command's context (which an interrupt would end).
-func runContext(t *testing.T, ctx context.Context, url string, args ...string) string {
+func runContext(ctx context.Context, t *testing.T, url string, args ...string) string {
 	t.Helper()
 	root := newRoot()
 	var out bytes.Buffer
@@ -101,7 +101,7 @@ func TestKillResumeDelete(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
 	defer cancel()
 	assert.Regexp(t, `^resume confirmed by 1 consumer in 1 process within .+ \(1 consumer listening, 0 on the queue: `+
-		`stopped ones have none there\)\n$`, runContext(t, ctx, env.URL, "resume", queue, "--wait", "1h"))
+		`stopped ones have none there\)\n$`, runContext(ctx, t, env.URL, "resume", queue, "--wait", "1h"))
 	assert.NoError(t, ctx.Err(), "resume waited until the context ended")
 	await("resumed")
 	assert.Regexp(t, `^delete confirmed by 1 consumer in 1 process within .+ \(the queue had 1 consumer\); they drain the queue, then delete it\n$`,
