@@ -70,6 +70,7 @@ type options struct {
 	count int
 	delay time.Duration
 	at    time.Time // zero: not scheduled
+	atIn  *time.Duration // -at +D: at is set to D after the connection is up, when publishing starts
 	wait  bool
 }
 
@@ -120,7 +121,7 @@ func (o *options) parseAt(s string, now time.Time) error {
 		if err != nil {
 			return fmt.Errorf("-at %q is not +D, a Go duration from now (+10s): %w", s, err)
 		}
-		o.at = now.Add(after)
+		o.at, o.atIn = now.Add(after), &after
 		return nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
@@ -192,6 +193,9 @@ func run(url string, o options) error {
 		}
 	}
 
+	if o.atIn != nil { // from now, not from when the flags were read
+		o.at = time.Now().Add(*o.atIn)
+	}
 	what := "at once"
 	switch {
 	case o.delay > 0:
