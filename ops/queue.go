@@ -210,12 +210,15 @@ func take(ctx context.Context, ch *amqp.Channel, queue string, n int) (*taker, e
 }
 
 // next returns the next message of the queue; ok is false when the queue has none left to
-// give: once messages have come, none came for takeQuiet and the queue counts none ready
-// (another reader took them). The broker counts the messages it is sending as not ready, so
-// a shorter pause can end a take early on a busy machine (1s did, in the tests run 8 at
-// once with the race detector); before the first one comes, the broker may be slow to start,
-// and next waits for as long as ctx lets it.
+// give: once messages have come, none came for takeQuiet while next waited and the queue
+// counts none ready (another reader took them). The broker counts the messages it is sending
+// as not ready, so a shorter pause can end a take early on a busy machine (1s did, in the
+// tests run 8 at once with the race detector); the time the caller spent between calls does
+// not count (a replay's commit can take longer than takeQuiet there, while the messages wait
+// in the channel); before the first one comes, the broker may be slow to start, and next
+// waits for as long as ctx lets it.
 func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) {
+	called := time.Now()
 	for {
 		if d, ok := t.pending[t.next1]; ok {
 			delete(t.pending, t.next1)
@@ -229,7 +232,7 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 			}
 			t.pending[d.DeliveryTag], t.last = d, time.Now()
 		case <-t.tick.C:
-			if t.last.IsZero() || time.Since(t.last) < takeQuiet {
+			if t.last.IsZero() || len(t.merged) > 0 || time.Since(t.last) < takeQuiet || time.Since(called) < takeQuiet {
 				continue
 			}
 			if q, err := passive(ctx, t.ch, t.queue); err != nil || q.Messages == 0 {
@@ -242,8 +245,8 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 }
 
 // takeQuiet is how long a take waits for the next message before it asks whether any is
-// left.
-const takeQuiet = 5 * time.Second
+// left (a variable for a test to shorten).
+var takeQuiet = 5 * time.Second
 
 // stop cancels the consumers and returns, in order, the messages they were given that next
 // has not returned: they are held like the others, for one nack to hand everything back in
@@ -333,11 +336,10 @@ const settleMax = 2 * time.Second
 
 // settle waits until queue counts at least n messages again, for up to limit: the broker
 // applies a hand-back asynchronously, and until it has, a quorum queue counts fewer messages
-// (measured on RabbitMQ 3.10.8: 0 of 30 for a few milliseconds idle, 264 of 20,000 for
-// seconds on a loaded machine), so that a browse or replay that followed at once would see
-// fewer messages than there are. Its consumer count cannot tell whether another consumer
-// took some meanwhile (a cancelled consumer is counted out a moment later): then it waits
-// for all of limit, and gives up silently.
+// (measured on RabbitMQ 3.10.8: 0 of 30 for a few milliseconds idle), so that a browse or
+// replay that followed at once would see fewer messages than there are. Its consumer count
+// cannot tell whether another consumer took some meanwhile (a cancelled consumer is counted
+// out a moment later): then it waits for all of limit, and gives up silently.
 func settle(ctx context.Context, ch *amqp.Channel, queue string, n int, limit time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -468,11 +470,6 @@ func (o *Ops) replayPass(ctx context.Context, conn *amqp.Connection, src source,
 	}
 	defer func() { _ = ch.Close() }() // hands back what was taken and not replayed
 	callCtx := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.cfg.Timeout) }
-	if res.Reconnects > 0 {
-		// What the lost connection had taken comes back once the broker notices the loss:
-		// counted before, a pass would take the rest for all there is.
-		settle(ctx, ch, src.queue, res.Total-res.Replayed, o.cfg.Timeout)
-	}
 	cctx, cancel := callCtx()
 	q, err := passive(cctx, ch, src.queue)
 	cancel()
