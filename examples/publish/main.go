@@ -69,7 +69,7 @@ type options struct {
 	body  string
 	count int
 	delay time.Duration
-	at    time.Time // zero: not scheduled
+	at    time.Time      // zero: not scheduled
 	atIn  *time.Duration // -at +D: at is set to D after the connection is up, when publishing starts
 	wait  bool
 }
