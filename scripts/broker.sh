@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure a RabbitMQ broker answers on 127.0.0.1:5672 (or $WARREN_AMQP_PORT), with its
 # management plugin's HTTP API on 127.0.0.1:15672 (enabled online if it is not):
-# use a running one (restarted with a higher open-file limit if it has the common default of
-# 1024, unless WARREN_BROKER_NO_RESTART=1); else start the installed rabbitmq-server; else
+# use a running one (restarted, unless WARREN_BROKER_NO_RESTART=1, with a higher open-file
+# limit if it has the common default of 1024, or if it can no longer dead-letter); else start the installed rabbitmq-server; else
 # `docker compose up -d` where a Docker engine runs; else install rabbitmq-server with apt-get
 # and start it.
 set -euo pipefail
@@ -63,12 +63,27 @@ handle_limit() {
   timeout 30 rabbitmqctl eval 'file_handle_cache:ulimit().' 2>/dev/null | grep -E '^[0-9]+$' || true
 }
 
+# dead_lettering_down says whether the running broker's supervisor of quorum queue dead-letter
+# workers is gone: on RabbitMQ 3.10 it gives up after two worker crashes within 5 s (a
+# malformed x-death, or a queue deleted before its worker started, which a loaded test run can
+# do), and from then on the node dead-letters nothing until it restarts (docs/dead-lettering.md).
+dead_lettering_down() {
+  command -v rabbitmqctl >/dev/null 2>&1 || return 1
+  [ "$(timeout 30 rabbitmqctl eval 'whereis(rabbit_fifo_dlx_sup).' 2>/dev/null)" = undefined ]
+}
+
 if answers; then
   # A broker started with the common default of 1024 open files stops accepting connections
   # at about 300 quorum queues (warren's default): restart the installed one with more.
   limit=$(handle_limit)
-  if [ -n "$limit" ] && [ "$limit" -lt 16384 ] && [ "${WARREN_BROKER_NO_RESTART:-0}" != 1 ]; then
-    echo "broker: its file handle limit is $limit, too low for quorum queues: restarting it with more"
+  why=""
+  if [ -n "$limit" ] && [ "$limit" -lt 16384 ]; then
+    why="its file handle limit is $limit, too low for quorum queues"
+  elif dead_lettering_down; then
+    why="its dead-letter worker supervisor is gone (it dead-letters nothing)"
+  fi
+  if [ -n "$why" ] && [ "${WARREN_BROKER_NO_RESTART:-0}" != 1 ]; then
+    echo "broker: $why: restarting it"
     timeout 60 rabbitmqctl stop >/dev/null 2>&1 || true
     for _ in $(seq 1 60); do answers || break; sleep 1; done
     start_installed
