@@ -41,6 +41,7 @@ func ExampleBuilder() {
 	if err != nil {
 		panic(err)
 	}
+	deleteExample(ch, b.Delay(), top) // what an interrupted run left
 	defer deleteExample(ch, b.Delay(), top)
 
 	report, _ := b.Verify(context.Background(), warren.Connection{URL: url}, top)
