@@ -109,7 +109,12 @@ func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 	queue, out := env.Queue("in"), env.Queue("out")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}}
-		c.PublishTimeout = 300 * time.Millisecond
+		// A nacked attempt fails after PublishTimeout; the third one's confirm must come
+		// within it, on a loaded machine too.
+		c.PublishTimeout = 3 * time.Second
+		// Declared here, and never by the publisher (which would declare it again on a new
+		// connection, with its limit, once the handler has declared it without).
+		c.Route = func(topic string) dlx.Route { return dlx.Route{RoutingKey: topic, Declared: true} }
 		c.Declare.Queues = []topology.Queue{{Name: out, Type: topology.Classic,
 			Args: amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}}}
 	})
