@@ -214,7 +214,11 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 			forged <- assert.AnError
 		}
 	}()
-	res, err = killerOf(t, env, kill.Config{Secret: []byte(secret), Wait: 3 * time.Second}).
+	// A listener that never answers keeps the Send waiting all of Wait, so that the forged
+	// answer comes within it, however late the machine lets the forger be.
+	_, err = env.Channel().Consume(kill.ListenerQueue(queue), "", true, false, false, false, nil)
+	require.NoError(t, err)
+	res, err = killerOf(t, env, kill.Config{Secret: []byte(secret), Wait: 5 * time.Second}).
 		Send(context.Background(), queue, kill.Resume)
 	require.NoError(t, err)
 	require.NoError(t, <-forged)
