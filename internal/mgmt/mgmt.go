@@ -14,6 +14,9 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
 
 	"github.com/warrenmq/warren/internal/amqpurl"
 )
@@ -271,15 +274,35 @@ func (c *Client) Connections(ctx context.Context) ([]Connection, error) {
 	return cs, err
 }
 
-// get decodes the JSON answer to GET path into v, and reports false for a 404.
+// get decodes the JSON answer to GET path into v, and reports false for a 404. An answer of
+// 500 or above is the API's own trouble (on a loaded node its statistics database answered
+// 500 to a list of queues): the request is made again, up to 3 more times, backing off from
+// 100 ms, within ctx.
 func (c *Client) get(ctx context.Context, path string, query url.Values, v any) (bool, error) {
+	b := backoff.WithContext(backoff.WithMaxRetries(&backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond,
+		RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: time.Second, Stop: backoff.Stop, Clock: backoff.SystemClock}, 3), ctx)
+	var found bool
+	err := backoff.Retry(func() error {
+		var again bool
+		var err error
+		found, again, err = c.getOnce(ctx, path, query, v)
+		if err != nil && !again {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, b)
+	return found, err
+}
+
+// getOnce is one request of get; again says whether its error is worth a retry.
+func (c *Client) getOnce(ctx context.Context, path string, query url.Values, v any) (found, again bool, err error) {
 	target := c.base.String() + path // path is escaped already (a vhost "/" is %2F)
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return false, fmt.Errorf("management API %s: %w", c.redacted, err)
+		return false, false, fmt.Errorf("management API %s: %w", c.redacted, err)
 	}
 	if c.user != "" {
 		req.SetBasicAuth(c.user, c.pass)
@@ -290,12 +313,12 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, v any) 
 		if errors.As(err, &ue) {
 			err = ue.Err // its URL holds no password, but the one above says where already
 		}
-		return false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
+		return false, false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return false, nil
+		return false, false, nil
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error, Reason string }
@@ -308,10 +331,10 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, v any) 
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 			err = fmt.Errorf("%w (%w)", err, ErrNotAllowed)
 		}
-		return false, err
+		return false, resp.StatusCode >= http.StatusInternalServerError, err
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
+		return false, false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
 	}
-	return true, nil
+	return true, false, nil
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,4 +264,40 @@ func TestPoliciesOnTheBroker(t *testing.T) {
 	var none mgmt.Queue
 	require.NoError(t, json.Unmarshal([]byte(`{"policy":null,"operator_policy":null,"effective_policy_definition":[]}`), &none))
 	assert.Equal(t, mgmt.Queue{}, none)
+}
+
+// An answer of 500 or above is asked again, up to 3 more times; a 4xx is not.
+func TestServerErrorsAreAskedAgain(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	failFirst := int32(2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/api/queues/") && n <= failFirst, r.URL.Path == "/api/nodes":
+			http.Error(w, `{"error":"Internal Server Error","reason":"timeout"}`, http.StatusInternalServerError)
+		case r.URL.Path == "/api/connections":
+			http.Error(w, `{"error":"bad request"}`, http.StatusBadRequest)
+		default:
+			_, _ = w.Write([]byte(`[]`))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := mgmt.New(srv.URL)
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	_, err = c.Queues(ctx, "/")
+	require.NoError(t, err)
+	assert.Equal(t, int32(3), calls.Load())
+
+	calls.Store(0)
+	_, err = c.Nodes(ctx)
+	require.ErrorContains(t, err, "500 Internal Server Error: timeout")
+	assert.Equal(t, int32(4), calls.Load())
+
+	calls.Store(0)
+	_, err = c.Connections(ctx)
+	require.Error(t, err)
+	assert.Equal(t, int32(1), calls.Load())
 }

@@ -22,7 +22,7 @@ type Cluster struct {
 }
 
 // clusterJoinLimit bounds joining one node to the cluster (stop_app, join_cluster, start_app).
-var clusterJoinLimit = 3 * Patience() / 2
+var clusterJoinLimit = 3 * Patience()
 
 // StartCluster starts size fresh nodes (as StartNode does, with one Erlang cookie), joins the
 // others to the first (rabbitmqctl stop_app; join_cluster; start_app, one node at a time),
