@@ -81,6 +81,10 @@ func (sub *subscription) listen(conn *amqp.Connection) (<-chan amqp.Delivery, fu
 // that nobody can make it hold or hand out anything.
 var listenerArgs = amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0), "x-overflow": "reject-publish"}
 
+// listenerCountLimit bounds how long a subscription that starts waits to be counted among
+// its queue's kill listeners.
+const listenerCountLimit = time.Second
+
 // count makes the subscription one of the consumers of its queue's kill listener queue
 // (kill.ListenerQueue), on a channel of its own, and returns the function that ends it. A
 // Killer reads that queue's consumer count to know how many subscriptions will answer a
@@ -89,24 +93,47 @@ var listenerArgs = amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0
 // the commands published after the count. Counting is best effort: a failure is logged,
 // and a Killer then waits its full Wait for the subscriptions it cannot count.
 func (sub *subscription) count(conn *amqp.Connection) func() {
-	s := sub.s
 	ch, err := conn.Channel()
-	if err == nil {
-		name := kill.ListenerQueue(sub.queue)
-		// Durable: the broker deprecates transient queues that are not exclusive.
-		if _, err = ch.QueueDeclare(name, true, true, false, false, listenerArgs); err == nil {
-			_, err = ch.Consume(name, "", true, false, false, false, nil)
-		}
-		if err != nil {
-			_ = ch.Close()
-		}
-	}
 	if err != nil {
-		s.logger.Info("Kill listener not counted: a kill or resume waits for all of its Wait",
-			watermill.LogFields{"queue": sub.queue, "handler": s.cfg.HandlerName, "err": err.Error()})
+		sub.notCounted(err)
 		return func() {}
 	}
-	return func() { _ = ch.Close() }
+	// The queue lives on one node: while that node is down, a declare of it from another
+	// node waits until it is back (seen on a RabbitMQ 4.0.5 cluster), and so would closing the
+	// channel. A consumer that failed over goes on after listenerCountLimit, uncounted; the
+	// channel is closed once the declare has returned.
+	result := make(chan error, 1)
+	go func() {
+		name := kill.ListenerQueue(sub.queue)
+		_, err := ch.QueueDeclare(name, true, true, false, false, listenerArgs)
+		if err == nil {
+			_, err = ch.Consume(name, "", true, false, false, false, nil)
+		}
+		result <- err
+	}()
+	select {
+	case err := <-result:
+		if err != nil {
+			_ = ch.Close()
+			sub.notCounted(err)
+			return func() {}
+		}
+		return func() { _ = ch.Close() }
+	case <-time.After(listenerCountLimit):
+		sub.notCounted(fmt.Errorf("no answer within %s", listenerCountLimit))
+		return func() {
+			go func() {
+				<-result
+				_ = ch.Close()
+			}()
+		}
+	}
+}
+
+// notCounted logs that the subscription is not counted among the kill listeners.
+func (sub *subscription) notCounted(err error) {
+	sub.s.logger.Info("Kill listener not counted: a kill or resume waits for all of its Wait",
+		watermill.LogFields{"queue": sub.queue, "handler": sub.s.cfg.HandlerName, "err": err.Error()})
 }
 
 // recall sets the mode from the kill state queue, which holds the last command a kill.Killer
