@@ -123,7 +123,9 @@ func (sub *subscription) count(conn *amqp.Connection) func() {
 		sub.notCounted(fmt.Errorf("no answer within %s", listenerCountLimit))
 		return func() {
 			go func() {
-				<-result
+				if err := <-result; err != nil { // the declare has returned: the channel can close
+					sub.s.logger.Debug("Kill listener count ended", watermill.LogFields{"queue": sub.queue, "err": err.Error()})
+				}
 				_ = ch.Close()
 			}()
 		}
