@@ -232,7 +232,7 @@ func (t *taker) next(ctx context.Context) (d amqp.Delivery, ok bool, err error) 
 			}
 			t.pending[d.DeliveryTag], t.last = d, time.Now()
 		case <-t.tick.C:
-			if t.last.IsZero() || len(t.merged) > 0 || time.Since(t.last) < takeQuiet || time.Since(called) < takeQuiet {
+			if t.last.IsZero() || time.Since(t.last) < takeQuiet || time.Since(called) < takeQuiet {
 				continue
 			}
 			if q, err := passive(ctx, t.ch, t.queue); err != nil || q.Messages == 0 {

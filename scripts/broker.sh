@@ -2,9 +2,9 @@
 # Makes sure a RabbitMQ broker answers on 127.0.0.1:5672 (or $WARREN_AMQP_PORT), with its
 # management plugin's HTTP API on 127.0.0.1:15672 (enabled online if it is not):
 # use a running one (restarted, unless WARREN_BROKER_NO_RESTART=1, with a higher open-file
-# limit if it has the common default of 1024, or if it can no longer dead-letter); else start the installed rabbitmq-server; else
-# `docker compose up -d` where a Docker engine runs; else install rabbitmq-server with apt-get
-# and start it.
+# limit if it has the common default of 1024, or if it can no longer dead-letter); else start
+# the installed rabbitmq-server; else `docker compose up -d` where a Docker engine runs; else
+# install rabbitmq-server with apt-get and start it.
 set -euo pipefail
 
 port=${WARREN_AMQP_PORT:-5672}

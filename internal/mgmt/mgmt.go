@@ -279,30 +279,26 @@ func (c *Client) Connections(ctx context.Context) ([]Connection, error) {
 // 500 to a list of queues): the request is made again, up to 3 more times, backing off from
 // 100 ms, within ctx.
 func (c *Client) get(ctx context.Context, path string, query url.Values, v any) (bool, error) {
-	b := backoff.WithContext(backoff.WithMaxRetries(&backoff.ExponentialBackOff{InitialInterval: 100 * time.Millisecond,
-		RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: time.Second, Stop: backoff.Stop, Clock: backoff.SystemClock}, 3), ctx)
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
 	var found bool
-	err := backoff.Retry(func() error {
-		var again bool
-		var err error
-		found, again, err = c.getOnce(ctx, path, query, v)
-		if err != nil && !again {
-			return backoff.Permanent(err)
-		}
+	err := backoff.Retry(func() (err error) {
+		found, err = c.getOnce(ctx, path, query, v)
 		return err
-	}, b)
+	}, backoff.WithContext(backoff.WithMaxRetries(b, 3), ctx))
 	return found, err
 }
 
-// getOnce is one request of get; again says whether its error is worth a retry.
-func (c *Client) getOnce(ctx context.Context, path string, query url.Values, v any) (found, again bool, err error) {
+// getOnce is one request of get; an error that asking again cannot change is
+// backoff.Permanent.
+func (c *Client) getOnce(ctx context.Context, path string, query url.Values, v any) (bool, error) {
 	target := c.base.String() + path // path is escaped already (a vhost "/" is %2F)
 	if len(query) > 0 {
 		target += "?" + query.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return false, false, fmt.Errorf("management API %s: %w", c.redacted, err)
+		return false, backoff.Permanent(fmt.Errorf("management API %s: %w", c.redacted, err))
 	}
 	if c.user != "" {
 		req.SetBasicAuth(c.user, c.pass)
@@ -313,12 +309,12 @@ func (c *Client) getOnce(ctx context.Context, path string, query url.Values, v a
 		if errors.As(err, &ue) {
 			err = ue.Err // its URL holds no password, but the one above says where already
 		}
-		return false, false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
+		return false, backoff.Permanent(fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return false, false, nil
+		return false, nil
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct{ Error, Reason string }
@@ -331,10 +327,13 @@ func (c *Client) getOnce(ctx context.Context, path string, query url.Values, v a
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 			err = fmt.Errorf("%w (%w)", err, ErrNotAllowed)
 		}
-		return false, resp.StatusCode >= http.StatusInternalServerError, err
+		if resp.StatusCode < http.StatusInternalServerError {
+			err = backoff.Permanent(err)
+		}
+		return false, err
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return false, false, fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err)
+		return false, backoff.Permanent(fmt.Errorf("management API %s: GET %s: %w", c.redacted, path, err))
 	}
-	return true, false, nil
+	return true, nil
 }
