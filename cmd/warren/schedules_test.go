@@ -76,7 +76,7 @@ func TestSchedulesListWithoutAGroupListsTheGroups(t *testing.T) {
 	_, err = ch.QueueDeclare(kill.StateQueue(lookalike, nil), true, false, false, false, nil)
 	require.NoError(t, err)
 
-	mg := testenv.ManagementURL()
+	mg := managementURL
 	var groups []schedulerGroup
 	require.Eventually(t, func() bool { // once each active scheduler has recorded its job
 		out := run(t, env.URL, "schedules", "list", "--prefix", prefix, "--management", mg, "--json")
