@@ -119,7 +119,7 @@ func TestExitCodes(t *testing.T) {
 		root.SetErr(&out)
 		root.SetIn(strings.NewReader(c.stdin))
 		// A generous limit: on a loaded CI broker one quorum declare took over 10 s.
-		root.SetArgs(append([]string{"--url", env.URL, "--timeout", "1m"}, c.args...))
+		root.SetArgs(cliArgs(env.URL, c.args...))
 		start := time.Now()
 		code := exitCode(root.Execute())
 		assert.Equal(t, c.code, code, "warren %s:\n%s", strings.Join(c.args, " "), out.String())

@@ -19,3 +19,12 @@ func TestMain(m *testing.M) {
 	_ = os.Unsetenv("WARREN_MANAGEMENT_URL")
 	os.Exit(m.Run())
 }
+
+// cliArgs is warren's command line against url with args: --connect-timeout and --timeout
+// derive from testenv.Patience, so that a loaded broker's slow declare or answer does not
+// end a command that a test expects to succeed. A test that wants other limits passes them
+// in args: the last of a flag wins.
+func cliArgs(url string, args ...string) []string {
+	p := testenv.Patience()
+	return append([]string{"--url", url, "--connect-timeout", p.String(), "--timeout", (2 * p).String()}, args...)
+}

@@ -31,7 +31,7 @@ func runContext(ctx context.Context, t *testing.T, url string, args ...string) s
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
-	root.SetArgs(append([]string{"--url", url}, args...))
+	root.SetArgs(cliArgs(url, args...))
 	require.NoError(t, root.ExecuteContext(ctx), out.String())
 	return out.String()
 }
@@ -44,7 +44,7 @@ func runCode(t *testing.T, url string, args ...string) (stdout, stderr string, c
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
-	root.SetArgs(append([]string{"--url", url}, args...))
+	root.SetArgs(cliArgs(url, args...))
 	code = exitCode(root.Execute())
 	return out.String(), errOut.String(), code
 }

@@ -31,7 +31,7 @@ func cliErr(url string, args ...string) (string, error) {
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetIn(strings.NewReader(""))
-	root.SetArgs(append([]string{"--url", url}, args...))
+	root.SetArgs(cliArgs(url, args...))
 	err := root.Execute()
 	return out.String(), err
 }

@@ -22,7 +22,7 @@ func purge(t *testing.T, url, queue string, stdin *os.File) (string, string, int
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetIn(stdin)
-	root.SetArgs([]string{"--url", url, "poison", "purge", queue})
+	root.SetArgs(cliArgs(url, "poison", "purge", queue))
 	code := exitCode(root.Execute())
 	return out.String(), errOut.String(), code
 }

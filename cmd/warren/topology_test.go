@@ -27,7 +27,7 @@ func runIn(t *testing.T, url, stdin string, args ...string) string {
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetIn(strings.NewReader(stdin))
-	root.SetArgs(append([]string{"--url", url}, args...))
+	root.SetArgs(cliArgs(url, args...))
 	require.NoError(t, root.Execute(), out.String())
 	return out.String()
 }

@@ -43,7 +43,7 @@ func serveUI(t *testing.T, env *testenv.Env, args ...string) string {
 	out := &syncBuffer{}
 	root.SetOut(out)
 	root.SetErr(out)
-	root.SetArgs(append([]string{"--url", env.URL, "ui", "--listen", "127.0.0.1:0", "--queue", env.Queue("ui")}, args...))
+	root.SetArgs(cliArgs(env.URL, append([]string{"ui", "--listen", "127.0.0.1:0", "--queue", env.Queue("ui")}, args...)...))
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()
 	t.Cleanup(func() {
