@@ -79,10 +79,16 @@ test-rabbitmq4: broker4 redis chromium vet
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is
-## killed and unparseable messages arrive; one line per case, fails on any loss or stall
+## killed and unparseable messages arrive; one line per case, fails on any loss or stall. Then the
+## crash tests of the packages (files with the build tag faults alone): a node of their own restarted,
+## killed or lost from a 3-node cluster under one component.
+CRASH_TEST_FILES := $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./internal/faults/')
+CRASH_TESTS := $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing.T).*/\1/p' $(CRASH_TEST_FILES) | paste -sd'|')
 faults: broker redis
-	$(GO) vet -tags faults ./internal/faults/
+	$(GO) vet -tags faults ./...
 	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
+	$(GO) test -tags faults -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(FAULTS_TIMEOUT) \
+		-run '^($(CRASH_TESTS))$$' $(sort $(dir $(CRASH_TEST_FILES)))
 
 ## cluster: the cluster cases of the fault suite (internal/faults, build tag cluster): on a 3-node
 ## cluster of throwaway RabbitMQ 4.0.5 nodes (scripts/rabbitmq4.sh's unpacked install), the stream

@@ -1,3 +1,5 @@
+//go:build faults
+
 package dlx_test
 
 import (

@@ -1,3 +1,5 @@
+//go:build faults
+
 package topology_test
 
 import (
