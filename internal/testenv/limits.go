@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"testing"
@@ -65,14 +66,23 @@ func hold(l net.Listener) {
 	}
 }
 
-// ClosedPort returns a local host:port that nothing listens on (a stopped broker).
+// ClosedPort returns a local host:port that nothing listens on (a stopped broker). It is
+// below the ephemeral ports (32768 and up on Linux, 49152 on others), which the system hands
+// to every outgoing connection and every listener on port 0: a port taken from there was
+// seen in use 2 s later, with the tests' connections coming and going. Above the ports of
+// the local brokers (5672, 5680 and their management and distribution ports).
 func ClosedPort(t testing.TB) string {
 	t.Helper()
-	ports, err := freePorts(1)
-	if err != nil {
-		t.Fatalf("closed port: %v", err)
+	const low, high = 26000, 32768
+	for range 100 {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(low+rand.IntN(high-low)))
+		if l, err := net.Listen("tcp", addr); err == nil {
+			_ = l.Close()
+			return addr
+		}
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+	t.Fatalf("closed port: none free in [%d, %d)", low, high)
+	return ""
 }
 
 // WithinLimit reports (as a test error) a call that returned outside [0.9·limit,
