@@ -9,9 +9,6 @@ FAULTS_TIMEOUT ?= 30m
 # broker does: with 1024, RabbitMQ 3.10 stopped accepting connections in the middle of a run).
 TEST_PARALLEL ?= 8
 TEST_PACKAGES ?= 4
-# The packages whose tests take longest start first (go test runs them in the order named, and
-# names each once): started in path order, the last of them ran on alone for a minute.
-TEST_ORDER ?= ./router/ ./ops/ ./topology/ ./dlx/ ./cmd/warren/ ./examples/ ./ui/ ./...
 
 .PHONY: all broker broker4 redis chromium demo demos demo-ui screenshots unit lint test test-rabbitmq4 faults cluster bench vet fmt
 
@@ -73,12 +70,12 @@ $(GOLANGCI_LINT):
 
 ## test: vet, then every test (race detector on) against the real broker
 test: broker redis chromium vet
-	$(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_ORDER)
+	$(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## test-rabbitmq4: every test again, against RabbitMQ 4.0.5 (the throwaway nodes that the fault
 ## tests start run the system's version)
 test-rabbitmq4: broker4 redis chromium vet
-	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ WARREN_MANAGEMENT_URL=http://guest:guest@127.0.0.1:15680/ $(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) $(TEST_ORDER)
+	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ WARREN_MANAGEMENT_URL=http://guest:guest@127.0.0.1:15680/ $(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is

@@ -50,7 +50,7 @@ func newPublish(g *globals) *cobra.Command {
 	}
 	fs := publish.Flags()
 	fs.DurationVar(&f.delay, "delay", 0, "deliver this long after publishing (rounded up to the unit of the delay levels)")
-	fs.StringVar(&f.at, "at", "", "deliver at this time: RFC 3339 (2026-01-02T15:04:05Z), or +D, a Go duration from now (+3s)")
+	fs.StringVar(&f.at, "at", "", "deliver at this time: RFC 3339 (2026-01-02T15:04:05Z), or +D, a Go duration from the publish (+3s)")
 	fs.StringArrayVar(&f.headers, "header", nil, "a header, key=value; repeat for more")
 	fs.StringVar(&f.exchange, "exchange", "", "publish to this exchange, with TOPIC as the routing key")
 	fs.StringVar(&f.file, "file", "", "read the body from this file (default: stdin)")
@@ -134,6 +134,12 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		return err
 	}
 	defer p.Close()
+	if strings.HasPrefix(f.at, "+") || strings.HasPrefix(f.at, "-") {
+		// +D counts from the publish, not from the command's start: checking, connecting and
+		// declaring the delay levels can take seconds on a loaded broker.
+		due, _ = when.Parse(f.at, time.Now()) // it parsed above
+		dlx.DeliverAt(msg, due)
+	}
 	start := time.Now()
 	if err := p.Publish(topic, msg); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,6 +215,37 @@ func TestDelaysFlagsOrConfig(t *testing.T) {
 	assert.ErrorContains(t, err, "Delay.Unit 1.5ms is not a whole number of milliseconds")
 	_, err = cli("delays", "apply", "--queue-type", "stream")
 	assert.ErrorContains(t, err, `Delay.QueueType "stream" is neither`)
+}
+
+// --at +D counts from the publish, not from the command's start: a broker that answers the
+// command only seconds later still gets the message, due D after it was published.
+func TestPublishAtCountsFromThePublish(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	d, x, q := cliDelay(env), env.Exchange("events"), env.Queue("late")
+	run(t, env.URL, "topology", "apply", writeFile(t, d, x, q, 20))
+	deliveries, err := env.Channel().Consume(q, "", true, false, false, false, nil)
+	require.NoError(t, err)
+
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	start := time.Now()
+	proxy.Freeze() // the command's connections wait 2.5 s for an answer
+	time.AfterFunc(2500*time.Millisecond, proxy.Thaw)
+	out := runIn(t, url, "late", "publish", q, "--at", "+1s", "--prefix", d.Prefix, "--levels", strconv.Itoa(d.Levels))
+	published := time.Now()
+	m := regexp.MustCompile(`; due (\S+) `).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	due, err := time.Parse(time.RFC3339Nano, m[1])
+	require.NoError(t, err)
+	assert.False(t, due.Before(start.Add(2500*time.Millisecond+time.Second)) || due.After(published.Add(time.Second)),
+		"due %s: 1 s after the publish, between %s and %s", due, start.Add(2500*time.Millisecond), published)
+	select {
+	case m := <-deliveries:
+		assert.False(t, time.Now().Before(due), "delivered before it was due")
+		assert.Equal(t, "late", string(m.Body))
+	case <-time.After(testenv.Patience()):
+		t.Fatal("the message did not arrive")
+	}
 }
 
 // A message published with --delay reaches its queue no earlier than the delay, with its
