@@ -66,6 +66,13 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			case <-time.After(testenv.Patience()):
 				t.Fatal("an unguarded connection survived the hostile header: the fixture is not hostile")
 			}
+			// The broker requeues the message once it has seen the connection go, which can be
+			// after the client has: until then the next Get would take the one behind it.
+			ready := env.Channel()
+			require.Eventually(t, func() bool {
+				q, err := ready.QueueDeclarePassive(queue, true, false, false, false, nil)
+				return err == nil && q.Messages == 2
+			}, testenv.Patience(), 10*time.Millisecond, "the hostile message requeued")
 
 			conn, _, err := amqpx.Dial(t.Context(), env.Connection(), "guard test")
 			require.NoError(t, err)
