@@ -54,26 +54,11 @@ func newPublisher(t *testing.T, env *testenv.Env, mod func(*dlx.Config)) *dlx.Pu
 	return p
 }
 
-// assertApartInOrder fails t for each two messages of got due at least apart from each
-// other that arrived in the other order: one due a second sooner is not held back by a
-// later one (head-of-line blocking would hold it for the later one's whole delay). Messages
-// due closer together may swap on a loaded machine: their paths through the levels differ.
 // radix16 gives a publisher 4 levels of the default radix 16 (60 queues, delays up to
 // 65.5 s): each delay takes up to 4 hops, with digits up to 15.
 func radix16(env *testenv.Env) func(*dlx.Config) {
 	return func(c *dlx.Config) {
 		c.Topology.Delay = env.Delay(topology.Delay{Radix: topology.DefaultDelayRadix, Levels: 4})
-	}
-}
-
-func assertApartInOrder(t *testing.T, got []arrival, due map[string]time.Time, apart time.Duration) {
-	t.Helper()
-	for i, a := range got {
-		for _, b := range got[i+1:] {
-			if !due[a.msg.UUID].Before(due[b.msg.UUID].Add(apart)) {
-				t.Errorf("%s, due %s sooner, arrived after %s", b.msg.UUID, due[a.msg.UUID].Sub(due[b.msg.UUID]), a.msg.UUID)
-			}
-		}
 	}
 }
 
@@ -126,15 +111,21 @@ func TestPublishImmediate(t *testing.T) {
 	assert.Equal(t, uint8(amqp.Persistent), got[0].d.DeliveryMode)
 }
 
-// Delays published in any order arrive none early, and in the order they are due when due a
-// second apart or more: a long delay published first does not hold back a short one
-// published after it.
+// Delays published in any order arrive none early, and a long delay published first does not
+// hold back the short ones published after it: they all arrive before it is due (head-of-line
+// blocking would hold them for its whole delay). Their order among themselves is not checked:
+// on a loaded machine their lateness differs by seconds, as each takes its own path through
+// the levels.
 func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	q := env.Queue("mixed")
 	p := newPublisher(t, env, radix16(env))
 
+	long := message.NewMessage("long", nil)
+	dlx.Delay(long, time.Minute)
+	longDue := time.Now().Add(time.Minute)
+	require.NoError(t, p.Publish(q, long))
 	delays := []time.Duration{3 * time.Second, 1500 * time.Millisecond, 10 * time.Millisecond,
 		2500 * time.Millisecond, 300 * time.Millisecond, 2 * time.Second, 700 * time.Millisecond, 1100 * time.Millisecond}
 	due := map[string]time.Time{}
@@ -147,10 +138,11 @@ func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
 
 	got := consume(t, env, q, len(delays))
 	for _, a := range got {
+		assert.NotEqual(t, "long", a.msg.UUID, "the long delay arrived before the short ones")
 		assert.False(t, a.at.Before(due[a.msg.UUID]), "%s arrived %s early", a.msg.UUID, due[a.msg.UUID].Sub(a.at))
+		assert.True(t, a.at.Before(longDue), "%s held back until the long delay was due", a.msg.UUID)
 		t.Logf("%s: %s late", a.msg.UUID, a.at.Sub(due[a.msg.UUID]).Round(time.Millisecond))
 	}
-	assertApartInOrder(t, got, due, time.Second)
 }
 
 // Many random delays, published concurrently: none arrives before it is due.
@@ -583,8 +575,7 @@ func TestPublisherTakesAListOfNodes(t *testing.T) {
 
 // Delays beyond the levels' maximum wait in the chain first, then in the levels: with a
 // layout whose levels hold 150 ms and whose chain of 19 queues reaches 3 s, the long-range
-// path runs end to end in seconds. None arrives early; those due a second apart or more
-// arrive in the order they are due.
+// path runs end to end in seconds. None arrives early.
 func TestLongDelaysThroughTheChain(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
@@ -607,7 +598,6 @@ func TestLongDelaysThroughTheChain(t *testing.T) {
 		assert.False(t, a.at.Before(due[a.msg.UUID]), "%s arrived %s early", a.msg.UUID, due[a.msg.UUID].Sub(a.at))
 		t.Logf("%s: %s late", a.msg.UUID, a.at.Sub(due[a.msg.UUID]).Round(time.Millisecond))
 	}
-	assertApartInOrder(t, got, due, time.Second)
 }
 
 // A delay past RabbitMQ's largest TTL (49.7 days) is accepted and waits in the chain queue

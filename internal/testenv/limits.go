@@ -68,9 +68,9 @@ func hold(l net.Listener) {
 
 // ClosedPort returns a local host:port that nothing listens on (a stopped broker). It is
 // below the ephemeral ports (32768 and up on Linux, 49152 on others), which the system hands
-// to every outgoing connection and every listener on port 0: a port taken from there was
-// seen in use 2 s later, with the tests' connections coming and going. Above the ports of
-// the local brokers (5672, 5680 and their management and distribution ports).
+// to every outgoing connection and every listener on port 0, so that no other test's
+// connection takes it before the test uses it; and above the ports of the local brokers
+// (5672, 5680 and their management and distribution ports).
 func ClosedPort(t testing.TB) string {
 	t.Helper()
 	const low, high = 26000, 32768
