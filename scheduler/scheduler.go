@@ -36,7 +36,9 @@ type Job struct {
 	Metadata map[string]string
 }
 
-// Missed says what becomes of the ticks that passed while no scheduler of the group ran.
+// Missed says what becomes of the ticks whose time passed before a scheduler of the group
+// published them: while none ran, or while the active one came late to them (a loaded
+// machine, a slow broker).
 type Missed string
 
 const (
@@ -64,8 +66,8 @@ type Config struct {
 	Jobs []Job
 	// Location is the time zone of the cron expressions that name none. Default UTC.
 	Location *time.Location
-	// Missed is the policy for ticks missed while no scheduler of the group ran. Default
-	// CatchUp.
+	// Missed is the policy for missed ticks: published late (CatchUp) or skipped (Skip).
+	// Default CatchUp.
 	Missed Missed
 	// MaxCatchUp bounds the missed ticks CatchUp publishes per job. Default 100.
 	MaxCatchUp int

@@ -183,7 +183,8 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 			n := len(ticks())
 			require.Eventually(t, func() bool { return len(ticks()) >= n+2 }, testenv.Patience(), 10*time.Millisecond)
 
-			all := ticks()
+			all := ticks() // in due order: ticks a second apart may arrive out of order under load
+			slices.SortFunc(all, func(a, b tick) int { return a.due.Compare(b.due) })
 			var gaps []time.Duration
 			for i := 1; i < len(all); i++ {
 				if gap := all[i].due.Sub(all[i-1].due); gap != time.Second {
@@ -202,9 +203,14 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 				assert.Empty(t, gaps, "every tick, the missed ones published on takeover")
 				assert.Zero(t, g.Jobs["j"].Missed)
 			} else {
-				require.Len(t, gaps, 1, "one gap, where the ticks were skipped")
-				skipped := int(gaps[0]/time.Second) - 1
-				assert.GreaterOrEqual(t, skipped, 2)
+				// The gap of the takeover; and on a loaded machine maybe others, where the
+				// active scheduler came to a tick after its time had passed.
+				require.NotEmpty(t, gaps, "a gap, where the ticks were skipped")
+				skipped := 0
+				for _, gap := range gaps {
+					skipped += int(gap/time.Second) - 1
+				}
+				assert.GreaterOrEqual(t, slices.Max(gaps), 3*time.Second, "the ticks missed while no scheduler ran skipped: %v", gaps)
 				assert.Equal(t, skipped, g.Jobs["j"].Missed)
 			}
 		})
