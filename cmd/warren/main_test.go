@@ -28,7 +28,7 @@ func run(t *testing.T, url string, args ...string) string {
 func runContext(ctx context.Context, t *testing.T, url string, args ...string) string {
 	t.Helper()
 	root := newRoot()
-	var out bytes.Buffer
+	var out syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs(cliArgs(url, args...))
@@ -41,7 +41,7 @@ func runContext(ctx context.Context, t *testing.T, url string, args ...string) s
 func runCode(t *testing.T, url string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	root := newRoot()
-	var out, errOut bytes.Buffer
+	var out, errOut syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetArgs(cliArgs(url, args...))

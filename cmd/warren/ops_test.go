@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,7 +26,7 @@ import (
 // cli runs warren with args and returns its output and error.
 func cliErr(url string, args ...string) (string, error) {
 	root := newRoot()
-	var out bytes.Buffer
+	var out syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetIn(strings.NewReader(""))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"testing"
 
@@ -18,7 +17,7 @@ import (
 func purge(t *testing.T, url, queue string, stdin *os.File) (string, string, int) {
 	t.Helper()
 	root := newRoot()
-	var out, errOut bytes.Buffer
+	var out, errOut syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetIn(stdin)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	neturl "net/url"
 	"strings"
@@ -93,13 +92,13 @@ func hostOf(raw string) string {
 // cli runs warren with args and returns everything it printed, and its error.
 func cli(args ...string) (string, error) {
 	root := newRoot()
-	var out bytes.Buffer
+	var out syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err != nil {
-		out.WriteString("\n" + err.Error())
+		_, _ = out.Write([]byte("\n" + err.Error()))
 	}
 	return out.String(), err
 }

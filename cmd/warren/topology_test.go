@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -24,7 +23,7 @@ import (
 func runIn(t *testing.T, url, stdin string, args ...string) string {
 	t.Helper()
 	root := newRoot()
-	var out bytes.Buffer
+	var out syncBuffer
 	root.SetOut(&out)
 	root.SetErr(&out)
 	root.SetIn(strings.NewReader(stdin))

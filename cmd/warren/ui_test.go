@@ -16,7 +16,8 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// syncBuffer is a bytes.Buffer that a command writes while a test reads it.
+// syncBuffer is a bytes.Buffer that a command writes from several goroutines (its logger's
+// among them) while a test reads it.
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
