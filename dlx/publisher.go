@@ -744,16 +744,12 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 		return exchange, key, pub, nil
 	}
 	plan, err := p.delay.Plan(max(time.Until(o.due), 0))
-	if err != nil {
+	if err != nil || plan.Exchange == "" {
 		return exchange, key, pub, err
 	}
 	pub.Headers = make(amqp.Table, len(o.pub.Headers)+len(plan.Headers)+2)
 	for k, v := range o.pub.Headers {
 		pub.Headers[k] = v
-	}
-	if plan.Exchange == "" { // due by now: straight to the destination, as the levels deliver it
-		levelSafe(&pub)
-		return exchange, key, pub, nil
 	}
 	for k, v := range plan.Headers {
 		pub.Headers[k] = v
