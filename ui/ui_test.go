@@ -242,9 +242,9 @@ func TestOverviewShowsTheErrorAndTheLastValues(t *testing.T) {
 	q := env.WorkQueue("down")
 	poison(t, env, q, 2)
 	proxy, url := testenv.ProxyURL(t, env.URL)
-	// Limits that a loaded broker meets (one status reads every delay level queue); the
-	// proxy's close fails the next one at once.
-	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: time.Second}, Timeout: 10 * time.Second}, nil)
+	// Limits that a loaded broker meets (one status reads every delay level queue, and a
+	// connect took over 1 s); after the proxy's close the next read fails within them.
+	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url, ConnectTimeout: 10 * time.Second}, Timeout: 10 * time.Second}, nil)
 	require.NoError(t, err)
 	defer o.Close()
 	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, SampleInterval: -1, Timeout: 10 * time.Second}, nil)
