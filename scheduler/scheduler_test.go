@@ -45,6 +45,13 @@ type tick struct {
 	at, due time.Time
 }
 
+// byDue sorts tk by due time: ticks a second apart may arrive out of order on a loaded
+// machine, each taking its own path through the delay levels.
+func byDue(tk []tick) []tick {
+	slices.SortFunc(tk, func(a, b tick) int { return a.due.Compare(b.due) })
+	return tk
+}
+
 // collect consumes queue and records every tick, until the test ends.
 func collect(t *testing.T, env *testenv.Env, queue string) func() []tick {
 	ch := env.Channel()
@@ -129,16 +136,10 @@ func TestOneActiveAndHandover(t *testing.T) {
 	}, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, "@every 1s", g.Jobs["every-second"].Schedule)
 	// Every tick up to the last one published ahead, and recorded, is delivered after the
-	// close, none missing. Ticks a second apart may arrive out of order on a loaded machine:
-	// each takes its own path through the delay levels.
+	// close, none missing.
 	last := g.Jobs["every-second"].Next
-	inOrder := func() []tick {
-		tk := ticks()
-		slices.SortFunc(tk, func(a, b tick) int { return a.due.Compare(b.due) })
-		return tk
-	}
 	require.Eventually(t, func() bool {
-		tk := inOrder()
+		tk := byDue(ticks())
 		dues := map[time.Time]bool{}
 		for _, k := range tk {
 			dues[k.due] = true
@@ -146,7 +147,7 @@ func TestOneActiveAndHandover(t *testing.T) {
 		return len(tk) > 0 && tk[len(tk)-1].due.Equal(last) && last.Sub(tk[0].due) == time.Duration(len(dues)-1)*time.Second
 	}, testenv.Patience(), 10*time.Millisecond, "every tick up to the last one recorded, %s, arrives", last)
 
-	all := inOrder()
+	all := byDue(ticks())
 	seen := map[string]bool{}
 	for i, tk := range all {
 		assert.False(t, seen[tk.id], "tick %s twice", tk.id)
@@ -183,8 +184,7 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 			n := len(ticks())
 			require.Eventually(t, func() bool { return len(ticks()) >= n+2 }, testenv.Patience(), 10*time.Millisecond)
 
-			all := ticks() // in due order: ticks a second apart may arrive out of order under load
-			slices.SortFunc(all, func(a, b tick) int { return a.due.Compare(b.due) })
+			all := byDue(ticks())
 			var gaps []time.Duration
 			for i := 1; i < len(all); i++ {
 				if gap := all[i].due.Sub(all[i-1].due); gap != time.Second {
