@@ -82,8 +82,8 @@ test-rabbitmq4: broker4 redis chromium vet
 ## killed and unparseable messages arrive; one line per case, fails on any loss or stall. Then the
 ## crash tests of the packages (files with the build tag faults alone): a node of their own restarted,
 ## killed or lost from a 3-node cluster under one component.
-CRASH_TEST_FILES := $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./internal/faults/')
-CRASH_TESTS := $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing.T).*/\1/p' $(CRASH_TEST_FILES) | paste -sd'|')
+CRASH_TEST_FILES = $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./internal/faults/')
+CRASH_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing.T).*/\1/p' $(CRASH_TEST_FILES) | paste -sd'|')
 faults: broker redis
 	$(GO) vet -tags faults ./...
 	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
