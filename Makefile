@@ -10,7 +10,7 @@ FAULTS_TIMEOUT ?= 30m
 TEST_PARALLEL ?= 8
 TEST_PACKAGES ?= 4
 
-.PHONY: all broker broker4 redis chromium demo demos demo-ui screenshots unit lint test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis postgres chromium demo demos demo-ui screenshots unit lint test test-rabbitmq4 faults cluster bench vet fmt
 
 all: lint test
 
@@ -23,6 +23,11 @@ broker:
 ## middleware/redisstore and the fault suite's shared CopyStore use it
 redis:
 	@./scripts/redis.sh
+
+## postgres: make sure PostgreSQL answers on 127.0.0.1:5432 and lets postgres/postgres in (start or
+## install it if needed): the tests of outbox use it
+postgres:
+	@./scripts/postgres.sh
 
 ## chromium: make sure Chromium is installed (apt-get install chromium if need be), for the browser
 ## tests of the dashboard (ui)
@@ -69,12 +74,12 @@ $(GOLANGCI_LINT):
 	mv $(CURDIR)/.bin/golangci-lint $@
 
 ## test: vet, then every test (race detector on) against the real broker
-test: broker redis chromium vet
+test: broker redis postgres chromium vet
 	$(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## test-rabbitmq4: every test again, against RabbitMQ 4.0.5 (the throwaway nodes that the fault
 ## tests start run the system's version)
-test-rabbitmq4: broker4 redis chromium vet
+test-rabbitmq4: broker4 redis postgres chromium vet
 	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ WARREN_MANAGEMENT_URL=http://guest:guest@127.0.0.1:15680/ $(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
 ## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with

@@ -30,6 +30,15 @@ func DeliverAt(msg *message.Message, t time.Time) {
 	delete(msg.Metadata, warren.MetadataDelay)
 }
 
+// Due returns when msg is to be delivered if it is published at now, as Publish reads its
+// delay metadata (Delay, DeliverAt, or Watermill's components/delay keys): the zero time
+// means at once. It fails as Publish would, on a value that is not a delay, a negative delay
+// or a DeliverAt further than tolerance in the past. (A delay beyond the levels' reach is
+// known only to a Publisher.)
+func Due(msg *message.Message, now time.Time, tolerance time.Duration) (time.Time, error) {
+	return due(msg, now, tolerance)
+}
+
 // due returns when msg is to be delivered, relative to now (the time Publish was called);
 // the zero time means at once. Errors name the offending value.
 //

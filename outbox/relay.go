@@ -1,0 +1,382 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/visible"
+)
+
+// RelayConfig configures a Relay.
+type RelayConfig struct {
+	// Pool reaches the outbox's database (required). The relay opens one connection of its
+	// own with the pool's connection settings: it holds the relay's lock and receives the
+	// notifications of commits, and the relay reads and deletes rows on it.
+	Pool *pgxpool.Pool
+	// Publisher publishes the rows (required): a *dlx.Publisher, whose Publish returns nil
+	// only once the broker has confirmed every message. Wrap it in
+	// middleware.Tracing.Publisher to trace the relay's publishes as children of the
+	// transactions that wrote them.
+	Publisher message.Publisher
+	// Schema holds the outbox's table, as for Config.Schema. Default DefaultSchema.
+	Schema string
+	// BatchSize is how many rows the relay reads, publishes and deletes at a time. Default
+	// 256.
+	BatchSize int
+	// PollInterval is how often a relay looks for rows when no notification came (a
+	// notification can be lost with a dropped connection), and how often a relay on
+	// standby tries to take over. Default 1s.
+	PollInterval time.Duration
+	// Timeout bounds each database statement. Default 10s.
+	Timeout time.Duration
+	// MaxBackoff is the longest wait between two tries after a failure of the database or
+	// the broker. Default 5s.
+	MaxBackoff time.Duration
+	// Propagator reads the trace context that Outbox.Publish wrote into the metadata. Default
+	// propagation.TraceContext{}.
+	Propagator propagation.TextMapPropagator
+}
+
+// Defaults of RelayConfig.
+const (
+	DefaultBatchSize    = 256
+	DefaultPollInterval = time.Second
+	DefaultTimeout      = 10 * time.Second
+	DefaultMaxBackoff   = 5 * time.Second
+)
+
+// WithDefaults returns c with every unset field set to its default.
+func (c RelayConfig) WithDefaults() RelayConfig {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = DefaultMaxBackoff
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.TraceContext{}
+	}
+	return c
+}
+
+// Validate reports the first field of c that is not usable.
+func (c RelayConfig) Validate() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("outbox: RelayConfig.Pool is required")
+	case c.Publisher == nil:
+		return errors.New("outbox: RelayConfig.Publisher is required")
+	case c.BatchSize < 0:
+		return fmt.Errorf("outbox: RelayConfig.BatchSize %d is negative", c.BatchSize)
+	}
+	if err := validSchema(c.Schema); err != nil {
+		return fmt.Errorf("outbox: RelayConfig.Schema: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"PollInterval", c.PollInterval}, {"Timeout", c.Timeout}, {"MaxBackoff", c.MaxBackoff}} {
+		if f.d < 0 {
+			return fmt.Errorf("outbox: RelayConfig.%s %s is negative", f.name, f.d)
+		}
+	}
+	return nil
+}
+
+// Relay moves the messages that committed transactions wrote into the outbox to the
+// broker, oldest first, and deletes each row once the broker has confirmed its message.
+//
+// Several relays may run against one outbox (one per process of a service, say): one holds
+// the outbox's lock (a PostgreSQL advisory lock on its connection) and publishes, the
+// others wait and take over within RelayConfig.PollInterval when its connection ends. The
+// rows of one transaction are published in the order they were written.
+//
+// A relay killed between the broker's confirm and its delete publishes those rows again
+// when it (or another) runs next: copies with the same publish id, which warren's
+// subscriber recognises. A row the broker will never take (Publish fails with a
+// warren.PermanentError: unroutable, too large, a delay beyond the levels' reach, a
+// destination refused) is set aside with the reason and does not hold up the rows behind
+// it. A database or broker that fails makes the relay back off, up to
+// RelayConfig.MaxBackoff between tries, and log each failure.
+type Relay struct {
+	cfg     RelayConfig
+	table   string
+	channel string
+	logger  watermill.LoggerAdapter
+}
+
+// NewRelay returns a relay for the outbox of config.Schema; Run starts it.
+func NewRelay(config RelayConfig, logger watermill.LoggerAdapter) (*Relay, error) {
+	config = config.WithDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Relay{
+		cfg:     config,
+		table:   table(config.Schema),
+		channel: channel(config.Schema),
+		logger:  logger.With(watermill.LogFields{"outbox": config.Schema}),
+	}, nil
+}
+
+// Run relays until ctx ends, then returns nil. It returns an error only for a failure that
+// trying again cannot cure (the outbox table does not exist: run Migrate).
+func (r *Relay) Run(ctx context.Context) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(r.cfg.MaxBackoff), backoff.WithMaxElapsedTime(0))
+	for {
+		err := r.lead(ctx, b)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if isUndefinedTable(err) {
+			return fmt.Errorf("outbox: relay: %w (run outbox.Migrate)", err)
+		}
+		wait := b.NextBackOff()
+		r.logger.Error("outbox: relay failed, trying again", err, watermill.LogFields{"wait": wait.String()})
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// isUndefinedTable tells whether err is PostgreSQL's "relation does not exist".
+func isUndefinedTable(err error) bool {
+	var pgErr interface{ SQLState() string }
+	return errors.As(err, &pgErr) && pgErr.SQLState() == "42P01"
+}
+
+// lead connects, waits for the outbox's lock and relays until ctx ends or something fails;
+// b is reset once rows moved.
+func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	conn, err := pgx.ConnectConfig(cctx, r.cfg.Pool.Config().ConnConfig.Copy())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		// Closing the connection releases the lock.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if err := r.lock(ctx, conn); err != nil {
+		return err
+	}
+	r.logger.Info("outbox: relay holds the outbox", nil)
+	if _, err := r.exec(ctx, conn, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		n, err := r.pass(ctx, conn)
+		if err != nil {
+			return err
+		}
+		b.Reset()
+		if n == r.cfg.BatchSize {
+			continue // more may wait
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+		_, err = conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("wait for a notification: %w", err)
+		}
+	}
+}
+
+// lock waits until conn holds the outbox's advisory lock (another relay may hold it),
+// trying every PollInterval.
+func (r *Relay) lock(ctx context.Context, conn *pgx.Conn) error {
+	for {
+		var got bool
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+		err := conn.QueryRow(cctx, "SELECT pg_try_advisory_lock($1)", lockKey(r.cfg.Schema)).Scan(&got)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("take the outbox's lock: %w", err)
+		}
+		if got {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.cfg.PollInterval):
+		}
+	}
+}
+
+func (r *Relay) exec(ctx context.Context, conn *pgx.Conn, sql string, args ...any) (int64, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	tag, err := conn.Exec(cctx, sql, args...)
+	return tag.RowsAffected(), err
+}
+
+// row is a message of the outbox.
+type row struct {
+	id        int64
+	topic     []byte
+	uuid      []byte
+	payload   []byte
+	metadata  []byte
+	publishID string
+	due       *time.Time
+}
+
+// pass publishes the oldest waiting rows (up to BatchSize) and deletes those the broker
+// confirmed; it returns how many rows it read.
+func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	rows, err := conn.Query(cctx, "SELECT id, topic, uuid, payload, metadata, publish_id, due FROM "+r.table+
+		" WHERE set_aside IS NULL ORDER BY id LIMIT $1", r.cfg.BatchSize)
+	if err != nil {
+		cancel()
+		return 0, fmt.Errorf("read the outbox: %w", err)
+	}
+	batch, err := pgx.CollectRows(rows, func(c pgx.CollectableRow) (row, error) {
+		var w row
+		err := c.Scan(&w.id, &w.topic, &w.uuid, &w.payload, &w.metadata, &w.publishID, &w.due)
+		return w, err
+	})
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("read the outbox: %w", err)
+	}
+	var done []int64
+	// The rows go in order, a run of rows to one topic per Publish call; a failure that
+	// publishing again may cure stops the pass, so that nothing overtakes the failed rows.
+	var failed error
+	for start := 0; start < len(batch) && failed == nil; {
+		end := start + 1
+		for end < len(batch) && string(batch[end].topic) == string(batch[start].topic) {
+			end++
+		}
+		var ids []int64
+		ids, failed = r.publish(ctx, conn, batch[start:end])
+		done = append(done, ids...)
+		start = end
+	}
+	if len(done) > 0 {
+		if _, err := r.exec(ctx, conn, "DELETE FROM "+r.table+" WHERE id = ANY($1)", done); err != nil {
+			return 0, fmt.Errorf("delete %d published row(s): %w", len(done), err)
+		}
+	}
+	if failed != nil {
+		return 0, failed
+	}
+	return len(batch), nil
+}
+
+// publish publishes rows (all to one topic) in one call, and returns the ids of those the
+// broker confirmed. When the call fails with a permanent error, it publishes them one at a
+// time (the ones confirmed before go again, with their publish ids) and sets aside each row
+// that fails so.
+func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, rows []row) ([]int64, error) {
+	topic := string(rows[0].topic)
+	msgs := make([]*message.Message, len(rows))
+	ids := make([]int64, len(rows))
+	now := time.Now()
+	for i, w := range rows {
+		msg, err := r.message(ctx, w, now)
+		if err != nil {
+			if err := r.setAside(ctx, conn, w.id, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		msgs[i], ids[i] = msg, w.id
+	}
+	var keep []*message.Message
+	var keepIDs []int64
+	for i, msg := range msgs {
+		if msg != nil {
+			keep, keepIDs = append(keep, msg), append(keepIDs, ids[i])
+		}
+	}
+	if len(keep) == 0 {
+		return nil, nil
+	}
+	err := r.cfg.Publisher.Publish(topic, keep...)
+	if err == nil {
+		return keepIDs, nil
+	}
+	if !warren.IsPermanent(err) || len(keep) == 1 {
+		if warren.IsPermanent(err) {
+			return nil, r.setAside(ctx, conn, keepIDs[0], err)
+		}
+		return nil, fmt.Errorf("publish %d message(s) to %q: %w", len(keep), topic, err)
+	}
+	var done []int64
+	for i, msg := range keep {
+		err := r.cfg.Publisher.Publish(topic, msg)
+		switch {
+		case err == nil:
+			done = append(done, keepIDs[i])
+		case warren.IsPermanent(err):
+			if err := r.setAside(ctx, conn, keepIDs[i], err); err != nil {
+				return done, err
+			}
+		default:
+			return done, fmt.Errorf("publish a message to %q: %w", topic, err)
+		}
+	}
+	return done, nil
+}
+
+// message makes the Watermill message of w, due when w says (at once if that has passed),
+// with its publish id and the trace context of the transaction that wrote it.
+func (r *Relay) message(ctx context.Context, w row, now time.Time) (*message.Message, error) {
+	md, err := decodeMetadata(w.metadata)
+	if err != nil {
+		return nil, err
+	}
+	md[warren.MetadataPublishID] = w.publishID
+	if w.due != nil && w.due.After(now) {
+		md[warren.MetadataDeliverAt] = w.due.UTC().Format(time.RFC3339Nano)
+	}
+	msg := message.NewMessage(string(w.uuid), w.payload)
+	msg.Metadata = md
+	// The relay's context: a relay that stops ends its publish, and the rows wait for the next.
+	msg.SetContext(r.cfg.Propagator.Extract(ctx, propagation.MapCarrier(md)))
+	return msg, nil
+}
+
+// setAside marks the row id as one the broker will never take, with the reason.
+func (r *Relay) setAside(ctx context.Context, conn *pgx.Conn, id int64, reason error) error {
+	r.logger.Error("outbox: a message is set aside", reason, watermill.LogFields{"row": id})
+	if _, err := r.exec(ctx, conn, "UPDATE "+r.table+" SET set_aside = now(), reason = $2 WHERE id = $1",
+		id, visible.String(reason.Error())); err != nil { // text holds valid UTF-8, no NUL
+		return fmt.Errorf("set row %d aside: %w", id, err)
+	}
+	return nil
+}
