@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
@@ -196,7 +197,11 @@ func (o *Outbox) Publish(ctx context.Context, tx Execer, topic string, msgs ...*
 				md[k] = v
 			}
 		}
-		o.cfg.Propagator.Inject(ctx, propagation.MapCarrier(md))
+		tctx := ctx // the trace of the call, or of the message where it has one (a handler's output)
+		if trace.SpanContextFromContext(msg.Context()).IsValid() {
+			tctx = msg.Context()
+		}
+		o.cfg.Propagator.Inject(tctx, propagation.MapCarrier(md))
 		ids[i] = msg.Metadata.Get(warren.MetadataPublishID)
 		if ids[i] == "" {
 			ids[i] = strconv.FormatUint(rand.Uint64(), 16)

@@ -24,3 +24,12 @@ CREATE TABLE IF NOT EXISTS {{schema}}.outbox (
 
 -- The relay reads the rows that wait, in order.
 CREATE INDEX IF NOT EXISTS outbox_waiting ON {{schema}}.outbox (id) WHERE set_aside IS NULL;
+
+-- The inbox: the keys of the messages whose handlers committed (Inbox), so that a copy or a
+-- redelivery is acked without running its handler again. Rows older than the retention go.
+CREATE TABLE IF NOT EXISTS {{schema}}.inbox (
+    key      bytea       PRIMARY KEY,
+    handled  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX IF NOT EXISTS inbox_handled ON {{schema}}.inbox (handled);
