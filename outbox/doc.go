@@ -23,7 +23,12 @@
 // relay killed between the broker's confirm and its delete sends the rows again) carries
 // the same publish id (warren.PublishIDHeader), which warren's subscriber recognises; a
 // rolled-back one never is. A row the broker will never take is set aside with the reason
-// and holds up nothing behind it. See [docs/outbox.md].
+// and holds up nothing behind it.
+//
+// An Inbox runs a handler in a transaction that also records its message's key: a copy or
+// redelivery of a message that took effect is acked without running the handler again, and
+// what the handler returns goes through the outbox in the same transaction. See
+// [docs/outbox.md].
 //
 // [docs/outbox.md]: https://github.com/warrenmq/warren/blob/main/docs/outbox.md
 package outbox

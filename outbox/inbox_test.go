@@ -77,7 +77,7 @@ func (s *setup) runRouter(t *testing.T, q string, h router.HandlerConfig, fn mes
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		assert.NoError(t, <-done)
 		_ = r.Close()
 	})
 	select {
