@@ -84,6 +84,10 @@ func Example() {
 	}
 	defer pub.Close()
 	defer deleteExample(amqpURL, pub.Delay(), queue)
+	// The queue, declared before anything reads it (the relay's first publish would declare it).
+	if err := pub.Declare(ctx, topology.Topology{Queues: []topology.Queue{{Name: queue}}}); err != nil {
+		panic(err)
+	}
 	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, Publisher: pub, Schema: schema}, nil)
 	if err != nil {
 		panic(err)
@@ -109,26 +113,28 @@ func Example() {
 }
 
 // receive reads one message from queue with amqp091-go (a warren router would do it in an
-// application), waiting for the queue to be declared.
+// application), for up to 30 s.
 func receive(url, queue string) *message.Message {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		panic(err)
 	}
 	defer conn.Close()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		ch, err := conn.Channel()
-		if err != nil {
-			panic(err)
-		}
-		if d, ok, err := ch.Get(queue, true); err == nil && ok {
-			m, _ := warren.Marshaler{}.Unmarshal(d)
-			return m
-		}
-		_ = ch.Close()
-		time.Sleep(20 * time.Millisecond)
+	ch, err := conn.Channel()
+	if err != nil {
+		panic(err)
 	}
-	panic("no message in " + queue + " within 30s")
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		panic(err)
+	}
+	select {
+	case d := <-deliveries:
+		m, _ := warren.Marshaler{}.Unmarshal(d)
+		return m
+	case <-time.After(30 * time.Second):
+		panic("no message in " + queue + " within 30s")
+	}
 }
 
 // deleteExample deletes what the example declared on the broker: the queue, its poison queue

@@ -409,3 +409,18 @@ func TestABadDelayFailsTheWrite(t *testing.T) {
 	waiting, _ := s.rows(t)
 	assert.Zero(t, waiting)
 }
+
+// A relay on a schema that was never migrated stops with an error that says so, instead of
+// trying for ever.
+func TestRelayWithoutTheTableSaysMigrate(t *testing.T) {
+	t.Parallel()
+	testenv.NeedsBroker(t)
+	pool, schema := testenv.Postgres(t)
+	r, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, Publisher: &counting{}, Schema: schema}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
+	defer cancel()
+	err = r.Run(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "outbox.Migrate")
+}
