@@ -424,3 +424,45 @@ func TestRelayWithoutTheTableSaysMigrate(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "outbox.Migrate")
 }
+
+// ReadStats shows what waits and how old it is, what is set aside and the relays; a row set
+// aside, once mended (here: its exchange gets a binding), goes out on Replay.
+func TestStatsListAndReplay(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	q := s.env.Queue("mended")
+	nowhere := s.env.Exchange("unbound")
+	pub := s.publisher(t, q, func(c *dlx.Config) {
+		c.Declare.Exchanges = append(c.Declare.Exchanges, topology.Exchange{Name: nowhere, Kind: "fanout"})
+		c.Route = func(topic string) dlx.Route { return dlx.Route{Exchange: topic, Declared: true} }
+	})
+	ctx := context.Background()
+
+	s.write(t, true, nowhere, message.NewMessage("refused", nil))
+	st, err := outbox.ReadStats(ctx, s.pool, s.schema)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), st.Waiting)
+	assert.Positive(t, st.Oldest)
+	assert.Zero(t, st.Relays)
+	assert.False(t, st.Leading)
+
+	s.relay(t, pub, nil)
+	require.Eventually(t, func() bool { _, aside := s.rows(t); return aside == 1 }, testenv.Patience(), 50*time.Millisecond)
+	st, err = outbox.ReadStats(ctx, s.pool, s.schema)
+	require.NoError(t, err)
+	assert.Equal(t, outbox.Stats{Schema: s.schema, SetAside: 1, Relays: 1, Leading: true, InboxKeys: st.InboxKeys}, st)
+	list, err := outbox.ListSetAside(ctx, s.pool, s.schema, 10)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	assert.Equal(t, "refused", list[0].UUID)
+	assert.Equal(t, nowhere, list[0].Topic)
+	assert.Contains(t, list[0].Reason, "NO_ROUTE")
+
+	require.NoError(t, s.env.Channel().QueueBind(q, "", nowhere, false, nil))
+	n, err := outbox.Replay(ctx, s.pool, s.schema)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	got := consume(t, s.env, q, 1, 0)
+	assert.Equal(t, []string{"refused"}, uuids(got))
+	require.Eventually(t, func() bool { w, a := s.rows(t); return w == 0 && a == 0 }, testenv.Patience(), 50*time.Millisecond)
+}

@@ -174,7 +174,9 @@ func isUndefinedTable(err error) bool {
 // b is reset once rows moved.
 func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	conn, err := pgx.ConnectConfig(cctx, r.cfg.Pool.Config().ConnConfig.Copy())
+	cfg := r.cfg.Pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = relayApplicationName(r.cfg.Schema) // ReadStats counts relays by it
+	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
