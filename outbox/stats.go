@@ -74,11 +74,11 @@ func ReadStats(ctx context.Context, db Querier, schema string) (Stats, error) {
 
 // SetAsideRow is a row the broker would not take.
 type SetAsideRow struct {
-	ID     int64
-	Topic  string
-	UUID   string
-	At     time.Time
-	Reason string
+	ID     int64     `json:"id"`
+	Topic  string    `json:"topic"`
+	UUID   string    `json:"uuid"`
+	At     time.Time `json:"set_aside"`
+	Reason string    `json:"reason"`
 }
 
 // ListSetAside returns up to limit rows set aside in the outbox of schema, oldest first.

@@ -11,6 +11,7 @@
 //	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser, under /warren/
 //	warren scheduled list|cancel                messages published with a schedule id (the ledger)
 //	warren schedules list [GROUP]               a scheduler group's jobs; without GROUP, the groups
+//	warren outbox migrate|status|set-aside|replay  the outbox on PostgreSQL (--postgres URL)
 //	warren completion bash|zsh|fish             shell completion
 //
 // kill and resume refuse a queue that does not exist (unless --force), and wait up to --wait
@@ -173,7 +174,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status, delays verify, ui and schedules list ("+managementDefault()+")")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
-	root.AddCommand(newStatus(g), newPoison(g), newParked(g), newUI(g), newSchedules(g), newScheduled(g))
+	root.AddCommand(newStatus(g), newPoison(g), newParked(g), newUI(g), newSchedules(g), newScheduled(g), newOutbox(g))
 	return root
 }
 
