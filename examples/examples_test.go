@@ -227,6 +227,12 @@ func TestDemos(t *testing.T) {
 			"never arrived: cancelled", "the message was delivered before the cancellation", "0 reminders left scheduled")
 	})
 
+	t.Run("outbox", func(t *testing.T) {
+		out := run(t, 4*testenv.Patience(), build(t, "outbox"), "-orders", "300")
+		contains(t, out, "killed the order service (SIGKILL)", "killed the billing service (SIGKILL)",
+			"300 orders placed, 300 charges: 0 orders never charged, 0 charged twice", "every order charged exactly once")
+	})
+
 	t.Run("scheduler", func(t *testing.T) {
 		out := run(t, 2*testenv.Patience(), build(t, "scheduler"), "-every", "1s", "-ticks", "2")
 		contains(t, out, "is active", "(SIGKILL)", "after the kill", "4 ticks, each 1s after the one before: no tick lost, none twice",
