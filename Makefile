@@ -116,7 +116,7 @@ else
 endif
 
 ## bench: throughput and delay accuracy, side by side with raw amqp091-go and watermill-amqp
-bench: broker redis
+bench: broker redis postgres
 	$(GO) run ./internal/bench
 
 vet:

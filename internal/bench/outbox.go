@@ -1,0 +1,287 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+var (
+	pgURL      = flag.String("postgres", envOr("WARREN_POSTGRES_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable"), "outbox section: PostgreSQL URL")
+	outboxN    = flag.Int("outbox-messages", 5000, "outbox section: messages per relay and inbox run")
+	outboxRate = flag.Int("outbox-rate", 1000, "outbox section: transactions a second in the latency run")
+	outboxFor  = flag.Duration("outbox-for", 10*time.Second, "outbox section: length of the latency run")
+)
+
+// benchOutbox: the relay against warren's direct publish, the latency from commit to the
+// broker's confirm at a steady rate of transactions, and a consumer writing one row per
+// message in the inbox's transaction against the same consumer writing it without.
+func benchOutbox() {
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(*pgURL)
+	must(err)
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	must(err)
+	defer pool.Close()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	schema := "warren_bench_" + hex.EncodeToString(b)
+	must(outbox.Migrate(ctx, pool, schema))
+	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck // best effort
+	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
+	defer cleanupDelay(delay)
+	body := make([]byte, 256)
+
+	fmt.Printf("== outbox: %d confirmed persistent 256 B messages per run into a %s queue, median of %d runs\n",
+		*outboxN, queueType(), *rounds)
+	n := *publish
+	*publish = *outboxN // publishWarren's count
+	cmp := compare("outbox", *outboxN, []contender{
+		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
+		{"outbox relay", func(q string) (time.Duration, error) { return relayRun(pool, schema, q, body, delay) }},
+	})
+	*publish = n
+	fmt.Printf("   (warren dlx: %d goroutines publishing one message each; outbox relay: the rows written and committed beforehand, then one relay publishing them, %d per Publish, and deleting them)\n",
+		*window, outbox.DefaultBatchSize)
+	result("ratio outbox_relay_vs_publish", "%.2f", cmp.ratio(1, 0))
+
+	outboxLatency(ctx, pool, schema, body, delay)
+
+	fmt.Printf("== inbox: %d messages per run, a handler writing one row each (default concurrency), median of %d runs\n", *outboxN, *rounds)
+	cmp = compare("inbox", *outboxN, []contender{
+		{"plain db write", func(q string) (time.Duration, error) { return consumeDB(pool, schema, q, delay, false) }},
+		{"inbox", func(q string) (time.Duration, error) { return consumeDB(pool, schema, q, delay, true) }},
+	})
+	result("ratio inbox_vs_plain_db", "%.2f", cmp.ratio(1, 0))
+}
+
+// relayRun writes n rows to topic q (outside the timing), then times one relay moving them
+// to the broker until the outbox is empty.
+func relayRun(pool *pgxpool.Pool, schema, q string, body []byte, delay topology.Delay) (time.Duration, error) {
+	ctx := context.Background()
+	p, err := warrenPublisher(q, delay)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	box, err := outbox.New(outbox.Config{Schema: schema}, nil)
+	if err != nil {
+		return 0, err
+	}
+	for written := 0; written < *outboxN; written += 1000 {
+		msgs := make([]*message.Message, min(1000, *outboxN-written))
+		for i := range msgs {
+			msgs[i] = message.NewMessage(watermill.NewUUID(), body)
+		}
+		if err := box.Publish(ctx, pool, q, msgs...); err != nil {
+			return 0, err
+		}
+	}
+	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, Publisher: p, Schema: schema}, nil)
+	if err != nil {
+		return 0, err
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	w := startSpan()
+	go func() { done <- relay.Run(rctx) }()
+	for {
+		st, err := outbox.ReadStats(ctx, pool, schema)
+		if err != nil {
+			stop()
+			return 0, err
+		}
+		if st.Waiting == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	d := w.stop()
+	stop()
+	return d, <-done
+}
+
+// confirmTimes records when the broker confirmed each message a relay published.
+type confirmTimes struct {
+	message.Publisher
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func (c *confirmTimes) Publish(topic string, msgs ...*message.Message) error {
+	if err := c.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	now := time.Now()
+	c.mu.Lock()
+	for _, m := range msgs {
+		if _, ok := c.at[m.UUID]; !ok {
+			c.at[m.UUID] = now
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// outboxLatency commits *outboxRate transactions a second, each one message, for
+// *outboxFor with a relay running, and prints the time from each commit to the broker's
+// confirm of its message.
+func outboxLatency(ctx context.Context, pool *pgxpool.Pool, schema string, body []byte, delay topology.Delay) {
+	q := name("latency")
+	defer cleanup(testenv.WorkQueueNames(q))
+	p, err := warrenPublisher(q, delay)
+	must(err)
+	defer p.Close()
+	confirmed := &confirmTimes{Publisher: p, at: map[string]time.Time{}}
+	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, Publisher: confirmed, Schema: schema}, nil)
+	must(err)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(rctx) }()
+	box, err := outbox.New(outbox.Config{Schema: schema}, nil)
+	must(err)
+
+	var (
+		mu        sync.Mutex
+		committed = map[string]time.Time{}
+		wg        sync.WaitGroup
+		failed    atomic.Int64
+		sem       = make(chan struct{}, 32)
+	)
+	total := int(outboxFor.Seconds() * float64(*outboxRate))
+	start := time.Now()
+	for i := range total {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(*outboxRate))))
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			id := watermill.NewUUID()
+			tx, err := pool.Begin(ctx)
+			if err == nil {
+				err = box.Publish(ctx, tx, q, message.NewMessage(id, body))
+				if err == nil {
+					err = tx.Commit(ctx)
+				} else {
+					_ = tx.Rollback(ctx)
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				return
+			}
+			now := time.Now()
+			mu.Lock()
+			committed[id] = now
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		confirmed.mu.Lock()
+		k := len(confirmed.at)
+		confirmed.mu.Unlock()
+		if k >= len(committed) {
+			break
+		}
+	}
+	stop()
+	must(<-done)
+	var lat []float64
+	confirmed.mu.Lock()
+	for id, c := range committed {
+		if at, ok := confirmed.at[id]; ok {
+			lat = append(lat, float64(at.Sub(c).Microseconds())/1000)
+		}
+	}
+	confirmed.mu.Unlock()
+	slices.Sort(lat)
+	fmt.Printf("== outbox latency: %d transactions of one message at %d/s asked (%.0f/s achieved, %d failed), commit to the broker's confirm:\n",
+		total, *outboxRate, float64(len(committed))/elapsed.Seconds(), failed.Load())
+	if len(lat) == 0 {
+		fmt.Println("   no message confirmed")
+		return
+	}
+	fmt.Printf("   p50 %.1f ms  p99 %.1f ms  max %.1f ms  (%d of %d confirmed)\n",
+		percentile(lat, 50), percentile(lat, 99), lat[len(lat)-1], len(lat), len(committed))
+	result("outbox_latency_p50_ms", "%.1f", percentile(lat, 50))
+	result("outbox_latency_p99_ms", "%.1f", percentile(lat, 99))
+}
+
+// consumeDB fills q with *outboxN messages, then times a router whose handler writes one
+// row per message: in the inbox's transaction, or with a plain statement.
+func consumeDB(pool *pgxpool.Pool, schema, q string, delay topology.Delay, inbox bool) (time.Duration, error) {
+	ctx := context.Background()
+	tcfg := config(delay)
+	b, err := topology.NewBuilder(tcfg, nil)
+	if err != nil {
+		return 0, err
+	}
+	if err := fillN(q, *outboxN, func(ch *amqp.Channel) error {
+		return b.DeclareQueue(ctx, ch, topology.Queue{Name: q})
+	}); err != nil {
+		return 0, err
+	}
+	tbl := schema + ".effects_" + fmt.Sprint(time.Now().UnixNano())
+	if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (uuid text NOT NULL)"); err != nil {
+		return 0, err
+	}
+	r, err := router.New(router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	var mw []message.HandlerMiddleware
+	write := func(msg *message.Message) error {
+		_, err := pool.Exec(msg.Context(), "INSERT INTO "+tbl+" VALUES ($1)", msg.UUID)
+		return err
+	}
+	if inbox {
+		in, err := outbox.NewInbox(outbox.InboxConfig{Pool: pool, Schema: schema}, nil)
+		if err != nil {
+			return 0, err
+		}
+		defer in.Close()
+		mw = []message.HandlerMiddleware{in.Middleware}
+		write = func(msg *message.Message) error {
+			tx, _ := outbox.TxFrom(msg.Context())
+			_, err := tx.Exec(msg.Context(), "INSERT INTO "+tbl+" VALUES ($1)", msg.UUID)
+			return err
+		}
+	}
+	var n atomic.Int64
+	all := make(chan struct{})
+	if err := r.AddConsumerHandler(router.HandlerConfig{Queue: q, Middleware: mw}, func(msg *message.Message) error {
+		if err := write(msg); err != nil {
+			return err
+		}
+		if n.Add(1) == int64(*outboxN) {
+			close(all)
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	w := startSpan()
+	go func() { _ = r.Run(ctx) }()
+	<-all
+	return w.stop(), nil
+}
