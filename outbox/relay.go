@@ -176,6 +176,12 @@ func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	cfg := r.cfg.Pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = relayApplicationName(r.cfg.Schema) // ReadStats counts relays by it
+	// The server probes the connection after 10 s of silence, every 5 s, 3 times: a relay
+	// cut off from the database (a network gone, not a closed socket) loses the lock in
+	// about 25 s, instead of the system's default of hours, and another relay takes over.
+	cfg.RuntimeParams["tcp_keepalives_idle"] = "10"
+	cfg.RuntimeParams["tcp_keepalives_interval"] = "5"
+	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {
