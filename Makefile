@@ -89,7 +89,7 @@ test-rabbitmq4: broker4 redis postgres chromium vet
 ## killed or lost from a 3-node cluster under one component.
 CRASH_TEST_FILES = $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./internal/faults/')
 CRASH_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing.T).*/\1/p' $(CRASH_TEST_FILES) | paste -sd'|')
-faults: broker redis
+faults: broker redis postgres
 	$(GO) vet -tags faults ./...
 	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
 	$(GO) test -tags faults -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(FAULTS_TIMEOUT) \
