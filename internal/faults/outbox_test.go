@@ -175,7 +175,7 @@ type outboxCase struct {
 
 	written    atomic.Int64 // transactions done (committed or rolled back)
 	deliveries atomic.Int64 // deliveries that reached a consumer's inbox
-	failed  atomic.Int64 // transactions that failed
+	failed     atomic.Int64 // transactions that failed
 }
 
 // child is a running child process of an outbox case.
