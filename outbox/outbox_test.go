@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -465,4 +466,33 @@ func TestStatsListAndReplay(t *testing.T) {
 	got := consume(t, s.env, q, 1, 0)
 	assert.Equal(t, []string{"refused"}, uuids(got))
 	require.Eventually(t, func() bool { w, a := s.rows(t); return w == 0 && a == 0 }, testenv.Patience(), 50*time.Millisecond)
+}
+
+// A database/sql transaction through pgx's stdlib driver writes to the outbox as a pgx one
+// does: committed arrives, rolled back never.
+func TestPublishThroughDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	q := s.env.Queue("sql")
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	ctx := context.Background()
+	for _, commit := range []bool{false, true} {
+		tx, err := db.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		id := "rolled-back"
+		if commit {
+			id = "committed"
+		}
+		require.NoError(t, s.box.Publish(ctx, outbox.SQL(tx), q, message.NewMessage(id, []byte{0, 0xff})))
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+	}
+	s.relay(t, s.publisher(t, q, nil), nil)
+	got := consume(t, s.env, q, 1, time.Second)
+	assert.Equal(t, []string{"committed"}, uuids(got))
+	assert.Equal(t, []byte{0, 0xff}, []byte(got[0].msg.Payload))
 }
