@@ -17,10 +17,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/topology"
 )
@@ -83,6 +88,15 @@ func (s *setup) relay(t *testing.T, pub message.Publisher, mod func(*outbox.Rela
 	}
 	t.Cleanup(stop)
 	return stop
+}
+
+// writeCtx writes msgs to topic in one transaction with ctx (its trace), committed.
+func (s *setup) writeCtx(ctx context.Context, t *testing.T, topic string, msgs ...*message.Message) {
+	t.Helper()
+	tx, err := s.pool.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, s.box.Publish(ctx, tx, topic, msgs...))
+	require.NoError(t, tx.Commit(ctx))
 }
 
 // write writes msgs to topic in one transaction, committed or rolled back.
@@ -495,4 +509,40 @@ func TestPublishThroughDatabaseSQL(t *testing.T) {
 	got := consume(t, s.env, q, 1, time.Second)
 	assert.Equal(t, []string{"committed"}, uuids(got))
 	assert.Equal(t, []byte{0, 0xff}, []byte(got[0].msg.Payload))
+}
+
+// The trace of the transaction that wrote a message goes on through the relay's publish: the
+// relay's send span (middleware.Tracing's publisher) is a child of the writer's span, and the
+// message carries that trace to the consumer.
+func TestTheTraceFollowsTheMessage(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	q := s.env.Queue("traced")
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tracing, err := middleware.NewTracing(middleware.TracingConfig{TracerProvider: tp})
+	require.NoError(t, err)
+	s.relay(t, tracing.Publisher(s.publisher(t, q, nil)), nil)
+
+	ctx, span := tp.Tracer("test").Start(context.Background(), "place order")
+	s.writeCtx(ctx, t, q, message.NewMessage("traced", nil))
+	span.End()
+
+	got := consume(t, s.env, q, 1, 0)
+	carried := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(),
+		propagation.MapCarrier(got[0].msg.Metadata)))
+	assert.Equal(t, span.SpanContext().TraceID(), carried.TraceID(), "the message carries the writer's trace")
+	var send sdktrace.ReadOnlySpan
+	require.Eventually(t, func() bool {
+		for _, sp := range spans.Ended() {
+			if sp.Name() == "send "+q {
+				send = sp
+				return true
+			}
+		}
+		return false
+	}, testenv.Patience(), 10*time.Millisecond)
+	assert.Equal(t, span.SpanContext().SpanID(), send.Parent().SpanID(), "the relay's send span is a child of the writer's")
+	assert.Equal(t, send.SpanContext().SpanID(), carried.SpanID(), "the consumer continues from the send span")
 }
