@@ -18,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/propagation"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -545,4 +547,58 @@ func TestTheTraceFollowsTheMessage(t *testing.T) {
 	}, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, span.SpanContext().SpanID(), send.Parent().SpanID(), "the relay's send span is a child of the writer's")
 	assert.Equal(t, send.SpanContext().SpanID(), carried.SpanID(), "the consumer continues from the send span")
+}
+
+// The relay's metrics count what it did: three messages relayed (each with its lag from the
+// write), one row set aside.
+func TestRelayMetrics(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	q := s.env.Queue("metered")
+	nowhere := s.env.Exchange("unbound")
+	pub := s.publisher(t, q, func(c *dlx.Config) {
+		c.Declare.Exchanges = append(c.Declare.Exchanges, topology.Exchange{Name: nowhere, Kind: "fanout"})
+		c.Route = func(topic string) dlx.Route {
+			if topic == nowhere {
+				return dlx.Route{Exchange: nowhere, Declared: true}
+			}
+			return dlx.ToQueue(topic)
+		}
+	})
+	reader := sdkmetric.NewManualReader()
+	// Not shut down: a condition of Never may still collect after Never returned.
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	s.relay(t, pub, func(c *outbox.RelayConfig) { c.MeterProvider = mp })
+	s.write(t, true, q, message.NewMessage("a", nil), message.NewMessage("b", nil), message.NewMessage("c", nil))
+	s.write(t, true, nowhere, message.NewMessage("refused", nil))
+	// The relay records its metrics just after its delete and update: read them until they
+	// are in.
+	collect := func() map[string]float64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			return map[string]float64{"collect failed: " + err.Error(): 1}
+		}
+		got := map[string]float64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch data := m.Data.(type) {
+				case metricdata.Sum[int64]:
+					for _, p := range data.DataPoints {
+						v, _ := p.Attributes.Value("warren.outbox.schema")
+						assert.Equal(t, s.schema, v.AsString())
+						got[m.Name] += float64(p.Value)
+					}
+				case metricdata.Histogram[float64]:
+					for _, p := range data.DataPoints {
+						got[m.Name] += float64(p.Count)
+					}
+				}
+			}
+		}
+		return got
+	}
+	want := map[string]float64{"warren.outbox.relayed": 3, "warren.outbox.set_aside": 1, "warren.outbox.lag": 3}
+	require.Eventually(t, func() bool { return assert.ObjectsAreEqual(want, collect()) }, testenv.Patience(), 20*time.Millisecond)
+	assert.Never(t, func() bool { return !assert.ObjectsAreEqual(want, collect()) }, 300*time.Millisecond, 20*time.Millisecond,
+		"nothing counted twice")
 }

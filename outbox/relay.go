@@ -11,9 +11,11 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/internal/visible"
 )
 
@@ -45,6 +47,9 @@ type RelayConfig struct {
 	// Propagator reads the trace context that Outbox.Publish wrote into the metadata. Default
 	// propagation.TraceContext{}.
 	Propagator propagation.TextMapPropagator
+	// MeterProvider records the relay's metrics: warren.outbox.relayed, warren.outbox.set_aside
+	// and warren.outbox.lag (see docs/metrics.md). Default: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
 }
 
 // Defaults of RelayConfig.
@@ -122,6 +127,7 @@ type Relay struct {
 	table   string
 	channel string
 	logger  watermill.LoggerAdapter
+	metrics *telemetry.Outbox
 }
 
 // NewRelay returns a relay for the outbox of config.Schema; Run starts it.
@@ -133,11 +139,16 @@ func NewRelay(config RelayConfig, logger watermill.LoggerAdapter) (*Relay, error
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	metrics, err := telemetry.NewOutbox(config.MeterProvider, config.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
 	return &Relay{
 		cfg:     config,
 		table:   table(config.Schema),
 		channel: channel(config.Schema),
 		logger:  logger.With(watermill.LogFields{"outbox": config.Schema}),
+		metrics: metrics,
 	}, nil
 }
 
@@ -259,13 +270,14 @@ type row struct {
 	metadata  []byte
 	publishID string
 	due       *time.Time
+	written   time.Time
 }
 
 // pass publishes the oldest waiting rows (up to BatchSize) and deletes those the broker
 // confirmed; it returns how many rows it read.
 func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	rows, err := conn.Query(cctx, "SELECT id, topic, uuid, payload, metadata, publish_id, due FROM "+r.table+
+	rows, err := conn.Query(cctx, "SELECT id, topic, uuid, payload, metadata, publish_id, due, written FROM "+r.table+
 		" WHERE set_aside IS NULL ORDER BY id LIMIT $1", r.cfg.BatchSize)
 	if err != nil {
 		cancel()
@@ -273,7 +285,7 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error) {
 	}
 	batch, err := pgx.CollectRows(rows, func(c pgx.CollectableRow) (row, error) {
 		var w row
-		err := c.Scan(&w.id, &w.topic, &w.uuid, &w.payload, &w.metadata, &w.publishID, &w.due)
+		err := c.Scan(&w.id, &w.topic, &w.uuid, &w.payload, &w.metadata, &w.publishID, &w.due, &w.written)
 		return w, err
 	})
 	cancel()
@@ -298,6 +310,17 @@ func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error) {
 		if _, err := r.exec(ctx, conn, "DELETE FROM "+r.table+" WHERE id = ANY($1)", done); err != nil {
 			return 0, fmt.Errorf("delete %d published row(s): %w", len(done), err)
 		}
+		confirmed := make(map[int64]bool, len(done))
+		for _, id := range done {
+			confirmed[id] = true
+		}
+		written := make([]time.Time, 0, len(done))
+		for _, w := range batch {
+			if confirmed[w.id] {
+				written = append(written, w.written)
+			}
+		}
+		r.metrics.Relayed(ctx, written, time.Now())
 	}
 	if failed != nil {
 		return 0, failed
@@ -386,5 +409,6 @@ func (r *Relay) setAside(ctx context.Context, conn *pgx.Conn, id int64, reason e
 		id, visible.String(reason.Error())); err != nil { // text holds valid UTF-8, no NUL
 		return fmt.Errorf("set row %d aside: %w", id, err)
 	}
+	r.metrics.SetAside(ctx)
 	return nil
 }
