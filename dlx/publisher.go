@@ -649,11 +649,13 @@ func messagesContext(msgs []*message.Message) (context.Context, context.CancelFu
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	var stops []func() bool
+	watched := map[<-chan struct{}]bool{} // messages of one caller share a context: watched once
 	for _, msg := range msgs {
 		mctx := msg.Context()
 		if mctx.Err() != nil {
 			cancel(context.Cause(mctx))
-		} else if mctx.Done() != nil {
+		} else if done := mctx.Done(); done != nil && !watched[done] {
+			watched[done] = true
 			stops = append(stops, context.AfterFunc(mctx, func() { cancel(context.Cause(mctx)) }))
 		}
 	}

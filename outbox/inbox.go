@@ -78,15 +78,8 @@ func (c InboxConfig) Validate() error {
 	if err := validSchema(c.Schema); err != nil {
 		return fmt.Errorf("outbox: InboxConfig.Schema: %w", err)
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"Retention", c.Retention}, {"ExpireEvery", c.ExpireEvery}, {"Timeout", c.Timeout}} {
-		if f.d < 0 {
-			return fmt.Errorf("outbox: InboxConfig.%s %s is negative", f.name, f.d)
-		}
-	}
-	return nil
+	return notNegative("InboxConfig", field{"Retention", c.Retention}, field{"ExpireEvery", c.ExpireEvery},
+		field{"Timeout", c.Timeout})
 }
 
 // Inbox runs a handler inside a PostgreSQL transaction that also records the message's key,

@@ -68,10 +68,35 @@ func (c Config) Validate() error {
 	if err := validSchema(c.Schema); err != nil {
 		return fmt.Errorf("outbox: Config.Schema: %w", err)
 	}
-	if c.PastTolerance < 0 {
-		return fmt.Errorf("outbox: Config.PastTolerance %s is negative", c.PastTolerance)
+	return notNegative("Config", field{"PastTolerance", c.PastTolerance})
+}
+
+// field is a duration field of a config, by name, for notNegative.
+type field struct {
+	name string
+	d    time.Duration
+}
+
+// notNegative reports the first of fields that is negative, as a field of config.
+func notNegative(config string, fields ...field) error {
+	for _, f := range fields {
+		if f.d < 0 {
+			return fmt.Errorf("outbox: %s.%s %s is negative", config, f.name, f.d)
+		}
 	}
 	return nil
+}
+
+// schemaOr returns schema, DefaultSchema if it is "", or an error if PostgreSQL would not
+// take it as it is.
+func schemaOr(schema string) (string, error) {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	if err := validSchema(schema); err != nil {
+		return "", fmt.Errorf("outbox: schema: %w", err)
+	}
+	return schema, nil
 }
 
 // validSchema accepts a schema name PostgreSQL takes as it is: 1 to 63 bytes, no NUL.
@@ -134,11 +159,9 @@ func (o *Outbox) Migrate(ctx context.Context, db Execer) error {
 // holds a transaction-level advisory lock while it runs, so db should be a pool or a
 // connection, not a transaction that goes on to do other work.
 func Migrate(ctx context.Context, db Execer, schema string) error {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := validSchema(schema); err != nil {
-		return fmt.Errorf("outbox: schema: %w", err)
+	schema, err := schemaOr(schema)
+	if err != nil {
+		return err
 	}
 	sql := strings.ReplaceAll(schemaSQL, "{{schema}}", pgx.Identifier{schema}.Sanitize())
 	// CREATE ... IF NOT EXISTS races with itself (a unique violation in pg_namespace or

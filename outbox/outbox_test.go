@@ -69,6 +69,24 @@ func (s *setup) publisher(t *testing.T, q string, mod func(*dlx.Config)) *dlx.Pu
 	return p
 }
 
+// publisherWithUnbound is publisher for q that also declares an exchange of the test's own
+// bound to nothing, and routes the topic of that name to it: what is published there is
+// returned by the broker as unroutable.
+func (s *setup) publisherWithUnbound(t *testing.T, q string) (pub *dlx.Publisher, unbound string) {
+	t.Helper()
+	unbound = s.env.Exchange("unbound")
+	pub = s.publisher(t, q, func(c *dlx.Config) {
+		c.Declare.Exchanges = append(c.Declare.Exchanges, topology.Exchange{Name: unbound, Kind: "fanout"})
+		c.Route = func(topic string) dlx.Route {
+			if topic == unbound {
+				return dlx.Route{Exchange: unbound, Declared: true}
+			}
+			return dlx.ToQueue(topic)
+		}
+	})
+	return pub, unbound
+}
+
 // relay runs a relay of the test's outbox through pub until the test ends or stop is called.
 func (s *setup) relay(t *testing.T, pub message.Publisher, mod func(*outbox.RelayConfig)) (stop func()) {
 	t.Helper()
@@ -240,16 +258,7 @@ func TestWhatTheBrokerNeverTakesIsSetAside(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	q := s.env.Queue("work")
-	nowhere := s.env.Exchange("nowhere") // declared, bound to nothing
-	pub := s.publisher(t, q, func(c *dlx.Config) {
-		c.Declare.Exchanges = append(c.Declare.Exchanges, topology.Exchange{Name: nowhere, Kind: "fanout"})
-		c.Route = func(topic string) dlx.Route {
-			if topic == nowhere {
-				return dlx.Route{Exchange: nowhere, Declared: true}
-			}
-			return dlx.ToQueue(topic)
-		}
-	})
+	pub, nowhere := s.publisherWithUnbound(t, q)
 	s.relay(t, pub, nil)
 
 	big := message.NewMessage("too-large", nil)
@@ -448,11 +457,7 @@ func TestStatsListAndReplay(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	q := s.env.Queue("mended")
-	nowhere := s.env.Exchange("unbound")
-	pub := s.publisher(t, q, func(c *dlx.Config) {
-		c.Declare.Exchanges = append(c.Declare.Exchanges, topology.Exchange{Name: nowhere, Kind: "fanout"})
-		c.Route = func(topic string) dlx.Route { return dlx.Route{Exchange: topic, Declared: true} }
-	})
+	pub, nowhere := s.publisherWithUnbound(t, q)
 	ctx := context.Background()
 
 	s.write(t, true, nowhere, message.NewMessage("refused", nil))
@@ -555,16 +560,7 @@ func TestRelayMetrics(t *testing.T) {
 	t.Parallel()
 	s := newSetup(t)
 	q := s.env.Queue("metered")
-	nowhere := s.env.Exchange("unbound")
-	pub := s.publisher(t, q, func(c *dlx.Config) {
-		c.Declare.Exchanges = append(c.Declare.Exchanges, topology.Exchange{Name: nowhere, Kind: "fanout"})
-		c.Route = func(topic string) dlx.Route {
-			if topic == nowhere {
-				return dlx.Route{Exchange: nowhere, Declared: true}
-			}
-			return dlx.ToQueue(topic)
-		}
-	})
+	pub, nowhere := s.publisherWithUnbound(t, q)
 	reader := sdkmetric.NewManualReader()
 	// Not shut down: a condition of Never may still collect after Never returned.
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

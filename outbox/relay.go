@@ -96,15 +96,8 @@ func (c RelayConfig) Validate() error {
 	if err := validSchema(c.Schema); err != nil {
 		return fmt.Errorf("outbox: RelayConfig.Schema: %w", err)
 	}
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"PollInterval", c.PollInterval}, {"Timeout", c.Timeout}, {"MaxBackoff", c.MaxBackoff}} {
-		if f.d < 0 {
-			return fmt.Errorf("outbox: RelayConfig.%s %s is negative", f.name, f.d)
-		}
-	}
-	return nil
+	return notNegative("RelayConfig", field{"PollInterval", c.PollInterval}, field{"Timeout", c.Timeout},
+		field{"MaxBackoff", c.MaxBackoff})
 }
 
 // Relay moves the messages that committed transactions wrote into the outbox to the

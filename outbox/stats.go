@@ -43,17 +43,15 @@ func relayApplicationName(schema string) string {
 
 // ReadStats reads the state of the outbox of schema (DefaultSchema if "") and its inbox.
 func ReadStats(ctx context.Context, db Querier, schema string) (Stats, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := validSchema(schema); err != nil {
-		return Stats{}, fmt.Errorf("outbox: schema: %w", err)
+	schema, err := schemaOr(schema)
+	if err != nil {
+		return Stats{}, err
 	}
 	s := Stats{Schema: schema}
 	var oldest *time.Time
 	var now time.Time
 	inbox := pgx.Identifier{schema, "inbox"}.Sanitize()
-	err := db.QueryRow(ctx, "SELECT now(), "+
+	err = db.QueryRow(ctx, "SELECT now(), "+
 		"(SELECT count(*) FROM "+table(schema)+" WHERE set_aside IS NULL), "+
 		"(SELECT min(written) FROM "+table(schema)+" WHERE set_aside IS NULL), "+
 		"(SELECT count(*) FROM "+table(schema)+" WHERE set_aside IS NOT NULL), "+
@@ -85,11 +83,9 @@ type SetAsideRow struct {
 func ListSetAside(ctx context.Context, db interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }, schema string, limit int) ([]SetAsideRow, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := validSchema(schema); err != nil {
-		return nil, fmt.Errorf("outbox: schema: %w", err)
+	schema, err := schemaOr(schema)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := db.Query(ctx, "SELECT id, topic, uuid, set_aside, reason FROM "+table(schema)+
 		" WHERE set_aside IS NOT NULL ORDER BY id LIMIT $1", limit)
@@ -119,11 +115,9 @@ func ListSetAside(ctx context.Context, db interface {
 // them again in their place in the order: mend what made the broker refuse them first.
 // It returns how many rows it gave back.
 func Replay(ctx context.Context, db Execer, schema string, ids ...int64) (int64, error) {
-	if schema == "" {
-		schema = DefaultSchema
-	}
-	if err := validSchema(schema); err != nil {
-		return 0, fmt.Errorf("outbox: schema: %w", err)
+	schema, err := schemaOr(schema)
+	if err != nil {
+		return 0, err
 	}
 	var only []int64 // nil: NULL, every row
 	if len(ids) > 0 {
