@@ -114,7 +114,7 @@ func (c RelayConfig) Validate() error {
 // warren.PermanentError: unroutable, too large, a delay beyond the levels' reach, a
 // destination refused) is set aside with the reason and does not hold up the rows behind
 // it. A database or broker that fails makes the relay back off, up to
-// RelayConfig.MaxBackoff between tries, and log each failure.
+// RelayConfig.MaxBackoff between tries, logging the failure once per try (see Run).
 type Relay struct {
 	cfg     RelayConfig
 	table   string
@@ -147,9 +147,16 @@ func NewRelay(config RelayConfig, logger watermill.LoggerAdapter) (*Relay, error
 
 // Run relays until ctx ends, then returns nil. It returns an error only for a failure that
 // trying again cannot cure (the outbox table does not exist: run Migrate).
+//
+// Each failure of the database or the broker is logged once, as it ends a try: at error
+// level when it differs from the one before, at info level with a count while the same
+// failure repeats (a database down for a minute logs one error and a few lines that say it
+// still is).
 func (r *Relay) Run(ctx context.Context) error {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(r.cfg.MaxBackoff), backoff.WithMaxElapsedTime(0))
+	var last string // the failure logged last
+	repeats := 0
 	for {
 		err := r.lead(ctx, b)
 		if ctx.Err() != nil {
@@ -159,7 +166,14 @@ func (r *Relay) Run(ctx context.Context) error {
 			return fmt.Errorf("outbox: relay: %w (run outbox.Migrate)", err)
 		}
 		wait := b.NextBackOff()
-		r.logger.Error("outbox: relay failed, trying again", err, watermill.LogFields{"wait": wait.String()})
+		if err.Error() == last {
+			repeats++
+			r.logger.Info("outbox: relay still failing, trying again", watermill.LogFields{"wait": wait.String(),
+				"repeats": repeats, "error": visible.String(last)})
+		} else {
+			last, repeats = err.Error(), 0
+			r.logger.Error("outbox: relay failed, trying again", err, watermill.LogFields{"wait": wait.String()})
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -176,6 +190,11 @@ func isUndefinedTable(err error) bool {
 
 // lead connects, waits for the outbox's lock and relays until ctx ends or something fails;
 // b is reset once rows moved.
+//
+// The database's work overlaps the broker's: while a batch is in flight (published, its
+// confirms awaited), the relay deletes the batch before it and reads the one after, in one
+// statement. A batch is published only once the one before it is confirmed, so the broker
+// gets the rows in the order they were read.
 func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	cfg := r.cfg.Pool.Config().ConnConfig.Copy()
@@ -191,11 +210,26 @@ func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}
+	var (
+		flying *flight // the batch in flight
+		gone   *flight // the batch confirmed last, to delete
+	)
 	defer func() {
-		// Closing the connection releases the lock.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+		// What the broker confirmed goes, if the connection still works, even when ctx
+		// ended: a relay that stops leaves no copies to send.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
 		defer cancel()
-		_ = conn.Close(cctx)
+		if flying != nil {
+			<-flying.done
+		}
+		for _, f := range []*flight{gone, flying} {
+			if f != nil && len(f.confirmed) > 0 {
+				if _, err := conn.Exec(dctx, "DELETE FROM "+r.table+" WHERE id = ANY($1)", f.ids()); err == nil {
+					r.metrics.Relayed(ctx, f.written(), f.at)
+				}
+			}
+		}
+		_ = conn.Close(dctx) // releases the lock
 	}()
 	if err := r.lock(ctx, conn); err != nil {
 		return err
@@ -205,13 +239,35 @@ func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 		return err
 	}
 	for {
-		n, err := r.pass(ctx, conn)
+		batch, err := r.read(ctx, conn, gone, flying)
 		if err != nil {
 			return err
 		}
-		b.Reset()
-		if n == r.cfg.BatchSize {
-			continue // more may wait
+		if gone != nil {
+			r.metrics.Relayed(ctx, gone.written(), gone.at)
+			gone = nil
+		}
+		if flying != nil {
+			<-flying.done
+			f := flying
+			flying = nil
+			for _, a := range f.aside {
+				if err := r.setAside(ctx, conn, a.id, a.reason); err != nil {
+					return err
+				}
+			}
+			gone = f
+			if f.err != nil {
+				return f.err // the deferred function deletes what was confirmed
+			}
+			b.Reset()
+		}
+		if len(batch) > 0 {
+			flying = r.fly(ctx, batch)
+			continue
+		}
+		if gone != nil {
+			continue // the next read deletes it, and finds what came meanwhile
 		}
 		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
 		_, err = conn.WaitForNotification(wctx)
@@ -266,115 +322,136 @@ type row struct {
 	written   time.Time
 }
 
-// pass publishes the oldest waiting rows (up to BatchSize) and deletes those the broker
-// confirmed; it returns how many rows it read.
-func (r *Relay) pass(ctx context.Context, conn *pgx.Conn) (int, error) {
+// read deletes the rows of gone that the broker confirmed and reads the oldest waiting rows
+// (up to BatchSize) other than those and the rows in flight, in one statement: the delete
+// is not visible to the read of the same statement.
+func (r *Relay) read(ctx context.Context, conn *pgx.Conn, gone, flying *flight) ([]row, error) {
+	del, skip := []int64{}, []int64{} // not nil: id <> ALL(NULL) is never true
+	if gone != nil {
+		del = gone.ids()
+		skip = del
+	}
+	if flying != nil {
+		for _, w := range flying.rows {
+			skip = append(skip, w.id)
+		}
+	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	rows, err := conn.Query(cctx, "SELECT id, topic, uuid, payload, metadata, publish_id, due, written FROM "+r.table+
-		" WHERE set_aside IS NULL ORDER BY id LIMIT $1", r.cfg.BatchSize)
+	defer cancel()
+	rows, err := conn.Query(cctx, "WITH gone AS (DELETE FROM "+r.table+" WHERE id = ANY($1)) "+
+		"SELECT id, topic, uuid, payload, metadata, publish_id, due, written FROM "+r.table+
+		" WHERE set_aside IS NULL AND id <> ALL($2) ORDER BY id LIMIT $3", del, skip, r.cfg.BatchSize)
 	if err != nil {
-		cancel()
-		return 0, fmt.Errorf("read the outbox: %w", err)
+		return nil, fmt.Errorf("read the outbox: %w", err)
 	}
 	batch, err := pgx.CollectRows(rows, func(c pgx.CollectableRow) (row, error) {
 		var w row
 		err := c.Scan(&w.id, &w.topic, &w.uuid, &w.payload, &w.metadata, &w.publishID, &w.due, &w.written)
 		return w, err
 	})
-	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("read the outbox: %w", err)
+		return nil, fmt.Errorf("read the outbox: %w", err)
 	}
-	var done []int64
-	// The rows go in order, a run of rows to one topic per Publish call; a failure that
-	// publishing again may cure stops the pass, so that nothing overtakes the failed rows.
-	var failed error
-	for start := 0; start < len(batch) && failed == nil; {
-		end := start + 1
-		for end < len(batch) && string(batch[end].topic) == string(batch[start].topic) {
-			end++
-		}
-		var ids []int64
-		ids, failed = r.publish(ctx, conn, batch[start:end])
-		done = append(done, ids...)
-		start = end
-	}
-	if len(done) > 0 {
-		if _, err := r.exec(ctx, conn, "DELETE FROM "+r.table+" WHERE id = ANY($1)", done); err != nil {
-			return 0, fmt.Errorf("delete %d published row(s): %w", len(done), err)
-		}
-		confirmed := make(map[int64]bool, len(done))
-		for _, id := range done {
-			confirmed[id] = true
-		}
-		written := make([]time.Time, 0, len(done))
-		for _, w := range batch {
-			if confirmed[w.id] {
-				written = append(written, w.written)
-			}
-		}
-		r.metrics.Relayed(ctx, written, time.Now())
-	}
-	if failed != nil {
-		return 0, failed
-	}
-	return len(batch), nil
+	return batch, nil
 }
 
-// publish publishes rows (all to one topic) in one call, and returns the ids of those the
-// broker confirmed. When the call fails with a permanent error, it publishes them one at a
-// time (the ones confirmed before go again, with their publish ids) and sets aside each row
-// that fails so.
-func (r *Relay) publish(ctx context.Context, conn *pgx.Conn, rows []row) ([]int64, error) {
+// flight is a batch of rows being published, and, once done is closed, what became of them.
+type flight struct {
+	rows []row
+	done chan struct{}
+
+	confirmed []row      // the rows the broker confirmed
+	at        time.Time  // when it confirmed the last of them
+	aside     []setAside // the rows the broker will never take
+	err       error      // a failure that publishing again may cure: the rows after it wait
+}
+
+// setAside is a row to set aside and the reason.
+type setAside struct {
+	id     int64
+	reason error
+}
+
+func (f *flight) ids() []int64 {
+	ids := make([]int64, len(f.confirmed))
+	for i, w := range f.confirmed {
+		ids[i] = w.id
+	}
+	return ids
+}
+
+func (f *flight) written() []time.Time {
+	t := make([]time.Time, len(f.confirmed))
+	for i, w := range f.confirmed {
+		t[i] = w.written
+	}
+	return t
+}
+
+// fly publishes batch in the background, in order, a run of rows to one topic per Publish
+// call; a failure that publishing again may cure ends it, so that nothing overtakes the
+// failed rows.
+func (r *Relay) fly(ctx context.Context, batch []row) *flight {
+	f := &flight{rows: batch, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for start := 0; start < len(batch) && f.err == nil; {
+			end := start + 1
+			for end < len(batch) && string(batch[end].topic) == string(batch[start].topic) {
+				end++
+			}
+			r.publish(ctx, f, batch[start:end])
+			start = end
+		}
+		f.at = time.Now()
+	}()
+	return f
+}
+
+// publish publishes rows (all to one topic) in one call, and notes in f those the broker
+// confirmed. When the call fails with a permanent error, it publishes them one at a time
+// (the ones confirmed before go again, with their publish ids) and notes each row that fails
+// so to be set aside.
+func (r *Relay) publish(ctx context.Context, f *flight, rows []row) {
 	topic := string(rows[0].topic)
-	msgs := make([]*message.Message, len(rows))
-	ids := make([]int64, len(rows))
+	var msgs []*message.Message
+	var keep []row
 	now := time.Now()
-	for i, w := range rows {
+	for _, w := range rows {
 		msg, err := r.message(ctx, w, now)
 		if err != nil {
-			if err := r.setAside(ctx, conn, w.id, err); err != nil {
-				return nil, err
-			}
+			f.aside = append(f.aside, setAside{w.id, err})
 			continue
 		}
-		msgs[i], ids[i] = msg, w.id
+		msgs, keep = append(msgs, msg), append(keep, w)
 	}
-	var keep []*message.Message
-	var keepIDs []int64
+	if len(msgs) == 0 {
+		return
+	}
+	err := r.cfg.Publisher.Publish(topic, msgs...)
+	switch {
+	case err == nil:
+		f.confirmed = append(f.confirmed, keep...)
+		return
+	case !warren.IsPermanent(err):
+		f.err = fmt.Errorf("publish %d message(s) to %q: %w", len(msgs), topic, err)
+		return
+	case len(msgs) == 1:
+		f.aside = append(f.aside, setAside{keep[0].id, err})
+		return
+	}
 	for i, msg := range msgs {
-		if msg != nil {
-			keep, keepIDs = append(keep, msg), append(keepIDs, ids[i])
-		}
-	}
-	if len(keep) == 0 {
-		return nil, nil
-	}
-	err := r.cfg.Publisher.Publish(topic, keep...)
-	if err == nil {
-		return keepIDs, nil
-	}
-	if !warren.IsPermanent(err) || len(keep) == 1 {
-		if warren.IsPermanent(err) {
-			return nil, r.setAside(ctx, conn, keepIDs[0], err)
-		}
-		return nil, fmt.Errorf("publish %d message(s) to %q: %w", len(keep), topic, err)
-	}
-	var done []int64
-	for i, msg := range keep {
 		err := r.cfg.Publisher.Publish(topic, msg)
 		switch {
 		case err == nil:
-			done = append(done, keepIDs[i])
+			f.confirmed = append(f.confirmed, keep[i])
 		case warren.IsPermanent(err):
-			if err := r.setAside(ctx, conn, keepIDs[i], err); err != nil {
-				return done, err
-			}
+			f.aside = append(f.aside, setAside{keep[i].id, err})
 		default:
-			return done, fmt.Errorf("publish a message to %q: %w", topic, err)
+			f.err = fmt.Errorf("publish a message to %q: %w", topic, err)
+			return
 		}
 	}
-	return done, nil
 }
 
 // message makes the Watermill message of w, due when w says (at once if that has passed),
