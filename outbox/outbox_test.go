@@ -598,3 +598,83 @@ func TestRelayMetrics(t *testing.T) {
 	assert.Never(t, func() bool { return !assert.ObjectsAreEqual(want, collect()) }, 300*time.Millisecond, 20*time.Millisecond,
 		"nothing counted twice")
 }
+
+// failing is a publisher that fails every call with the error it holds.
+type failing struct{ err atomic.Pointer[error] }
+
+func (f *failing) Publish(string, ...*message.Message) error { return *f.err.Load() }
+func (f *failing) Close() error                              { return nil }
+
+// logged records the messages logged at error and info level, and the errors.
+type logged struct {
+	mu     sync.Mutex
+	errors []string
+	infos  []string
+	errs   []error
+}
+
+func (l *logged) Error(msg string, err error, _ watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.errors, l.errs = append(l.errors, msg), append(l.errs, err)
+}
+
+func (l *logged) Info(msg string, _ watermill.LogFields) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.infos = append(l.infos, msg)
+}
+
+func (l *logged) Debug(string, watermill.LogFields)                {}
+func (l *logged) Trace(string, watermill.LogFields)                {}
+func (l *logged) With(watermill.LogFields) watermill.LoggerAdapter { return l }
+
+// count returns how many times msg was logged at error and at info level, and the last error.
+func (l *logged) count(msg string) (errors, infos int, last error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, m := range l.errors {
+		if m == msg {
+			errors, last = errors+1, l.errs[i]
+		}
+	}
+	for _, m := range l.infos {
+		if m == msg {
+			infos++
+		}
+	}
+	return errors, infos, last
+}
+
+// A failure that repeats is logged once as an error and then, once per try, at info level
+// with a count; a different failure is an error again.
+func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	s.write(t, true, s.env.Queue("never"), message.NewMessage("waits", nil))
+	logger := &logged{}
+	pub := &failing{}
+	away := errors.New("the broker is away")
+	pub.err.Store(&away)
+	r, err := outbox.NewRelay(outbox.RelayConfig{Pool: s.pool, Publisher: pub, Schema: s.schema,
+		MaxBackoff: 50 * time.Millisecond}, logger)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); assert.NoError(t, <-done) }()
+
+	const failed, still = "outbox: relay failed, trying again", "outbox: relay still failing, trying again"
+	require.Eventually(t, func() bool { _, n, _ := logger.count(still); return n >= 3 },
+		testenv.Patience(), 10*time.Millisecond, "the same failure, tried again")
+	n, _, last := logger.count(failed)
+	assert.Equal(t, 1, n, "the first failure is an error, its repeats are not")
+	assert.ErrorIs(t, last, away)
+
+	other := errors.New("the broker refuses")
+	pub.err.Store(&other)
+	require.Eventually(t, func() bool { n, _, _ := logger.count(failed); return n == 2 },
+		testenv.Patience(), 10*time.Millisecond, "a different failure is an error again")
+	_, _, last = logger.count(failed)
+	assert.ErrorIs(t, last, other)
+}
