@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren"
@@ -139,30 +141,21 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
 		i.maybeExpire()
 		ctx := msg.Context()
-		bctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
-		tx, err := i.cfg.Pool.Begin(bctx)
-		cancel()
+		tx, release, err := i.begin(ctx, i.cfg.Key(msg))
+		if errors.Is(err, errHandled) {
+			i.logger.Debug("outbox: inbox: handled already, acked", watermill.LogFields{"message_uuid": msg.UUID})
+			return nil, nil
+		}
 		if err != nil {
-			return nil, fmt.Errorf("outbox: inbox: begin: %w", err)
+			return nil, err
 		}
 		// Rolled back unless committed; a rollback after the commit does nothing.
 		defer func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), i.cfg.Timeout)
 			defer cancel()
 			_ = tx.Rollback(rctx)
+			release()
 		}()
-		if key := i.cfg.Key(msg); key != "" {
-			rctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
-			tag, err := tx.Exec(rctx, "INSERT INTO "+i.table+" (key) VALUES ($1) ON CONFLICT DO NOTHING", []byte(key))
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("outbox: inbox: record the message: %w", err)
-			}
-			if tag.RowsAffected() == 0 {
-				i.logger.Debug("outbox: inbox: handled already, acked", watermill.LogFields{"message_uuid": msg.UUID})
-				return nil, nil
-			}
-		}
 		msg.SetContext(context.WithValue(ctx, txKey{}, tx))
 		out, err := h(msg)
 		msg.SetContext(ctx)
@@ -185,6 +178,42 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		return nil, nil
 	}
+}
+
+// errHandled says that the inbox holds the message's key: a transaction that handled it
+// committed.
+var errHandled = errors.New("outbox: inbox: handled already")
+
+// begin begins the handler's transaction on a connection of the pool and records key in it
+// (unless key is ""), in one round trip: BEGIN and the INSERT go as one query. A key that is
+// there already fails the INSERT, which begin rolls back and reports as errHandled; a
+// transaction that holds the same key and has not ended makes the INSERT wait for its end.
+// release gives the connection back, after the transaction's end.
+func (i *Inbox) begin(ctx context.Context, key string) (tx pgx.Tx, release func(), err error) {
+	bctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
+	defer cancel()
+	conn, err := i.cfg.Pool.Acquire(bctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: inbox: begin: %w", err)
+	}
+	begin := "BEGIN"
+	if key != "" {
+		// The key as hex digits: a literal that cannot end early, whatever bytes it holds.
+		begin += "; INSERT INTO " + i.table + " (key) VALUES (decode('" + hex.EncodeToString([]byte(key)) + "', 'hex'))"
+	}
+	tx, err = conn.BeginTx(bctx, pgx.TxOptions{BeginQuery: begin})
+	if err == nil {
+		return tx, conn.Release, nil
+	}
+	defer conn.Release() // a connection left in a transaction is closed, not reused
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+		if _, err := conn.Exec(bctx, "ROLLBACK"); err != nil {
+			return nil, nil, fmt.Errorf("outbox: inbox: roll back after finding the message's key: %w", err)
+		}
+		return nil, nil, errHandled
+	}
+	return nil, nil, fmt.Errorf("outbox: inbox: begin and record the message: %w", err)
 }
 
 // maybeExpire starts Expire in the background when ExpireEvery has passed since the last

@@ -197,3 +197,59 @@ func TestInboxExpire(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"new"}, keys)
 }
+
+// Two deliveries of one key at once: the second waits for the first's transaction; it is
+// acked without running the handler when the first committed, and runs it when the first
+// rolled back. A key holds any bytes.
+func TestInboxOneKeyAtOnce(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	tbl := s.effects(t)
+	in := s.inbox(t, func(c *outbox.InboxConfig) { c.Key = func(m *message.Message) string { return m.UUID } })
+	for _, commit := range []bool{true, false} {
+		label := map[bool]string{true: "committed", false: "rolled back"}[commit]
+		key := "it's \x00 a \\ key'); -- " + label
+		started, finish := make(chan struct{}), make(chan struct{})
+		var runs atomic.Int64
+		h := in.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-finish
+			}
+			tx, _ := outbox.TxFrom(msg.Context())
+			if _, err := tx.Exec(msg.Context(), "INSERT INTO "+tbl+" VALUES ($1, 1)", label); err != nil {
+				return nil, err
+			}
+			if runs.Load() == 1 && !commit {
+				return nil, errors.New("rolled back")
+			}
+			return nil, nil
+		})
+		first, second := make(chan error, 1), make(chan error, 1)
+		go func() { _, err := h(message.NewMessage(key, nil)); first <- err }()
+		<-started
+		go func() { _, err := h(message.NewMessage(key, nil)); second <- err }()
+		// The second waits for the lock on the key that the first's transaction holds.
+		require.Eventually(t, func() bool {
+			var waiting bool
+			require.NoError(t, s.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM pg_stat_activity "+
+				"WHERE wait_event_type = 'Lock' AND query LIKE '%'||$1||'%')", s.schema+`"."inbox`).Scan(&waiting))
+			return waiting
+		}, testenv.Patience(), 10*time.Millisecond)
+		close(finish)
+		if commit {
+			require.NoError(t, <-first)
+			require.NoError(t, <-second)
+			assert.Equal(t, int64(1), runs.Load(), "acked without running the handler")
+		} else {
+			require.Error(t, <-first)
+			require.NoError(t, <-second)
+			assert.Equal(t, int64(2), runs.Load(), "the first rolled back: the second runs")
+		}
+		assert.Equal(t, 1, s.effectsOf(t, tbl)[label])
+		var recorded bool
+		require.NoError(t, s.pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT 1 FROM "+
+			pgx.Identifier{s.schema, "inbox"}.Sanitize()+" WHERE key = $1)", []byte(key)).Scan(&recorded))
+		assert.True(t, recorded, "the key is recorded byte for byte")
+	}
+}
