@@ -13,6 +13,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -29,11 +30,13 @@ var (
 	outboxRate = flag.Int("outbox-rate", 1000, "outbox section: transactions a second in the latency run")
 	outboxFor  = flag.Duration("outbox-for", 10*time.Second, "outbox section: length of the latency run")
 	relayBatch = flag.Int("outbox-batch", outbox.DefaultBatchSize, "outbox section: the relay's RelayConfig.BatchSize")
+	fwdPool    = flag.Int("forwarder-channel-pool", 0, "outbox section: the Forwarder's watermill-amqp Publish.ChannelPoolSize (0, its default: a channel opened and closed per Publish)")
 )
 
-// benchOutbox: the relay against warren's direct publish, the latency from commit to the
-// broker's confirm at a steady rate of transactions, and a consumer writing one row per
-// message in the inbox's transaction against the same consumer writing it without.
+// benchOutbox: the relay against warren's direct publish and against Watermill's Forwarder
+// over watermill-sql, the latency from commit to the broker's confirm at a steady rate of
+// transactions through each, and a consumer writing one row per message in the inbox's
+// transaction against the same consumer writing it without.
 func benchOutbox() {
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(*pgURL)
@@ -51,6 +54,10 @@ func benchOutbox() {
 	defer cleanupDelay(delay)
 	body := make([]byte, 256)
 
+	wm, err := newWatermillOutbox(ctx, pool, "watermill_bench_"+hex.EncodeToString(b))
+	must(err)
+	defer wm.drop(ctx)
+
 	fmt.Printf("== outbox: %d confirmed persistent 256 B messages per run into a %s queue, median of %d runs\n",
 		*outboxN, queueType(), *rounds)
 	n := *publish
@@ -58,13 +65,17 @@ func benchOutbox() {
 	cmp := compare("outbox", *outboxN, []contender{
 		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
 		{"outbox relay", func(q string) (time.Duration, error) { return relayRun(pool, schema, q, body, delay) }},
+		{"wm Forwarder", func(q string) (time.Duration, error) { return forwarderRun(wm, q, body) }},
 	})
 	*publish = n
-	fmt.Printf("   (warren dlx: %d goroutines publishing one message each; outbox relay: the rows written and committed beforehand, then one relay publishing them, %d per Publish, and deleting them)\n",
-		*window, *relayBatch)
+	fmt.Printf("   (warren dlx: %d goroutines publishing one message each; outbox relay: the rows written and committed beforehand, then one relay publishing them, %d per Publish, and deleting them; wm Forwarder: Watermill's Forwarder on watermill-sql's DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter and watermill-amqp with ConfirmDelivery and ChannelPoolSize %d, their defaults otherwise, the rows written and committed beforehand, then one Forwarder publishing them until their last offset is recorded)\n",
+		*window, *relayBatch, *fwdPool)
 	result("ratio outbox_relay_vs_publish", "%.2f", cmp.ratio(1, 0))
+	result("ratio outbox_vs_watermill_forwarder", "%.2f", cmp.ratio(1, 2))
+	result("outbox_forwarder_msgs_per_sec", "%.0f", median(cmp.rates[2]))
 
 	outboxLatency(ctx, pool, schema, body, delay)
+	forwarderLatency(ctx, wm, body)
 
 	fmt.Printf("== inbox: %d messages per run, a handler writing one row each (default concurrency), median of %d runs\n", *outboxN, *rounds)
 	cmp = compare("inbox", *outboxN, []contender{
@@ -142,9 +153,8 @@ func (c *confirmTimes) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// outboxLatency commits *outboxRate transactions a second, each one message, for
-// *outboxFor with a relay running, and prints the time from each commit to the broker's
-// confirm of its message.
+// outboxLatency runs commitLatency with a relay running, and prints the time from each
+// commit to the broker's confirm of its message.
 func outboxLatency(ctx context.Context, pool *pgxpool.Pool, schema string, body []byte, delay topology.Delay) {
 	q := name("latency")
 	defer cleanup(testenv.WorkQueueNames(q))
@@ -159,7 +169,57 @@ func outboxLatency(ctx context.Context, pool *pgxpool.Pool, schema string, body 
 	go func() { done <- relay.Run(rctx) }()
 	box, err := outbox.New(outbox.Config{Schema: schema}, nil)
 	must(err)
+	l := commitLatency(ctx, pool, confirmed, func(tx pgx.Tx, id string) error {
+		return box.Publish(ctx, tx, q, message.NewMessage(id, body))
+	})
+	stop()
+	must(<-done)
+	if l.print("outbox latency") {
+		result("outbox_latency_p50_ms", "%.1f", percentile(l.ms, 0.5))
+		result("outbox_latency_p99_ms", "%.1f", percentile(l.ms, 0.99))
+	}
+}
 
+// forwarderLatency runs commitLatency with Watermill's Forwarder running, and prints the
+// time from each commit to the broker's confirm of its message.
+func forwarderLatency(ctx context.Context, w *watermillOutbox, body []byte) {
+	q := name("forwarder-latency")
+	defer cleanup(testenv.WorkQueueNames(q))
+	topic := q
+	must(w.init(topic))
+	p, err := watermillAMQPPublisher(q)
+	must(err)
+	defer p.Close()
+	confirmed := &confirmTimes{Publisher: p, at: map[string]time.Time{}}
+	f, sub, err := w.forwarder(topic, confirmed)
+	must(err)
+	defer sub.Close()
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	<-f.Running()
+	l := commitLatency(ctx, w.pool, confirmed, func(tx pgx.Tx, id string) error {
+		return w.publishTx(tx, topic, q, message.NewMessage(id, body))
+	})
+	must(f.Close())
+	must(<-done)
+	if l.print("forwarder latency") {
+		result("forwarder_latency_p50_ms", "%.1f", percentile(l.ms, 0.5))
+		result("forwarder_latency_p99_ms", "%.1f", percentile(l.ms, 0.99))
+	}
+}
+
+// latency is what commitLatency measured.
+type latency struct {
+	total, committed int
+	failed           int64
+	elapsed          time.Duration
+	ms               []float64 // commit to confirm, sorted
+}
+
+// commitLatency commits *outboxRate transactions a second, each one message written by
+// write, for *outboxFor, waits for confirmed to have seen every committed message (or for a
+// minute without a confirm), and returns the time from each commit to its confirm.
+func commitLatency(ctx context.Context, pool *pgxpool.Pool, confirmed *confirmTimes, write func(tx pgx.Tx, id string) error) latency {
 	var (
 		mu        sync.Mutex
 		committed = map[string]time.Time{}
@@ -177,7 +237,7 @@ func outboxLatency(ctx context.Context, pool *pgxpool.Pool, schema string, body 
 			id := watermill.NewUUID()
 			tx, err := pool.Begin(ctx)
 			if err == nil {
-				err = box.Publish(ctx, tx, q, message.NewMessage(id, body))
+				err = write(tx, id)
 				if err == nil {
 					err = tx.Commit(ctx)
 				} else {
@@ -196,35 +256,41 @@ func outboxLatency(ctx context.Context, pool *pgxpool.Pool, schema string, body 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	// wait for the confirms until a minute passes without one
+	for seen, deadline := 0, time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		confirmed.mu.Lock()
 		k := len(confirmed.at)
 		confirmed.mu.Unlock()
 		if k >= len(committed) {
 			break
 		}
+		if k > seen {
+			seen, deadline = k, time.Now().Add(time.Minute)
+		}
 	}
-	stop()
-	must(<-done)
-	var lat []float64
+	l := latency{total: total, committed: len(committed), failed: failed.Load(), elapsed: elapsed}
 	confirmed.mu.Lock()
 	for id, c := range committed {
 		if at, ok := confirmed.at[id]; ok {
-			lat = append(lat, float64(at.Sub(c).Microseconds())/1000)
+			l.ms = append(l.ms, float64(at.Sub(c).Microseconds())/1000)
 		}
 	}
 	confirmed.mu.Unlock()
-	slices.Sort(lat)
-	fmt.Printf("== outbox latency: %d transactions of one message at %d/s asked (%.0f/s achieved, %d failed), commit to the broker's confirm:\n",
-		total, *outboxRate, float64(len(committed))/elapsed.Seconds(), failed.Load())
-	if len(lat) == 0 {
+	slices.Sort(l.ms)
+	return l
+}
+
+// print prints the figures under title and reports whether any message was confirmed.
+func (l latency) print(title string) bool {
+	fmt.Printf("== %s: %d transactions of one message at %d/s asked (%.0f/s achieved, %d failed), commit to the broker's confirm:\n",
+		title, l.total, *outboxRate, float64(l.committed)/l.elapsed.Seconds(), l.failed)
+	if len(l.ms) == 0 {
 		fmt.Println("   no message confirmed")
-		return
+		return false
 	}
 	fmt.Printf("   p50 %.1f ms  p99 %.1f ms  max %.1f ms  (%d of %d confirmed)\n",
-		percentile(lat, 0.5), percentile(lat, 0.99), lat[len(lat)-1], len(lat), len(committed))
-	result("outbox_latency_p50_ms", "%.1f", percentile(lat, 0.5))
-	result("outbox_latency_p99_ms", "%.1f", percentile(lat, 0.99))
+		percentile(l.ms, 0.5), percentile(l.ms, 0.99), l.ms[len(l.ms)-1], len(l.ms), l.committed)
+	return true
 }
 
 // consumeDB fills q with *outboxN messages, then times a router whose handler writes one
