@@ -7,7 +7,10 @@
 //     unacknowledged, consumers, kill state, poison depth) and the delay levels (waiting, when
 //     they come due at the latest, parked), with their depths and changes per minute over the
 //     last hour, sampled in the process. A broker that cannot be read shows the error and the
-//     last values read.
+//     last values read. With Config.Outbox, the outbox on PostgreSQL (package outbox): rows
+//     waiting, the oldest one's age, relays, rows set aside, inbox keys.
+//   - Outbox: the rows set aside, with the broker's reason, each replayed from its form, or
+//     all of them once confirmed.
 //   - Poison and parked: failure groups, a filter (group, reason, handler, error text, a
 //     header, a time window) applied on the server, one page of the messages it selects, and
 //     each message's detail: its attempts, headers and body (indented JSON, text, or hex).

@@ -13,6 +13,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,6 +63,9 @@ type hostileEnv struct {
 	dest     string // the destination of the scheduled messages, its name hostile
 	delay    topology.Delay
 	topology topology.File
+	pool     *pgxpool.Pool // the outbox's database
+	schema   string        // the outbox's schema
+	setAside int64         // the outbox row set aside, its topic, uuid and reason hostile
 }
 
 func newHostileEnv(t *testing.T) *hostileEnv {
@@ -119,6 +124,12 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 		dlx.Schedule(msg, id)
 		require.NoError(t, pub.Publish(e.dest, msg))
 	}
+	// An outbox row set aside, its topic and uuid any bytes, its reason (text: no NUL, UTF-8)
+	// markup and controls, as a broker's refusal may quote what it was sent.
+	e.pool, e.schema = testenv.Postgres(t)
+	e.setAside = outboxRows(t, e.pool, e.schema, "orders"+controls+markup+notUTF8, 1, "refused: \x1b[2J\x07"+markup)
+	_, err = e.pool.Exec(ctx, "UPDATE "+pgx.Identifier{e.schema, "outbox"}.Sanitize()+" SET uuid = $1", []byte(idHostile))
+	require.NoError(t, err)
 	// Parked messages: delayed ones whose destination was gone (the publisher declared the
 	// parking queue).
 	for _, id := range []string{idNUL, idHostile} {
@@ -137,7 +148,7 @@ func (e *hostileEnv) serve(t *testing.T) (*browser, *ops.Ops) {
 	k, err := kill.NewKiller(kill.Config{Connection: e.env.Connection(), Wait: 100 * time.Millisecond}, nil)
 	require.NoError(t, err)
 	_, b := server(t, "", ui.Config{Ops: o, Killer: k, Queues: []string{e.queue, e.missing}, Topology: &e.topology,
-		AllowActions: true, SampleInterval: 20 * time.Millisecond}, nil)
+		Outbox: &ui.Outbox{DB: e.pool, Schema: e.schema}, AllowActions: true, SampleInterval: 20 * time.Millisecond}, nil)
 	return b, o
 }
 
@@ -234,6 +245,11 @@ func hostilePages(t *testing.T, e *hostileEnv) {
 	get("/topology", http.StatusOK)
 	get("/topology?verify=1", http.StatusOK)
 	get("/jobs/"+url.PathEscape(controls+markup), http.StatusNotFound)
+	box := get("/outbox", http.StatusOK)
+	assert.Contains(t, box, `<td class="err">refused: \x1b[2J\x07&#34;&gt;&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;</td>`,
+		"the reason, written out and escaped")
+	assert.Contains(t, box, `<td>orders\x1b[2J\x07\x00\u007f\u009b&#34;&gt;&lt;script&gt;`, "the topic, written out")
+	assert.Contains(t, overview, "1 row set aside")
 
 	tok := token(t, overview)
 	exact := func(v url.Values) url.Values { // as the pages' forms send a value that is not plain
@@ -270,6 +286,11 @@ func hostilePages(t *testing.T, e *hostileEnv) {
 	post("/kill", url.Values{"queue": {e.missing}}, tok, http.StatusBadGateway)
 	post("/cancel", exact(url.Values{"id": {schedHost}}), tok, http.StatusOK)
 	post("/cancel", url.Values{"id": {"nosuch" + controls + notUTF8}}, tok, http.StatusConflict)
+	post("/outbox/replay", url.Values{"id": {controls + markup + notUTF8}}, tok, http.StatusBadRequest)
+	post("/outbox/replay", exact(url.Values{"id": {controls + markup + notUTF8}}), tok, http.StatusBadRequest)
+	post("/outbox/replay", url.Values{}, tok, http.StatusOK) // the confirmation
+	post("/outbox/replay", url.Values{"id": {fmt.Sprint(e.setAside)}}, tok, http.StatusOK)
+	post("/outbox/replay", url.Values{"id": {fmt.Sprint(e.setAside)}}, tok, http.StatusConflict)
 }
 
 // base64URL is what the pages write in a form field NAME.b64.

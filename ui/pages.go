@@ -58,6 +58,7 @@ func (h *Handler) funcs() template.FuncMap {
 		"ago":        func(t time.Time) string { return ago(t, time.Now()) },
 		"human":      human,
 		"count":      count,
+		"count64":    func(n int64) string { return count(int(n)) },
 		"at": func(t time.Time) string {
 			if t.IsZero() {
 				return "-"
@@ -91,6 +92,19 @@ type overviewData struct {
 	Rows     []queueRow // Status.Queues with their problems
 	// ParkedNote says why the parked count is not AMQP's (see Handler.counted); "" if it is.
 	ParkedNote string
+	// Outbox is the outbox's figures (Config.Outbox); nil without one.
+	Outbox *outboxData
+}
+
+// withOutbox adds the outbox read, and its problems, to d.
+func (d overviewData) withOutbox(box *outboxData) overviewData {
+	d.Outbox = box
+	if box != nil {
+		for _, text := range box.problems() {
+			d.Problems = append(d.Problems, problemLine{Row: -1, Texts: []string{text}})
+		}
+	}
+	return d
 }
 
 // problemLine is what is wrong with one work queue, or one other problem (Queue "").
@@ -165,14 +179,14 @@ func (h *Handler) overview(r *http.Request, _ url.Values, p *page) (string, int)
 	st, err := h.status(ctx)
 	if err != nil { // said inside the part that the page's refresh swaps in
 		last := h.samples.lastStatus()
-		d := newOverview(last, nil)
+		d := newOverview(last, nil).withOutbox(h.readOutbox(r, false))
 		d.Stale, d.Err = !last.At.IsZero(), "cannot read the broker: "+err.Error()
 		p.Data = d
 		return "overview", http.StatusBadGateway
 	}
 	st, notes := h.counted(st)
 	h.samples.remember(st)
-	p.Data = newOverview(st, notes)
+	p.Data = newOverview(st, notes).withOutbox(h.readOutbox(r, false))
 	return "overview", http.StatusOK
 }
 

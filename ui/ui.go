@@ -21,6 +21,7 @@ import (
 
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -31,7 +32,7 @@ type Action string
 // unless Config.AllowActions.
 const (
 	ActionView   Action = "view"
-	ActionReplay Action = "replay" // replay poison or parked messages
+	ActionReplay Action = "replay" // replay poison or parked messages, or outbox rows set aside
 	ActionDelete Action = "delete" // delete poison messages
 	ActionKill   Action = "kill"   // stop every consumer of a queue
 	ActionResume Action = "resume" // let them consume again
@@ -48,6 +49,10 @@ type Config struct {
 	// Queues are the work queues shown. Empty: the ones the management API lists
 	// (ops.Config.Management), read on every overview.
 	Queues []string
+	// Outbox, if set, is an outbox on PostgreSQL (package outbox) that the overview shows (rows
+	// waiting, the oldest one's age, relays, rows set aside, inbox keys) and whose rows set
+	// aside the outbox page lists, with their reason, and replays (ActionReplay).
+	Outbox *Outbox
 	// Topology, if set, is drawn on the topology page, which also verifies the broker
 	// against it (ops.Ops.Verify) when asked.
 	Topology *topology.File
@@ -132,6 +137,11 @@ func (c Config) WithDefaults() Config {
 	if c.User == nil {
 		c.User = remoteUser
 	}
+	if c.Outbox != nil && c.Outbox.Schema == "" {
+		box := *c.Outbox
+		box.Schema = outbox.DefaultSchema
+		c.Outbox = &box
+	}
 	return c
 }
 
@@ -159,6 +169,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("ui: Config.CountTimeout %s is negative", c.CountTimeout)
 	case c.CSRFKey != nil && len(c.CSRFKey) < 16:
 		return fmt.Errorf("ui: Config.CSRFKey has %d bytes: want at least 16", len(c.CSRFKey))
+	case c.Outbox != nil && c.Outbox.DB == nil:
+		return errors.New("ui: Config.Outbox.DB is nil")
+	}
+	if c.Outbox != nil && c.Outbox.Schema != "" {
+		if err := (outbox.Config{Schema: c.Outbox.Schema}).Validate(); err != nil {
+			return fmt.Errorf("ui: Config.Outbox: %w", err)
+		}
 	}
 	return nil
 }
@@ -266,6 +283,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+p+"/jobs/{id}", h.view(h.job))
 	m.HandleFunc("GET "+p+"/topology", h.view(h.topology))
 	m.HandleFunc("GET "+p+"/scheduled", h.view(h.scheduled))
+	m.HandleFunc("GET "+p+"/outbox", h.view(h.outboxPage))
+	m.HandleFunc("POST "+p+"/outbox/replay", h.act(ActionReplay, h.replayOutbox))
 	m.HandleFunc("POST "+p+"/cancel", h.act(ActionCancel, h.cancelScheduled))
 	m.HandleFunc("POST "+p+"/replay", h.act(ActionReplay, h.replay))
 	m.HandleFunc("POST "+p+"/delete", h.act(ActionDelete, h.delete))
@@ -307,6 +326,7 @@ type page struct {
 	Actions bool   // Config.AllowActions
 	Kill    bool   // a Killer is set
 	Drawn   bool   // a Topology is set
+	Outbox  bool   // an Outbox is set
 	CSRF    string // the token of the forms
 	Error   string // what went wrong, shown above the content
 	Data    any
@@ -376,7 +396,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, status int, msg
 
 func (h *Handler) newPage(w http.ResponseWriter, r *http.Request) *page {
 	return &page{Prefix: h.cfg.Prefix, Actions: h.cfg.AllowActions, Kill: h.cfg.Killer != nil, Drawn: h.cfg.Topology != nil,
-		CSRF: h.token(w, r)}
+		Outbox: h.cfg.Outbox != nil, CSRF: h.token(w, r)}
 }
 
 // render writes page name with its layout, or, for "PAGE:TEMPLATE", that template of the page

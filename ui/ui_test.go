@@ -21,6 +21,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -30,6 +32,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/topology"
 	"github.com/warrenmq/warren/ui"
 )
@@ -171,6 +174,8 @@ func TestConfigValidate(t *testing.T) {
 		{Ops: o, Prefix: "/w\tx"}:          `ui: Config.Prefix "/w\tx": braces, spaces and control characters are not allowed`,
 		{Ops: o, Prefix: "/a//b"}:          `ui: Config.Prefix "/a//b": want a clean path (no //, . or .. segment)`,
 		{Ops: o, Prefix: "/a/../b"}:        `ui: Config.Prefix "/a/../b": want a clean path (no //, . or .. segment)`,
+		{Ops: o, Outbox: &ui.Outbox{}}:     "ui: Config.Outbox.DB is nil",
+		{Ops: o, Outbox: &ui.Outbox{DB: (*pgxpool.Pool)(nil), Schema: "a\x00b"}}: `ui: Config.Outbox: outbox: Config.Schema: "a\x00b" holds a NUL byte`,
 	} {
 		_, err := ui.New(*cfg, nil)
 		assert.EqualError(t, err, want)
@@ -350,7 +355,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 	_, page := b.get("/poison?queue=" + url.QueryEscape(q))
 	assert.NotContains(t, page, `action="/replay"`)
 	assert.NotContains(t, page, `action="/delete"`)
-	for _, path := range []string{"/replay", "/delete", "/kill", "/resume"} {
+	for _, path := range []string{"/replay", "/delete", "/kill", "/resume", "/outbox/replay"} {
 		resp := b.post(path, url.Values{"queue": {q}, "confirm": {"yes"}, "csrf": {"anything"}}, "")
 		assert.Equal(t, http.StatusForbidden, resp.StatusCode, path)
 		assert.Contains(t, readAll(t, resp), "read-only: actions are not enabled", path)
@@ -981,4 +986,138 @@ func TestOverviewCountsWhatIsBeingRead(t *testing.T) {
 	waitJob(t, b, job)
 	_, page = b.get("/")
 	assert.Contains(t, page, `/poison?queue=`+own+`">0</a></td>`)
+}
+
+// outboxRows migrates the outbox of schema, publishes n messages to topic into it (uuids
+// m0, m1...) and sets the first one aside with reason, as a relay does with a message the
+// broker will never take; it returns that row's id.
+func outboxRows(t *testing.T, pool *pgxpool.Pool, schema, topic string, n int, reason string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, outbox.Migrate(ctx, pool, schema))
+	box, err := outbox.New(outbox.Config{Schema: schema}, nil)
+	require.NoError(t, err)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage("m"+strconv.Itoa(i), nil)
+	}
+	require.NoError(t, box.Publish(ctx, pool, topic, msgs...))
+	var id int64
+	require.NoError(t, pool.QueryRow(ctx, "UPDATE "+pgx.Identifier{schema, "outbox"}.Sanitize()+" SET set_aside = now(), reason = $1 "+
+		"WHERE id = (SELECT min(id) FROM "+pgx.Identifier{schema, "outbox"}.Sanitize()+" WHERE set_aside IS NULL) RETURNING id", reason).Scan(&id))
+	return id
+}
+
+// The overview shows the outbox's figures, a row set aside among the problems; the outbox
+// page lists the rows set aside with their reason. A row is replayed from its form at once,
+// every row once confirmed; a replay needs the CSRF token, and leaves an audit line.
+func TestOutboxOverviewAndReplay(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("outbox")
+	pool, schema := testenv.Postgres(t)
+	id := outboxRows(t, pool, schema, "orders", 3, `NOT_FOUND - no exchange "gone" in vhost "/"`)
+	logs := &captureLogger{}
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, Outbox: &ui.Outbox{DB: pool, Schema: schema},
+		AllowActions: true, SampleInterval: -1}, logs)
+	stats := func() outbox.Stats {
+		t.Helper()
+		st, err := outbox.ReadStats(context.Background(), pool, schema)
+		require.NoError(t, err)
+		return st
+	}
+
+	status, page := b.get("/")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `<a href="/outbox">Outbox</a>`)
+	assert.Contains(t, page, "<h2>Outbox <small>"+schema+"</small></h2>")
+	assert.Contains(t, page, "<tr><th>waiting</th><td>2 rows</td></tr>")
+	assert.Contains(t, page, "<tr><th>oldest</th><td>written ")
+	assert.Contains(t, page, `<tr><th>relays</th><td class="flag">none connected: nothing is published</td></tr>`)
+	assert.Contains(t, page, `<tr><th>set aside</th><td class="flag"><a href="/outbox">1 row</a>`)
+	assert.Contains(t, page, "<tr><th>inbox</th><td>")
+	assert.Contains(t, page, `<span class="problem">outbox `+schema+`: 1 row set aside</span>`)
+	assert.Contains(t, page, `<span class="problem">outbox `+schema+`: 2 rows waiting and no relay connected</span>`)
+
+	status, page = b.get("/outbox")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "<title>Outbox "+schema+" · warren</title>")
+	assert.Contains(t, page, fmt.Sprintf(`<tr id="row-%d"><td class="n">%d</td><td>orders</td><td>m0</td>`, id, id))
+	assert.Contains(t, page, `<td class="err">NOT_FOUND - no exchange &#34;gone&#34; in vhost &#34;/&#34;</td>`)
+	assert.Contains(t, page, fmt.Sprintf(`<input type="hidden" name="id" value="%d"><button>replay</button>`, id))
+
+	tok := token(t, page) // the browser's, on every page
+	one := url.Values{"id": {strconv.FormatInt(id, 10)}}
+	resp := b.post("/outbox/replay", one, "")
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	assert.Contains(t, readAll(t, resp), "CSRF token is missing or wrong")
+	assert.Equal(t, int64(1), stats().SetAside, "refused: still set aside")
+
+	resp = b.post("/outbox/replay", one, tok)
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "<h1>Replayed 1 row</h1>")
+	assert.Contains(t, body, "0 rows the broker would not take")
+	st := stats()
+	assert.Zero(t, st.SetAside)
+	assert.Equal(t, int64(3), st.Waiting, "given back to the relay")
+	resp = b.post("/outbox/replay", one, tok)
+	assert.Equal(t, http.StatusConflict, resp.StatusCode)
+	assert.Contains(t, readAll(t, resp), "1 of the 1 rows named were not set aside")
+	resp = b.post("/outbox/replay", url.Values{"id": {"x"}}, tok)
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	// Every row: a confirmation first.
+	outboxRows(t, pool, schema, "orders", 0, "refused")
+	outboxRows(t, pool, schema, "orders", 0, "refused")
+	_, page = b.get("/outbox")
+	assert.Contains(t, page, "<button>replay every row set aside</button>")
+	resp = b.post("/outbox/replay", url.Values{}, tok)
+	body = readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "<h1>Confirm replay</h1>")
+	assert.Contains(t, body, "<button>replay 2 rows</button>")
+	assert.Equal(t, int64(2), stats().SetAside, "not before it is confirmed")
+	resp = b.post("/outbox/replay", url.Values{"confirm": {"yes"}}, tok)
+	body = readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "<h1>Replayed 2 rows</h1>")
+	assert.Zero(t, stats().SetAside)
+
+	actions := logs.actions()
+	require.Len(t, actions, 3)
+	assert.Equal(t, "replay", actions[0]["action"])
+	assert.Equal(t, schema, actions[0]["outbox"])
+	assert.Equal(t, fmt.Sprintf("[%d]", id), actions[0]["rows"])
+	assert.Equal(t, "all", actions[2]["rows"])
+	assert.Equal(t, int64(2), actions[2]["replayed"])
+}
+
+// A database that cannot be reached is said in the outbox's part of the overview, and among
+// the problems; the rest of the page is shown. Without Config.Outbox there is no outbox.
+func TestOutboxUnreachable(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("outbox-down")
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, b := server(t, env.URL, ui.Config{Queues: []string{q}, Outbox: &ui.Outbox{DB: pool}, SampleInterval: -1}, nil)
+	status, page := b.get("/")
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, `<span class="problem">outbox warren: cannot read PostgreSQL</span>`)
+	assert.Contains(t, page, `<h2>Outbox <small>warren</small></h2>`)
+	assert.Contains(t, page, `<p class="error" role="alert">cannot read the outbox: `)
+	assert.Contains(t, page, `<tr id="queue-0"`)
+	status, page = b.get("/outbox")
+	assert.Equal(t, http.StatusBadGateway, status)
+	assert.Contains(t, page, "cannot read the outbox: ")
+
+	_, b = server(t, env.URL, ui.Config{Queues: []string{q}, SampleInterval: -1}, nil)
+	_, page = b.get("/")
+	assert.NotContains(t, page, "<h2>Outbox")
+	assert.NotContains(t, page, `<a href="/outbox">`)
+	status, page = b.get("/outbox")
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, page, "no outbox to show (ui.Config.Outbox; warren ui --postgres URL)")
 }

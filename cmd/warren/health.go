@@ -74,10 +74,11 @@ func (g *globals) checkFileHandles(cmd *cobra.Command, d topology.Delay, queues 
 // fewItems is how many names a line of problems lists before it counts the rest.
 const fewItems = 3
 
-// printProblems writes the problems of s (ops.Status.Problems), a line each, a problem that
-// several work queues share on one line naming a few of them; nothing when there is none.
-func printProblems(out io.Writer, s ops.Status) {
-	ps := s.Problems()
+// printProblems writes the problems of s (ops.Status.Problems) and then extra, a line each,
+// a problem that several work queues share on one line naming a few of them; nothing when
+// there is none.
+func printProblems(out io.Writer, s ops.Status, extra ...ops.Problem) {
+	ps := append(s.Problems(), extra...)
 	if len(ps) == 0 {
 		return
 	}

@@ -5,10 +5,10 @@
 //	warren topology apply|verify|diagram FILE   declare, check or draw a topology file
 //	warren delays apply|verify|remove           the delay levels alone
 //	warren publish TOPIC [--delay D|--at T]     publish one message, with a confirm
-//	warren status [QUEUE...] [--watch D]        queues, kill state, poison, delay levels
+//	warren status [QUEUE...] [--watch D]        queues, kill state, poison, delay levels; the outbox (--postgres URL)
 //	warren poison list|replay|export|purge QUEUE  the poison queue of QUEUE
 //	warren parked list|replay                   delayed messages whose destination was gone
-//	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser, under /warren/
+//	warren ui [--listen ADDR] [--allow-actions]  the dashboard, in a browser, under /warren/ (the outbox: --postgres URL)
 //	warren scheduled list|cancel                messages published with a schedule id (the ledger)
 //	warren schedules list [GROUP]               a scheduler group's jobs; without GROUP, the groups
 //	warren outbox migrate|status|set-aside|replay  the outbox on PostgreSQL (--postgres URL)
@@ -34,6 +34,9 @@
 // status reads RabbitMQ's management HTTP API too when --management or
 // $WARREN_MANAGEMENT_URL gives it (http://user:password@host:15672/), and so does delays
 // verify; ui and schedules list list the work queues and the scheduler groups with it.
+//
+// status and ui show the outbox on PostgreSQL (package outbox) when --postgres or
+// $WARREN_POSTGRES_URL names its database, --schema its schema, as `warren outbox` does.
 //
 // The kill secret, when consumers require signed commands, is read from $WARREN_KILL_SECRET
 // (never from the command line, where other users of the machine could see it).

@@ -12,11 +12,14 @@ import (
 var managementURL string
 
 // TestMain runs the tests without $WARREN_MANAGEMENT_URL, which `make test-rabbitmq4` sets for
-// the other packages: what a command prints must not depend on it. A test that wants the
-// management API passes --management.
+// the other packages, nor $WARREN_POSTGRES_URL, which a developer may set for the tests of
+// outbox: what a command prints must not depend on them. A test that wants the management
+// API passes --management; one that wants the outbox, --postgres testenv.PostgresURL() (read
+// before the variable was unset).
 func TestMain(m *testing.M) {
 	managementURL = testenv.ManagementURL()
 	_ = os.Unsetenv("WARREN_MANAGEMENT_URL")
+	_ = os.Unsetenv("WARREN_POSTGRES_URL")
 	os.Exit(m.Run())
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -10,13 +11,116 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/warrenmq/warren/outbox"
 )
 
+// postgresFlags are --postgres and --schema: the outbox's database and schema.
+type postgresFlags struct{ url, schema string }
+
+// addPostgresFlags adds --postgres, described as usage, and --schema to fs.
+func addPostgresFlags(fs *pflag.FlagSet, usage string) *postgresFlags {
+	f := &postgresFlags{}
+	fs.StringVar(&f.url, "postgres", "", usage)
+	fs.StringVar(&f.schema, "schema", outbox.DefaultSchema, "the outbox's schema")
+	return f
+}
+
+// given is the database the flags and environment name: --postgres, else
+// $WARREN_POSTGRES_URL; "" for none. Resolved when a command runs, as the broker URL.
+func (f *postgresFlags) given() string {
+	if f.url != "" {
+		return f.url
+	}
+	return os.Getenv("WARREN_POSTGRES_URL")
+}
+
+// config parses the URL given; an error says how to name the database when none is.
+func (f *postgresFlags) config() (*pgx.ConnConfig, error) {
+	u := f.given()
+	if u == "" {
+		return nil, fmt.Errorf("name the database: --postgres URL or $WARREN_POSTGRES_URL")
+	}
+	cfg, err := pgx.ParseConfig(u)
+	if err != nil {
+		return nil, fmt.Errorf("--postgres: %w", err) // pgx leaves the password out
+	}
+	return cfg, nil
+}
+
+// withDB runs fn on a connection to the database of f, within --timeout.
+func (f *postgresFlags) withDB(cmd *cobra.Command, g *globals, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	if g.timeout <= 0 {
+		return fmt.Errorf("--timeout %s is not positive", human(g.timeout))
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to PostgreSQL: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return fn(ctx, conn)
+}
+
+// outboxFigures are the figures of outbox.Stats as --json prints them.
+type outboxFigures struct {
+	Waiting   int64 `json:"waiting"`
+	OldestMS  int64 `json:"oldest_ms"`
+	SetAside  int64 `json:"set_aside"`
+	Relays    int   `json:"relays"`
+	Leading   bool  `json:"leading"`
+	InboxKeys int64 `json:"inbox_keys_estimate"`
+}
+
+// outboxJSON is the outbox as --json prints it: its figures, or why they could not be read,
+// and, in status, its first rows set aside.
+type outboxJSON struct {
+	Schema string `json:"schema"`
+	*outboxFigures
+	SetAsideRows []outbox.SetAsideRow `json:"set_aside_rows,omitempty"`
+	Error        string               `json:"error,omitempty"`
+}
+
+// figures returns st as --json prints it.
+func figures(st outbox.Stats) *outboxFigures {
+	return &outboxFigures{st.Waiting, st.Oldest.Milliseconds(), st.SetAside, st.Relays, st.Leading, st.InboxKeys}
+}
+
+// printOutboxStats writes st in a few lines, as `outbox status` and `status` show it; hint
+// follows the count of rows set aside when there are some.
+func printOutboxStats(out io.Writer, st outbox.Stats, hint string) {
+	fmt.Fprintf(out, "outbox %s: %s waiting", st.Schema, plural(int(st.Waiting), "row"))
+	if st.Waiting > 0 {
+		fmt.Fprintf(out, ", the oldest written %s ago", human(st.Oldest.Round(time.Millisecond)))
+	}
+	fmt.Fprintf(out, "; %s set aside", plural(int(st.SetAside), "row"))
+	if st.SetAside > 0 {
+		fmt.Fprint(out, hint)
+	}
+	fmt.Fprintln(out)
+	switch {
+	case st.Relays == 0:
+		fmt.Fprintln(out, "relays: none connected: nothing is published")
+	case st.Leading:
+		fmt.Fprintf(out, "relays: %d connected, one publishing\n", st.Relays)
+	default:
+		fmt.Fprintf(out, "relays: %d connected, none holds the outbox yet\n", st.Relays)
+	}
+	if st.InboxKeys >= 0 {
+		fmt.Fprintf(out, "inbox: about %s\n", plural(int(st.InboxKeys), "key"))
+	} else {
+		fmt.Fprintln(out, "inbox: not counted yet (PostgreSQL estimates it after the first ANALYZE)")
+	}
+}
+
 // newOutbox is `warren outbox`: the outbox on PostgreSQL (package outbox).
 func newOutbox(g *globals) *cobra.Command {
-	var url, schema string
 	cmd := &cobra.Command{
 		Use:   "outbox",
 		Short: "Create, inspect and replay the outbox on PostgreSQL",
@@ -25,33 +129,9 @@ func newOutbox(g *globals) *cobra.Command {
 			"--postgres (or $WARREN_POSTGRES_URL) names the database, e.g.\n" +
 			"postgres://app:secret@db:5432/app; --schema the outbox's schema (default " + outbox.DefaultSchema + ").",
 	}
-	cmd.PersistentFlags().StringVar(&url, "postgres", "", "PostgreSQL URL (default $WARREN_POSTGRES_URL)")
-	cmd.PersistentFlags().StringVar(&schema, "schema", outbox.DefaultSchema, "the outbox's schema")
-
-	// withDB runs fn on a connection to the database, within --timeout.
+	pf := addPostgresFlags(cmd.PersistentFlags(), "PostgreSQL URL (default $WARREN_POSTGRES_URL)")
 	withDB := func(cmd *cobra.Command, fn func(ctx context.Context, conn *pgx.Conn) error) error {
-		u := url
-		if u == "" {
-			u = os.Getenv("WARREN_POSTGRES_URL")
-		}
-		if u == "" {
-			return fmt.Errorf("name the database: --postgres URL or $WARREN_POSTGRES_URL")
-		}
-		if g.timeout <= 0 {
-			return fmt.Errorf("--timeout %s is not positive", human(g.timeout))
-		}
-		ctx, cancel := context.WithTimeout(cmd.Context(), g.timeout)
-		defer cancel()
-		cfg, err := pgx.ParseConfig(u)
-		if err != nil {
-			return fmt.Errorf("--postgres: %w", err) // pgx leaves the password out
-		}
-		conn, err := pgx.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return fmt.Errorf("connect to PostgreSQL: %w", err)
-		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		return fn(ctx, conn)
+		return pf.withDB(cmd, g, fn)
 	}
 
 	migrate := &cobra.Command{
@@ -60,10 +140,10 @@ func newOutbox(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				if err := outbox.Migrate(ctx, conn, schema); err != nil {
+				if err := outbox.Migrate(ctx, conn, pf.schema); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "outbox in schema %s: ready\n", schema)
+				fmt.Fprintf(cmd.OutOrStdout(), "outbox in schema %s: ready\n", pf.schema)
 				return nil
 			})
 		},
@@ -76,44 +156,15 @@ func newOutbox(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				st, err := outbox.ReadStats(ctx, conn, schema)
+				st, err := outbox.ReadStats(ctx, conn, pf.schema)
 				if err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
-					return printJSON(out, struct {
-						Schema    string `json:"schema"`
-						Waiting   int64  `json:"waiting"`
-						OldestMS  int64  `json:"oldest_ms"`
-						SetAside  int64  `json:"set_aside"`
-						Relays    int    `json:"relays"`
-						Leading   bool   `json:"leading"`
-						InboxKeys int64  `json:"inbox_keys_estimate"`
-					}{st.Schema, st.Waiting, st.Oldest.Milliseconds(), st.SetAside, st.Relays, st.Leading, st.InboxKeys})
+					return printJSON(out, outboxJSON{Schema: st.Schema, outboxFigures: figures(st)})
 				}
-				fmt.Fprintf(out, "outbox %s: %s waiting", st.Schema, plural(int(st.Waiting), "row"))
-				if st.Waiting > 0 {
-					fmt.Fprintf(out, ", the oldest written %s ago", human(st.Oldest.Round(time.Millisecond)))
-				}
-				fmt.Fprintf(out, "; %s set aside", plural(int(st.SetAside), "row"))
-				if st.SetAside > 0 {
-					fmt.Fprint(out, " (warren outbox set-aside; warren outbox replay once mended)")
-				}
-				fmt.Fprintln(out)
-				switch {
-				case st.Relays == 0:
-					fmt.Fprintln(out, "relays: none connected: nothing is published")
-				case st.Leading:
-					fmt.Fprintf(out, "relays: %d connected, one publishing\n", st.Relays)
-				default:
-					fmt.Fprintf(out, "relays: %d connected, none holds the outbox yet\n", st.Relays)
-				}
-				if st.InboxKeys >= 0 {
-					fmt.Fprintf(out, "inbox: about %s\n", plural(int(st.InboxKeys), "key"))
-				} else {
-					fmt.Fprintln(out, "inbox: not counted yet (PostgreSQL estimates it after the first ANALYZE)")
-				}
+				printOutboxStats(out, st, " (warren outbox set-aside; warren outbox replay once mended)")
 				return nil
 			})
 		},
@@ -127,7 +178,7 @@ func newOutbox(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				rows, err := outbox.ListSetAside(ctx, conn, schema, limit)
+				rows, err := outbox.ListSetAside(ctx, conn, pf.schema, limit)
 				if err != nil {
 					return err
 				}
@@ -139,12 +190,7 @@ func newOutbox(g *globals) *cobra.Command {
 					fmt.Fprintln(out, "no rows set aside")
 					return nil
 				}
-				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ROW\tTOPIC\tUUID\tSET ASIDE\tREASON")
-				for _, r := range rows {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.ID, r.Topic, r.UUID, r.At.UTC().Format(time.RFC3339), r.Reason)
-				}
-				return tw.Flush()
+				return printSetAside(out, rows, 0)
 			})
 		},
 	}
@@ -164,7 +210,7 @@ func newOutbox(g *globals) *cobra.Command {
 				ids[i] = id
 			}
 			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				n, err := outbox.Replay(ctx, conn, schema, ids...)
+				n, err := outbox.Replay(ctx, conn, pf.schema, ids...)
 				if err != nil {
 					return err
 				}
@@ -178,4 +224,19 @@ func newOutbox(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(migrate, status, setAside, replay)
 	return cmd
+}
+
+// printSetAside writes rows set aside as a table, each reason cut to width characters (0:
+// whole).
+func printSetAside(out io.Writer, rows []outbox.SetAsideRow, width int) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROW\tTOPIC\tUUID\tSET ASIDE\tREASON")
+	for _, r := range rows {
+		reason := r.Reason
+		if width > 0 {
+			reason = cut(reason, width)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", r.ID, r.Topic, r.UUID, r.At.UTC().Format(time.RFC3339), reason)
+	}
+	return tw.Flush()
 }

@@ -2,20 +2,24 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/topology"
 )
 
 func newStatus(g *globals) *cobra.Command {
 	var (
 		df     *delayFlags
+		pf     *postgresFlags
 		asJSON bool
 		watch  time.Duration
 	)
@@ -31,8 +35,11 @@ func newStatus(g *globals) *cobra.Command {
 			"resources and alarms, and the policies that change warren's queues. What is wrong comes\n" +
 			"first, a line each (poison messages, no consumer, a queue down, a file handle, memory or disk\n" +
 			"limit at 80%, an alarm, a policy). A broker version on which one malformed message can stop\n" +
-			"dead-lettering is one of them, explained once on stderr. With --watch D, again every D until\n" +
-			"interrupted.",
+			"dead-lettering is one of them, explained once on stderr. With --postgres URL (or\n" +
+			"$WARREN_POSTGRES_URL) and --schema, the outbox too (package outbox): its rows waiting, the\n" +
+			"oldest one's age (how far the relay lags), the relays connected, the inbox's keys and the\n" +
+			"first rows set aside; a row set aside is a problem, and so is a database that cannot be\n" +
+			"read (exit 1, once the rest is shown). With --watch D, again every D until interrupted.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := df.config(g.timeout)
 			if err != nil {
@@ -41,6 +48,12 @@ func newStatus(g *globals) *cobra.Command {
 			queues, err := df.workQueues(args)
 			if err != nil {
 				return err
+			}
+			var pg *pgx.ConnConfig // nil: no outbox section
+			if pf.given() != "" {
+				if pg, err = pf.config(); err != nil {
+					return err
+				}
 			}
 			o, err := g.ops(cmd, cfg.Delay)
 			if err != nil {
@@ -60,19 +73,26 @@ func newStatus(g *globals) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				var box *outboxSection
+				if pg != nil {
+					box = readOutbox(cmd.Context(), pg, pf.schema, g.timeout)
+				}
 				if asJSON {
-					err = printJSON(out, s)
+					err = printJSON(out, statusJSON{Status: s, Outbox: box.json()})
 				} else {
 					if s.Warning != "" && !warned {
 						fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", s.Warning)
 						warned = true
 					}
-					err = printStatus(out, s, cfg.Delay, listed)
+					err = printStatus(out, s, cfg.Delay, listed, box)
 				}
 				if err != nil {
 					return err
 				}
 				if watch <= 0 {
+					if box != nil && box.err != nil { // as a management API that cannot be read
+						return fmt.Errorf("outbox %s: cannot read PostgreSQL: %w", box.schema, box.err)
+					}
 					return missing(s)
 				}
 				select {
@@ -87,6 +107,7 @@ func newStatus(g *globals) *cobra.Command {
 		},
 	}
 	df = addDelayFlags(status.Flags())
+	pf = addPostgresFlags(status.Flags(), "PostgreSQL URL of the outbox to show (default $WARREN_POSTGRES_URL; none: no outbox)")
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	status.Flags().DurationVar(&watch, "watch", 0, "show it again every this long, until interrupted (0: once)")
 	return status
@@ -107,9 +128,10 @@ func missing(s ops.Status) error {
 	return &exitError{exitNoQueue, fmt.Sprintf("no such queue: %s", strings.Join(names, ", ")), ops.ErrNoQueue}
 }
 
-func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool) error {
+// printStatus writes s, and the outbox if box is not nil.
+func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool, box *outboxSection) error {
 	now := s.At
-	printProblems(out, s)
+	printProblems(out, s, box.problems()...)
 	switch {
 	case len(s.Queues) > 0:
 	case listed:
@@ -190,6 +212,11 @@ func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool) err
 			fmt.Fprintln(out, "  "+l)
 		}
 	}
+	if box != nil {
+		if err := box.print(out); err != nil {
+			return err
+		}
+	}
 	if !s.Management {
 		fmt.Fprintln(out, "management API: not given (--management URL or $WARREN_MANAGEMENT_URL): no queue states, unacked messages, dead-lettering or consumers' hosts")
 	}
@@ -199,4 +226,100 @@ func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool) err
 // unavailable reports whether a queue state of ops.Status is known and not serving.
 func unavailable(state string) bool {
 	return ops.QueueStatus{State: state}.Unavailable()
+}
+
+// statusJSON is what status --json prints: ops.Status, and the outbox when --postgres
+// names one.
+type statusJSON struct {
+	ops.Status
+	Outbox *outboxJSON `json:"outbox,omitempty"`
+}
+
+// setAsideShown is how many rows set aside status lists, the oldest first.
+const setAsideShown = 5
+
+// problemOutbox is the ops.Problem Kind of what is wrong with the outbox.
+const problemOutbox = "outbox"
+
+// outboxSection is the outbox as status shows it: its figures and first rows set aside, or
+// why they could not be read.
+type outboxSection struct {
+	schema string
+	stats  outbox.Stats
+	rows   []outbox.SetAsideRow
+	err    error
+}
+
+// readOutbox reads the outbox of schema in the database of cfg, within timeout.
+func readOutbox(ctx context.Context, cfg *pgx.ConnConfig, schema string, timeout time.Duration) *outboxSection {
+	box := &outboxSection{schema: cmp.Or(schema, outbox.DefaultSchema)}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		box.err = fmt.Errorf("connect: %w", err)
+		return box
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if box.stats, box.err = outbox.ReadStats(ctx, conn, schema); box.err != nil {
+		return box
+	}
+	if box.stats.SetAside > 0 {
+		box.rows, box.err = outbox.ListSetAside(ctx, conn, schema, setAsideShown)
+	}
+	return box
+}
+
+// problems lists what is wrong with the outbox: it cannot be read, rows are set aside, rows
+// wait and no relay is connected. None for a nil box.
+func (box *outboxSection) problems() []ops.Problem {
+	if box == nil {
+		return nil
+	}
+	var ps []ops.Problem
+	add := func(format string, args ...any) {
+		ps = append(ps, ops.Problem{Kind: problemOutbox, Text: fmt.Sprintf("outbox %s: ", box.schema) + fmt.Sprintf(format, args...)})
+	}
+	st := box.stats
+	switch {
+	case box.err != nil:
+		add("cannot read PostgreSQL")
+		return ps
+	case st.SetAside > 0:
+		add("%s set aside", plural(int(st.SetAside), "row"))
+	}
+	if st.Waiting > 0 && st.Relays == 0 {
+		add("%s waiting and no relay connected", plural(int(st.Waiting), "row"))
+	}
+	return ps
+}
+
+// print writes the outbox's section of status.
+func (box *outboxSection) print(out io.Writer) error {
+	if box.err != nil {
+		fmt.Fprintf(out, "outbox %s: cannot read PostgreSQL: %v\n", box.schema, box.err)
+		return nil
+	}
+	printOutboxStats(out, box.stats, " (below; warren outbox replay once mended)")
+	if len(box.rows) == 0 {
+		return nil
+	}
+	if err := printSetAside(out, box.rows, 100); err != nil {
+		return err
+	}
+	if more := box.stats.SetAside - int64(len(box.rows)); more > 0 {
+		fmt.Fprintf(out, "and %d more (warren outbox set-aside)\n", more)
+	}
+	return nil
+}
+
+// json is the outbox as status --json prints it; nil for a nil box.
+func (box *outboxSection) json() *outboxJSON {
+	if box == nil {
+		return nil
+	}
+	if box.err != nil {
+		return &outboxJSON{Schema: box.schema, Error: "cannot read PostgreSQL: " + box.err.Error()}
+	}
+	return &outboxJSON{Schema: box.stats.Schema, outboxFigures: figures(box.stats), SetAsideRows: box.rows}
 }

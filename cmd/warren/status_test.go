@@ -1,18 +1,28 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/ops"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -104,4 +114,153 @@ func TestStatusListsWorkQueuesAndShowsWhatIsDown(t *testing.T) {
 	} else {
 		require.NoError(t, perr)
 	}
+}
+
+// setAside publishes n messages into the outbox of schema and sets the first one aside with
+// reason, as a relay does when the broker will never take it.
+func setAside(t *testing.T, pool *pgxpool.Pool, schema string, n int, reason string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, outbox.Migrate(ctx, pool, schema))
+	box, err := outbox.New(outbox.Config{Schema: schema}, nil)
+	require.NoError(t, err)
+	msgs := make([]*message.Message, n)
+	for i := range msgs {
+		msgs[i] = message.NewMessage(fmt.Sprintf("m%d", i), nil)
+	}
+	require.NoError(t, box.Publish(ctx, pool, "orders", msgs...))
+	_, err = pool.Exec(ctx, "UPDATE "+pgx.Identifier{schema, "outbox"}.Sanitize()+" SET set_aside = now(), reason = $1 "+
+		"WHERE id = (SELECT min(id) FROM "+pgx.Identifier{schema, "outbox"}.Sanitize()+")", reason)
+	require.NoError(t, err)
+}
+
+// With --postgres, status shows the outbox: the rows waiting and the oldest one's age, the
+// relays, the inbox and the rows set aside with their reason; a row set aside, and rows that
+// wait with no relay, are problems. Without it, nothing of the outbox is shown.
+func TestStatusShowsTheOutbox(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	pool, schema := testenv.Postgres(t)
+	setAside(t, pool, schema, 3, `NOT_FOUND - no exchange "gone" in vhost "/"`)
+	q := env.WorkQueue("outbox")
+	delay := cliDelay(env)
+	args := []string{"status", q, "--prefix", delay.Prefix, "--levels", fmt.Sprint(delay.Levels)}
+	pg := []string{"--postgres", testenv.PostgresURL(), "--schema", schema}
+
+	out := run(t, env.URL, append(args, pg...)...)
+	t.Log("\n" + out)
+	assert.Contains(t, out, "  outbox "+schema+": 1 row set aside\n")
+	assert.Contains(t, out, "  outbox "+schema+": 2 rows waiting and no relay connected\n")
+	assert.Contains(t, out, "\noutbox "+schema+": 2 rows waiting, the oldest written ")
+	assert.Contains(t, out, "; 1 row set aside (below; warren outbox replay once mended)\n"+
+		"relays: none connected: nothing is published\n")
+	assert.Regexp(t, regexp.MustCompile(`\nROW\s+TOPIC\s+UUID\s+SET ASIDE\s+REASON\n\d+\s+orders\s+m0\s+\S+\s+NOT_FOUND - no exchange "gone" in vhost "/"\n`), out)
+	assert.Less(t, strings.Index(out, "delay levels"), strings.Index(out, "\noutbox "), "after the delay levels")
+
+	var st struct {
+		Queues []struct{ Queue string }
+		Outbox *struct {
+			Schema       string `json:"schema"`
+			Waiting      int64  `json:"waiting"`
+			OldestMS     *int64 `json:"oldest_ms"`
+			SetAside     int64  `json:"set_aside"`
+			Relays       *int   `json:"relays"`
+			SetAsideRows []struct {
+				ID     int64  `json:"id"`
+				Topic  string `json:"topic"`
+				Reason string `json:"reason"`
+			} `json:"set_aside_rows"`
+			Error string `json:"error"`
+		} `json:"outbox"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(run(t, env.URL, append(append(args, "--json"), pg...)...)), &st))
+	require.NotNil(t, st.Outbox)
+	assert.Equal(t, schema, st.Outbox.Schema)
+	assert.Equal(t, int64(2), st.Outbox.Waiting)
+	assert.Equal(t, int64(1), st.Outbox.SetAside)
+	require.NotNil(t, st.Outbox.Relays)
+	assert.Zero(t, *st.Outbox.Relays)
+	assert.NotNil(t, st.Outbox.OldestMS)
+	require.Len(t, st.Outbox.SetAsideRows, 1)
+	assert.Equal(t, "orders", st.Outbox.SetAsideRows[0].Topic)
+	assert.Contains(t, st.Outbox.SetAsideRows[0].Reason, "NOT_FOUND")
+	assert.Empty(t, st.Outbox.Error)
+	require.Len(t, st.Queues, 1)
+
+	// Replayed, the row is no longer a problem.
+	run(t, env.URL, append([]string{"outbox", "replay"}, pg...)...)
+	out = run(t, env.URL, append(args, pg...)...)
+	assert.NotContains(t, out, "  outbox "+schema+": 1 row set aside")
+	assert.Contains(t, out, "  outbox "+schema+": 3 rows waiting and no relay connected\n")
+	assert.Contains(t, out, "; 0 rows set aside\n")
+
+	// Without --postgres (and $WARREN_POSTGRES_URL, which TestMain unsets): no outbox.
+	out = run(t, env.URL, args...)
+	assert.NotContains(t, out, "outbox "+schema)
+	assert.NotContains(t, out, "relays:")
+	assert.NotContains(t, run(t, env.URL, append(args, "--json")...), `"outbox"`)
+}
+
+// A database that cannot be reached is said in the outbox's section, the rest of status
+// shown, and status exits 1, as when it cannot read the broker; so with --json.
+func TestStatusOutboxUnreachable(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("outbox-down")
+	delay := cliDelay(env)
+	args := []string{"status", q, "--prefix", delay.Prefix, "--levels", fmt.Sprint(delay.Levels),
+		"--postgres", "postgres://postgres:secret@127.0.0.1:1/postgres?sslmode=disable"}
+
+	stdout, stderr, code := runCode(t, env.URL, args...)
+	t.Logf("\n%s\n%s", stdout, stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stdout, "  outbox warren: cannot read PostgreSQL\n", "a problem")
+	assert.Contains(t, stdout, "\noutbox warren: cannot read PostgreSQL: connect: ")
+	assert.Regexp(t, regexp.MustCompile(`\n`+regexp.QuoteMeta(q)+`\s+0\s+0\s+-\s+0\n`), stdout, "the rest is shown")
+	assert.Contains(t, stderr, "outbox warren: cannot read PostgreSQL: connect: ")
+	assert.NotContains(t, stdout+stderr, "secret")
+
+	stdout, _, code = runCode(t, env.URL, append(args, "--json")...)
+	assert.Equal(t, 1, code)
+	var st struct {
+		Outbox map[string]any `json:"outbox"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &st))
+	assert.Equal(t, "warren", st.Outbox["schema"])
+	assert.Contains(t, st.Outbox["error"], "cannot read PostgreSQL: connect: ")
+	assert.NotContains(t, st.Outbox, "waiting", "no figure when none was read")
+
+	// A URL that does not parse is refused first, as a bad flag.
+	_, stderr, code = runCode(t, env.URL, "status", q, "--postgres", "postgres://x:y@[::1/")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--postgres: ")
+}
+
+// A database that accepts the connection and never answers holds status no longer than
+// its --timeout.
+func TestReadOutboxWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var held sync.WaitGroup
+	defer held.Wait()
+	defer ln.Close()
+	held.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held.Go(func() { // read whatever comes, answer nothing
+				_, _ = io.Copy(io.Discard, c)
+				_ = c.Close()
+			})
+		}
+	})
+	cfg, err := pgx.ParseConfig("postgres://postgres@" + ln.Addr().String() + "/postgres?sslmode=disable")
+	require.NoError(t, err)
+	box := readOutbox(t.Context(), cfg, "", 200*time.Millisecond)
+	require.Error(t, box.err)
+	assert.Equal(t, "warren", box.schema)
+	assert.Equal(t, []ops.Problem{{Kind: problemOutbox, Text: "outbox warren: cannot read PostgreSQL"}}, box.problems())
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/warrenmq/warren/kill"
@@ -19,6 +20,7 @@ import (
 func newUI(g *globals) *cobra.Command {
 	var (
 		df      *delayFlags
+		pf      *postgresFlags
 		listen  string
 		path    string
 		queues  []string
@@ -34,7 +36,9 @@ func newUI(g *globals) *cobra.Command {
 			"kill and resume queues. It has no login of its own: listen on 127.0.0.1 (the default), or\n" +
 			"mount package ui in a service behind its authentication. The work queues are --queue, the\n" +
 			"queues of --config FILE (whose topology its topology page draws and verifies), else the ones\n" +
-			"the management API lists (--management).",
+			"the management API lists (--management). With --postgres URL (or $WARREN_POSTGRES_URL) and\n" +
+			"--schema, the overview shows the outbox too, and its page lists the rows set aside, which\n" +
+			"--allow-actions lets it replay.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := df.config(g.timeout)
@@ -47,6 +51,19 @@ func newUI(g *globals) *cobra.Command {
 			drawn := df.loaded // with --config, the file workQueues read; else nil
 			if len(queues) == 0 && g.managementURL() == "" {
 				return errors.New("name the work queues (--queue, --config) or give the management API (--management)")
+			}
+			var box *ui.Outbox
+			if u := pf.given(); u != "" {
+				pc, err := pgxpool.ParseConfig(u)
+				if err != nil {
+					return fmt.Errorf("--postgres: %w", err) // pgx leaves the password out
+				}
+				pool, err := pgxpool.NewWithConfig(cmd.Context(), pc) // connects when a page asks
+				if err != nil {
+					return fmt.Errorf("--postgres: %w", err)
+				}
+				defer pool.Close()
+				box = &ui.Outbox{DB: pool, Schema: pf.schema}
 			}
 			o, err := g.ops(cmd, cfg.Delay)
 			if err != nil {
@@ -62,7 +79,7 @@ func newUI(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			h, err := ui.New(ui.Config{Ops: o, Killer: k, Queues: queues, Topology: drawn, Prefix: path,
+			h, err := ui.New(ui.Config{Ops: o, Killer: k, Queues: queues, Topology: drawn, Outbox: box, Prefix: path,
 				AllowActions: actions, Timeout: g.timeout},
 				watermill.NewStdLoggerWithOut(cmd.ErrOrStderr(), false, false)) // every Info line: the audit log
 			if err != nil {
@@ -92,6 +109,7 @@ func newUI(g *globals) *cobra.Command {
 		},
 	}
 	df = addDelayFlags(cmd.Flags())
+	pf = addPostgresFlags(cmd.Flags(), "PostgreSQL URL of the outbox to show (default $WARREN_POSTGRES_URL; none: no outbox)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
 	cmd.Flags().StringVar(&path, "path", "/warren", `path prefix of every page ("" serves at /)`)
 	cmd.Flags().StringArrayVar(&queues, "queue", nil, "a work queue to show (repeatable)")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -89,4 +90,26 @@ func TestUIServesUnderWarrenByDefault(t *testing.T) {
 	url = serveUI(t, env, "--path", "")
 	require.Regexp(t, `^http://127\.0\.0\.1:\d+/$`, url)
 	assert.Equal(t, http.StatusOK, get(url).StatusCode)
+}
+
+// warren ui --postgres --schema shows the outbox: its figures on the overview, its page of
+// the rows set aside.
+func TestUIShowsTheOutbox(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	pool, schema := testenv.Postgres(t)
+	setAside(t, pool, schema, 2, "refused by the broker")
+	url := serveUI(t, env, "--postgres", testenv.PostgresURL(), "--schema", schema)
+	get := func(path string) string {
+		t.Helper()
+		res, err := http.Get(url + path)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+		return string(body)
+	}
+	assert.Contains(t, get(""), "<h2>Outbox <small>"+schema+"</small></h2>")
+	assert.Contains(t, get("outbox"), `<td class="err">refused by the broker</td>`)
 }

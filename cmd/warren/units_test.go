@@ -61,7 +61,7 @@ func TestStatusText(t *testing.T) {
 	d := topology.Config{}.WithDefaults().Delay
 	var out bytes.Buffer
 	require.NoError(t, printStatus(&out, ops.Status{Delay: ops.DelayStatus{Name: d.Name(), Waiting: 1, Parked: 0,
-		Levels: []ops.LevelStatus{{Queue: d.LevelQueue(7, 15), TTL: d.TTL(7, 15), Messages: 1, Exists: true}, {Queue: d.LevelQueue(0, 1), Exists: true}}}}, d, false))
+		Levels: []ops.LevelStatus{{Queue: d.LevelQueue(7, 15), TTL: d.TTL(7, 15), Messages: 1, Exists: true}, {Queue: d.LevelQueue(0, 1), Exists: true}}}}, d, false, nil))
 	assert.Contains(t, out.String(), "\ndelay levels "+d.Name()+": 1 waiting, 0 parked\n  p7.d15 (46d14h28m51s): 1\n")
 }
 

@@ -12,14 +12,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// PostgresURL is the PostgreSQL the tests use: $WARREN_POSTGRES_URL, or the local one as
-// `make postgres` and docker-compose.yml set it up.
+// PostgresURL is the PostgreSQL the tests use: $WARREN_POSTGRES_URL as the run was given it
+// (read when the tests start, so that a TestMain may unset it for the commands it tests), or
+// the local one as `make postgres` and docker-compose.yml set it up.
 func PostgresURL() string {
-	if u := os.Getenv("WARREN_POSTGRES_URL"); u != "" {
-		return u
+	if givenPostgresURL != "" {
+		return givenPostgresURL
 	}
 	return "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable"
 }
+
+// givenPostgresURL is $WARREN_POSTGRES_URL when the tests started.
+var givenPostgresURL = os.Getenv("WARREN_POSTGRES_URL")
 
 // Postgres connects to PostgresURL (failing t if it cannot: start it with `make postgres`)
 // and returns a pool, closed when t ends, and a schema name of t's own ("wt_" and random
