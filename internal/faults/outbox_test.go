@@ -575,7 +575,8 @@ func TestOutboxBrokerKill9(t *testing.T) {
 // (failed, which still fails the case). The consumers run the router's default retry
 // schedule (1 s, 2 s, 4 s, 8 s): the inbox's transaction failing because the database is
 // down spends the message's attempts, and the suite's 350 ms schedule would poison the
-// messages handled during the outage.
+// messages handled during the outage ($FAULTS_OUTBOX_SHORT_RETRY set to anything runs the
+// case with it, to see that: the case then fails, the poisoned messages counted lost).
 func TestOutboxPostgresRestart(t *testing.T) {
 	const pgDown = 2 * time.Second
 	pg := testenv.StartPostgres(t)
