@@ -20,8 +20,10 @@
 //
 // The outbox cases run transactions that publish through the outbox (one in ten rolled back),
 // relay processes and consumer processes writing their effects in the inbox's transaction,
-// and kill a relay, a consumer or the broker; they count in the database the committed events
-// without an effect, the effects of rolled-back ones and the effects done twice.
+// and kill a relay, a consumer or the broker, or stop PostgreSQL (a server of the case's own,
+// testenv.StartPostgres) fast and immediately and start it again; they count in the database
+// the committed events without an effect, the effects of rolled-back ones and the effects
+// done twice.
 //
 // docs/fault-suite.md explains each field of the printed lines and gives measured runs.
 package faults

@@ -7,10 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +24,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren"
@@ -47,6 +51,9 @@ const (
 const (
 	childPostgres = "FAULTS_POSTGRES"
 	childSchema   = "FAULTS_SCHEMA"
+	// childRetry, when "default", gives the consumers the router's default retry schedule
+	// (1 s, 2 s, 4 s, 8 s) instead of retryDelays.
+	childRetry = "FAULTS_RETRY"
 )
 
 func init() {
@@ -116,10 +123,14 @@ func outboxConsumerMain() int {
 		return 1
 	}
 	defer in.Close()
+	retry := middleware.BackoffConfig{Delays: retryDelays}
+	if os.Getenv(childRetry) == "default" {
+		retry = middleware.BackoffConfig{}
+	}
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: os.Getenv(childURL)},
 		Topology:   topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
-		Retry:      middleware.BackoffConfig{Delays: retryDelays},
+		Retry:      retry,
 	}, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
@@ -166,16 +177,30 @@ type outboxCase struct {
 	t      *testing.T
 	name   string
 	node   *testenv.Node
+	pgURL  string // the database's, for the children
 	pool   *pgxpool.Pool
 	schema string
 	queue  string
 	delay  string
 	logDir string
 	start  time.Time
+	// retry makes a writer run a transaction that failed again, with a new one, until it
+	// ends as meant (committed, or rolled back when i%10 == 3) or Patience has passed since
+	// its first try: for a case whose database goes down. Without it a failure is final.
+	retry bool
+	// childEnv is more environment for the children.
+	childEnv []string
 
 	written    atomic.Int64 // transactions done (committed or rolled back)
 	deliveries atomic.Int64 // deliveries that reached a consumer's inbox
-	failed     atomic.Int64 // transactions that failed
+	failed     atomic.Int64 // transactions that failed (with retry: failed still after Patience)
+	retried    atomic.Int64 // tries of a transaction that failed and were run again (retry)
+	// committedAnyway counts transactions whose try returned an error although it had
+	// committed: the next try found its order (retry).
+	committedAnyway atomic.Int64
+
+	errMu  sync.Mutex
+	errors map[string]int // the errors of the tries run again, by message (addresses as ADDR)
 }
 
 // child is a running child process of an outbox case.
@@ -185,10 +210,18 @@ type child struct {
 	done chan struct{}
 }
 
+// newOutboxCase prepares a case on the shared PostgreSQL (a schema of its own).
 func newOutboxCase(t *testing.T, name string) *outboxCase {
-	c := &outboxCase{t: t, name: name, queue: "faults." + name, delay: "faults." + name + ".delay", start: time.Now()}
+	return newOutboxCaseAt(t, name, testenv.PostgresURL())
+}
+
+// newOutboxCaseAt prepares a case on the PostgreSQL at pgURL (a schema of its own): a node,
+// the outbox's tables, the orders and effects tables.
+func newOutboxCaseAt(t *testing.T, name, pgURL string) *outboxCase {
+	c := &outboxCase{t: t, name: name, queue: "faults." + name, delay: "faults." + name + ".delay", start: time.Now(),
+		pgURL: pgURL, errors: map[string]int{}}
 	c.node = testenv.StartNode(t)
-	c.pool, c.schema = testenv.Postgres(t)
+	c.pool, c.schema = testenv.PostgresAt(t, pgURL)
 	c.logDir = t.TempDir()
 	if dir := os.Getenv("FAULTS_LOGDIR"); dir != "" {
 		c.logDir = filepath.Join(dir, name)
@@ -223,7 +256,8 @@ func (c *outboxCase) spawn(kind, name string) *child {
 	defer stderr.Close()
 	ch := &child{name: name, cmd: exec.Command(exe), done: make(chan struct{})}
 	ch.cmd.Env = append(os.Environ(), childEnv+"="+kind, childURL+"="+c.node.URL(), childQueue+"="+c.queue,
-		childDelayName+"="+c.delay, childPostgres+"="+testenv.PostgresURL(), childSchema+"="+c.schema)
+		childDelayName+"="+c.delay, childPostgres+"="+c.pgURL, childSchema+"="+c.schema)
+	ch.cmd.Env = append(ch.cmd.Env, c.childEnv...)
 	ch.cmd.Stderr = stderr
 	stdout, err := ch.cmd.StdoutPipe()
 	if err != nil {
@@ -295,10 +329,7 @@ func (c *outboxCase) write() <-chan struct{} {
 					return
 				}
 				time.Sleep(time.Until(begin.Add(time.Duration(i) * time.Second / outboxRate)))
-				if err := c.transaction(box, i); err != nil {
-					c.failed.Add(1)
-					c.t.Logf("transaction %d: %v", i, err)
-				}
+				c.run(box, i)
 				c.written.Add(1)
 			}
 		})
@@ -308,6 +339,47 @@ func (c *outboxCase) write() <-chan struct{} {
 		close(done)
 	}()
 	return done
+}
+
+// run runs transaction i, and with c.retry runs it again, as a new transaction, after a
+// failure. "Committed" is what the database holds, whatever a try returned: a try whose
+// COMMIT failed may have committed, and then the next try's insert of the order fails as a
+// duplicate, which ends the transaction as committed (c.committedAnyway), so that nothing
+// commits twice and no try is counted as a commit it was not.
+func (c *outboxCase) run(box *outbox.Outbox, i int) {
+	first := time.Now()
+	for try := 1; ; try++ {
+		err := c.transaction(box, i)
+		switch {
+		case err == nil:
+			return
+		case !c.retry:
+			c.failed.Add(1)
+			c.t.Logf("transaction %d: %v", i, err)
+			return
+		case try > 1 && isUniqueViolation(err):
+			c.committedAnyway.Add(1)
+			return
+		case time.Since(first) > testenv.Patience():
+			c.failed.Add(1)
+			c.t.Logf("transaction %d: still failing after %s: %v", i, testenv.Patience(), err)
+			return
+		}
+		c.retried.Add(1)
+		c.errMu.Lock()
+		c.errors[hostPorts.ReplaceAllString(err.Error(), "ADDR")]++
+		c.errMu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// hostPorts matches the addresses in an error, so that the errors of tries group by kind.
+var hostPorts = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
+
+// isUniqueViolation tells whether err is PostgreSQL's unique_violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 // transaction i: an order and its event, committed unless i%10 == 3.
@@ -348,16 +420,34 @@ func (c *outboxCase) awaitWritten(k int) {
 func (c *outboxCase) counts() (committed, effects, lost, phantom, twice int) {
 	c.t.Helper()
 	o, e := c.table("orders"), c.table("effects")
-	err := c.pool.QueryRow(context.Background(), "SELECT "+
-		"(SELECT count(*) FROM "+o+"), (SELECT count(*) FROM "+e+"), "+
-		"(SELECT count(*) FROM "+o+" WHERE event NOT IN (SELECT event FROM "+e+")), "+
-		"(SELECT count(*) FROM "+e+" WHERE event NOT IN (SELECT event FROM "+o+")), "+
-		"(SELECT count(*) FROM (SELECT event FROM "+e+" GROUP BY event HAVING count(*) > 1) t)").
-		Scan(&committed, &effects, &lost, &phantom, &twice)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	c.query(func(ctx context.Context) error {
+		return c.pool.QueryRow(ctx, "SELECT "+
+			"(SELECT count(*) FROM "+o+"), (SELECT count(*) FROM "+e+"), "+
+			"(SELECT count(*) FROM "+o+" WHERE event NOT IN (SELECT event FROM "+e+")), "+
+			"(SELECT count(*) FROM "+e+" WHERE event NOT IN (SELECT event FROM "+o+")), "+
+			"(SELECT count(*) FROM (SELECT event FROM "+e+" GROUP BY event HAVING count(*) > 1) t)").
+			Scan(&committed, &effects, &lost, &phantom, &twice)
+	})
 	return committed, effects, lost, phantom, twice
+}
+
+// query runs q, again after a failure (a connection of the pool that a restart of the
+// database broke) until it succeeds or Patience has passed; it fails the test then.
+func (c *outboxCase) query(q func(context.Context) error) {
+	c.t.Helper()
+	deadline := time.Now().Add(testenv.Patience())
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), testenv.Patience())
+		err := q(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // finish waits until every committed order has its effect (at most outboxSettle), then 3 s
@@ -387,14 +477,24 @@ func (c *outboxCase) finish(written <-chan struct{}, children ...*child) {
 		ch.stop()
 	}
 	committed, effects, lost, phantom, twice := c.counts()
-	st, err := outbox.ReadStats(context.Background(), c.pool, c.schema)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var st outbox.Stats
+	c.query(func(ctx context.Context) (err error) {
+		st, err = outbox.ReadStats(ctx, c.pool, c.schema)
+		return err
+	})
 	line := fmt.Sprintf("faults case=%s transactions=%d committed=%d rolled_back=%d failed=%d effects=%d lost=%d phantom=%d twice=%d "+
 		"deliveries=%d not_run_again=%d outbox_waiting=%d set_aside=%d secs=%.0f",
 		c.name, outboxTransactions, committed, outboxTransactions/10, c.failed.Load(), effects, lost, phantom, twice,
 		c.deliveries.Load(), c.deliveries.Load()-int64(effects), st.Waiting, st.SetAside, time.Since(c.start).Seconds())
+	if c.retry {
+		line += fmt.Sprintf(" retried=%d committed_anyway=%d poisoned=%d", c.retried.Load(), c.committedAnyway.Load(), c.poisoned())
+		c.errMu.Lock()
+		msgs := slices.SortedFunc(maps.Keys(c.errors), func(a, b string) int { return c.errors[b] - c.errors[a] })
+		for _, msg := range msgs {
+			t.Logf("%d tries failed and ran again with: %s", c.errors[msg], msg)
+		}
+		c.errMu.Unlock()
+	}
 	fmt.Println(line)
 	t.Log(line)
 	if committed < outboxTransactions*8/10 || c.failed.Load() > 0 {
@@ -403,6 +503,17 @@ func (c *outboxCase) finish(written <-chan struct{}, children ...*child) {
 	if lost != 0 || phantom != 0 || twice != 0 {
 		t.Errorf("%d lost, %d phantom, %d twice", lost, phantom, twice)
 	}
+	if t.Failed() {
+		for _, ch := range children {
+			t.Logf("%s:\n%s", ch.name, tail(filepath.Join(c.logDir, ch.name+".log"), 30))
+		}
+	}
+}
+
+// poisoned returns how many messages the case's poison queue holds.
+func (c *outboxCase) poisoned() int {
+	c.t.Helper()
+	return testenv.NewAt(c.t, c.node.URL()).Messages(topology.PoisonQueue(c.queue))
 }
 
 // (e) The relay holding the outbox is killed with SIGKILL while events flow, 5 times: each
@@ -449,4 +560,43 @@ func TestOutboxBrokerKill9(t *testing.T) {
 	c.node.Crash()
 	t.Logf("%.3fs: broker killed and booted again", time.Since(c.start).Seconds())
 	c.finish(written, append(consumers, relay)...)
+}
+
+// (h) PostgreSQL is stopped and started again while the writers, relays and consumers run:
+// once with a fast shutdown (open transactions rolled back, connections closed, a
+// checkpoint) and once with an immediate one (every server process quits at once, no
+// checkpoint; the start replays the write-ahead log: PostgreSQL's kill -9), each time down
+// for pgDown. The server is one of the case's own (testenv.StartPostgres), never the shared
+// one.
+//
+// The writers run a transaction that failed again, as a new one, until it ends as meant
+// (outboxCase.retry): a failure while the database is down is the application's to retry,
+// and the case counts those tries (retried) apart from transactions that never got through
+// (failed, which still fails the case). The consumers run the router's default retry
+// schedule (1 s, 2 s, 4 s, 8 s): the inbox's transaction failing because the database is
+// down spends the message's attempts, and the suite's 350 ms schedule would poison the
+// messages handled during the outage ($FAULTS_OUTBOX_SHORT_RETRY set to anything runs the
+// case with it, to see that: the case then fails, the poisoned messages counted lost).
+func TestOutboxPostgresRestart(t *testing.T) {
+	const pgDown = 2 * time.Second
+	pg := testenv.StartPostgres(t)
+	c := newOutboxCaseAt(t, "outbox_postgres_restart", pg.URL())
+	c.retry = true
+	if os.Getenv("FAULTS_OUTBOX_SHORT_RETRY") == "" {
+		c.childEnv = []string{childRetry + "=default"}
+	}
+	consumers := []*child{c.spawn("outbox-consumer", "consumer1"), c.spawn("outbox-consumer", "consumer2")}
+	relays := []*child{c.spawn("outbox-relay", "relay1")}
+	written := c.write()
+	c.awaitWritten(outboxTransactions / 20)
+	relays = append(relays, c.spawn("outbox-relay", "relay2")) // on standby: relay1 holds the lock by now
+	for k, mode := range []testenv.PGStopMode{testenv.PGFast, testenv.PGImmediate} {
+		c.awaitWritten(outboxTransactions * (k + 1) * 3 / 10)
+		pg.Stop(mode)
+		t.Logf("%.3fs: PostgreSQL stopped (%s) after %d transactions", time.Since(c.start).Seconds(), mode, c.written.Load())
+		time.Sleep(pgDown)
+		pg.Start()
+		t.Logf("%.3fs: PostgreSQL started again", time.Since(c.start).Seconds())
+	}
+	c.finish(written, append(consumers, relays...)...)
 }

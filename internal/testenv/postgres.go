@@ -30,15 +30,21 @@ var givenPostgresURL = os.Getenv("WARREN_POSTGRES_URL")
 // hex), dropped with everything in it when t ends.
 func Postgres(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	return PostgresAt(t, PostgresURL())
+}
+
+// PostgresAt is Postgres on the server at url (a PGServer's, say).
+func PostgresAt(t testing.TB, url string) (*pgxpool.Pool, string) {
+	t.Helper()
 	NeedsBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
-	pool, err := pgxpool.New(ctx, PostgresURL())
+	pool, err := pgxpool.New(ctx, url)
 	if err == nil {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		t.Fatalf("no PostgreSQL at %s (start it with `make postgres`): %v", redactPostgres(PostgresURL()), err)
+		t.Fatalf("no PostgreSQL at %s (start it with `make postgres`): %v", redactPostgres(url), err)
 	}
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
