@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -42,7 +44,10 @@ type InboxConfig struct {
 	// ExpireEvery is how often the middleware starts, in the background, the deletion of
 	// keys past the retention (at most one at a time). Default 1 minute.
 	ExpireEvery time.Duration
-	// Timeout bounds the inbox's own statements (begin, record, commit). Default 10s.
+	// Timeout bounds the inbox's own statements (begin, record, commit). A database that
+	// cannot be reached when the transaction begins is tried again, backing off, for up to
+	// Timeout before the attempt fails: a shorter outage only holds the handlers up. Default
+	// 10s.
 	Timeout time.Duration
 }
 
@@ -184,15 +189,46 @@ func (i *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 // committed.
 var errHandled = errors.New("outbox: inbox: handled already")
 
-// begin begins the handler's transaction on a connection of the pool and records key in it
-// (unless key is ""), in one round trip: BEGIN and the INSERT go as one query. A key that is
-// there already fails the INSERT, which begin rolls back and reports as errHandled; a
-// transaction that holds the same key and has not ended makes the INSERT wait for its end.
-// release gives the connection back, after the transaction's end.
+// begin begins the handler's transaction and records key in it (see beginOnce). A database
+// it cannot reach (down, restarting, a connection cut) it tries again, backing off, for up
+// to InboxConfig.Timeout: an outage shorter than that holds the handler up instead of
+// spending the message's attempt.
 func (i *Inbox) begin(ctx context.Context, key string) (tx pgx.Tx, release func(), err error) {
 	bctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
 	defer cancel()
-	conn, err := i.cfg.Pool.Acquire(bctx)
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0)), bctx)
+	_ = backoff.Retry(func() error { // err holds the last try's error, which is what to report
+		tx, release, err = i.beginOnce(bctx, key)
+		if err != nil && unreachable(err) && bctx.Err() == nil {
+			return err
+		}
+		return nil
+	}, b)
+	return tx, release, err
+}
+
+// unreachable tells whether err says that the database could not be reached or went away,
+// rather than that it refused the statement: a failed connect, a connection that broke,
+// a server shutting down or starting up (SQLSTATE classes 08 and 57P).
+func unreachable(err error) bool {
+	if errors.Is(err, errHandled) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	return true
+}
+
+// beginOnce begins the handler's transaction on a connection of the pool and records key in
+// it (unless key is ""), in one round trip: BEGIN and the INSERT go as one query. A key that
+// is there already fails the INSERT, which beginOnce rolls back and reports as errHandled; a
+// transaction that holds the same key and has not ended makes the INSERT wait for its end.
+// release gives the connection back, after the transaction's end.
+func (i *Inbox) beginOnce(ctx context.Context, key string) (tx pgx.Tx, release func(), err error) {
+	conn, err := i.cfg.Pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("outbox: inbox: begin: %w", err)
 	}
@@ -201,14 +237,14 @@ func (i *Inbox) begin(ctx context.Context, key string) (tx pgx.Tx, release func(
 		// The key as hex digits: a literal that cannot end early, whatever bytes it holds.
 		begin += "; INSERT INTO " + i.table + " (key) VALUES (decode('" + hex.EncodeToString([]byte(key)) + "', 'hex'))"
 	}
-	tx, err = conn.BeginTx(bctx, pgx.TxOptions{BeginQuery: begin})
+	tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err == nil {
 		return tx, conn.Release, nil
 	}
 	defer conn.Release() // a connection left in a transaction is closed, not reused
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
-		if _, err := conn.Exec(bctx, "ROLLBACK"); err != nil {
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
 			return nil, nil, fmt.Errorf("outbox: inbox: roll back after finding the message's key: %w", err)
 		}
 		return nil, nil, errHandled

@@ -3,12 +3,16 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -252,4 +256,79 @@ func TestInboxOneKeyAtOnce(t *testing.T) {
 			pgx.Identifier{s.schema, "inbox"}.Sanitize()+" WHERE key = $1)", []byte(key)).Scan(&recorded))
 		assert.True(t, recorded, "the key is recorded byte for byte")
 	}
+}
+
+// A database that cannot be reached when a message comes (here: its address answers only
+// after a while) holds the handler up, within InboxConfig.Timeout, instead of failing it.
+func TestInboxWaitsOutAShortOutage(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	tbl := s.effects(t)
+	// A port nothing listens on yet, which later forwards to the database.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL())
+	require.NoError(t, err)
+	target := net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port)))
+	host, port, _ := net.SplitHostPort(addr)
+	cfg.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Port = uint16(p)
+	away, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	defer away.Close()
+	in := s.inbox(t, func(c *outbox.InboxConfig) {
+		c.Pool = away
+		c.Key = func(m *message.Message) string { return m.UUID }
+		c.Timeout = testenv.Patience()
+	})
+	var runs atomic.Int64
+	h := in.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+		runs.Add(1)
+		tx, _ := outbox.TxFrom(msg.Context())
+		_, err := tx.Exec(msg.Context(), "INSERT INTO "+tbl+" VALUES ($1, 1)", msg.UUID)
+		return nil, err
+	})
+	done := make(chan error, 1)
+	go func() { _, err := h(message.NewMessage("during the outage", nil)); done <- err }()
+	assert.Never(t, func() bool { return len(done) > 0 }, 300*time.Millisecond, 10*time.Millisecond,
+		"the handler waits while the database cannot be reached")
+	proxy := forward(t, addr, target)
+	defer proxy.Close()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(testenv.Patience()):
+		t.Fatal("the handler did not run once the database answered")
+	}
+	assert.Equal(t, int64(1), runs.Load())
+	assert.Equal(t, map[string]int{"during the outage": 1}, s.effectsOf(t, tbl))
+}
+
+// forward listens on addr and copies every connection to target and back, until closed.
+func forward(t *testing.T, addr, target string) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	require.NoError(t, err)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c); _ = u.Close() }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return l
 }
