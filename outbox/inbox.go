@@ -196,6 +196,9 @@ var errHandled = errors.New("outbox: inbox: handled already")
 func (i *Inbox) begin(ctx context.Context, key string) (tx pgx.Tx, release func(), err error) {
 	bctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
 	defer cancel()
+	if tx, release, err = i.beginOnce(bctx, key); err == nil || !unreachable(err) {
+		return tx, release, err
+	}
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0)), bctx)
 	_ = backoff.Retry(func() error { // err holds the last try's error, which is what to report

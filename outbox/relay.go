@@ -205,6 +205,14 @@ func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 	cfg.RuntimeParams["tcp_keepalives_idle"] = "10"
 	cfg.RuntimeParams["tcp_keepalives_interval"] = "5"
 	cfg.RuntimeParams["tcp_keepalives_count"] = "3"
+	// The relay's statements (its read of the oldest rows, its deletes and set-asides by id)
+	// are best served by the outbox's indexes whatever the table's statistics say: after a
+	// burst of writes that autovacuum has not analysed yet, PostgreSQL would otherwise read
+	// and sort the whole backlog for every batch. A custom plan lets it hash the list of ids
+	// the read leaves out (docs/decisions.md).
+	cfg.RuntimeParams["enable_bitmapscan"] = "off"
+	cfg.RuntimeParams["enable_seqscan"] = "off"
+	cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {

@@ -68,7 +68,7 @@ func benchOutbox() {
 		{"wm Forwarder", func(q string) (time.Duration, error) { return forwarderRun(wm, q, body) }},
 	})
 	*publish = n
-	fmt.Printf("   (warren dlx: %d goroutines publishing one message each; outbox relay: the rows written and committed beforehand, then one relay publishing them, %d per Publish, and deleting them; wm Forwarder: Watermill's Forwarder on watermill-sql's DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter and watermill-amqp with ConfirmDelivery and ChannelPoolSize %d, their defaults otherwise, the rows written and committed beforehand, then one Forwarder publishing them until their last offset is recorded)\n",
+	fmt.Printf("   (warren dlx: %d goroutines publishing one message each; outbox relay: one relay running, the rows written in one transaction, then from its commit until the relay, %d per Publish, has deleted them all; wm Forwarder: Watermill's Forwarder on watermill-sql's DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter and watermill-amqp with ConfirmDelivery and ChannelPoolSize %d, their defaults otherwise, the rows written and committed beforehand, then one Forwarder publishing them until their last offset is recorded)\n",
 		*window, *relayBatch, *fwdPool)
 	result("ratio outbox_relay_vs_publish", "%.2f", cmp.ratio(1, 0))
 	result("ratio outbox_vs_watermill_forwarder", "%.2f", cmp.ratio(1, 2))
@@ -85,8 +85,9 @@ func benchOutbox() {
 	result("ratio inbox_vs_plain_db", "%.2f", cmp.ratio(1, 0))
 }
 
-// relayRun writes n rows to topic q (outside the timing), then times one relay moving them
-// to the broker until the outbox is empty.
+// relayRun starts a relay, writes *outboxN rows to topic q in one transaction (outside the
+// timing), then times its commit and the relay moving them to the broker until the outbox is
+// empty.
 func relayRun(pool *pgxpool.Pool, schema, q string, body []byte, delay topology.Delay) (time.Duration, error) {
 	ctx := context.Background()
 	p, err := warrenPublisher(q, delay)
@@ -98,23 +99,43 @@ func relayRun(pool *pgxpool.Pool, schema, q string, body []byte, delay topology.
 	if err != nil {
 		return 0, err
 	}
-	for written := 0; written < *outboxN; written += 1000 {
-		msgs := make([]*message.Message, min(1000, *outboxN-written))
-		for i := range msgs {
-			msgs[i] = message.NewMessage(watermill.NewUUID(), body)
-		}
-		if err := box.Publish(ctx, pool, q, msgs...); err != nil {
-			return 0, err
-		}
-	}
 	relay, err := outbox.NewRelay(outbox.RelayConfig{Pool: pool, Publisher: p, Schema: schema, BatchSize: *relayBatch}, nil)
 	if err != nil {
 		return 0, err
 	}
 	rctx, stop := context.WithCancel(ctx)
+	defer stop()
 	done := make(chan error, 1)
-	w := startSpan()
 	go func() { done <- relay.Run(rctx) }()
+	// The relay runs and holds the outbox before the rows come, as in a service.
+	for {
+		s, err := outbox.ReadStats(ctx, pool, schema)
+		if err != nil {
+			return 0, err
+		}
+		if s.Leading {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after the commit: nothing to roll back
+	for written := 0; written < *outboxN; written += 1000 {
+		msgs := make([]*message.Message, min(1000, *outboxN-written))
+		for i := range msgs {
+			msgs[i] = message.NewMessage(watermill.NewUUID(), body)
+		}
+		if err := box.Publish(ctx, tx, q, msgs...); err != nil {
+			return 0, err
+		}
+	}
+	w := startSpan()
+	if err := tx.Commit(ctx); err != nil {
+		return 0, err
+	}
 	for { // a cheap look, every 5 ms, for the last row to go
 		var left bool
 		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+schema+".outbox)").Scan(&left); err != nil {
