@@ -104,6 +104,12 @@ func TestKillResumeDelete(t *testing.T) {
 		`stopped ones have none there\)\n$`, runContext(ctx, t, env.URL, "resume", queue, "--wait", "1h"))
 	assert.NoError(t, ctx.Err(), "resume waited until the context ended")
 	await("resumed")
+	// The resumed consumer is back on the queue a moment after its event.
+	ch := env.Channel()
+	require.Eventually(t, func() bool {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		return err == nil && q.Consumers == 1
+	}, testenv.Patience(), 10*time.Millisecond, "the resumed consumer is not on the queue")
 	assert.Regexp(t, `^delete confirmed by 1 consumer in 1 process within .+ \(the queue had 1 consumer\); they drain the queue, then delete it\n$`,
 		run(t, env.URL, "kill", queue, "--delete", "--wait", waitFor))
 	await("deleted")
