@@ -122,7 +122,7 @@ func NewInbox(config InboxConfig, logger watermill.LoggerAdapter) (*Inbox, error
 	if err != nil {
 		return nil, err
 	}
-	i := &Inbox{cfg: config, table: pgx.Identifier{config.Schema, "inbox"}.Sanitize(), box: box,
+	i := &Inbox{cfg: config, table: inboxTable(config.Schema), box: box,
 		logger: logger.With(watermill.LogFields{"inbox": config.Schema})}
 	i.lastExpiry.Store(time.Now().UnixNano())
 	return i, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -118,29 +119,24 @@ type Outbox struct {
 	cfg    Config
 	table  string // the outbox table, quoted: "schema".outbox
 	notify string // the channel a relay listens on
-	logger watermill.LoggerAdapter
 }
 
 // New returns an Outbox that writes to the table of config.Schema. It does not touch the
-// database: Migrate creates the table.
-func New(config Config, logger watermill.LoggerAdapter) (*Outbox, error) {
+// database: Migrate creates the table. It logs nothing (Publish returns its errors): logger
+// is there for the shape of warren's constructors.
+func New(config Config, _ watermill.LoggerAdapter) (*Outbox, error) {
 	config = config.WithDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	if logger == nil {
-		logger = watermill.NopLogger{}
-	}
-	return &Outbox{
-		cfg:    config,
-		table:  table(config.Schema),
-		notify: channel(config.Schema),
-		logger: logger,
-	}, nil
+	return &Outbox{cfg: config, table: table(config.Schema), notify: channel(config.Schema)}, nil
 }
 
 // table is the outbox table of schema, quoted for SQL.
 func table(schema string) string { return pgx.Identifier{schema, "outbox"}.Sanitize() }
+
+// inboxTable is the inbox table of schema, quoted for SQL.
+func inboxTable(schema string) string { return pgx.Identifier{schema, "inbox"}.Sanitize() }
 
 // channel is the LISTEN/NOTIFY channel of schema's outbox.
 func channel(schema string) string { return "warren.outbox." + schema }
@@ -176,13 +172,9 @@ func Migrate(ctx context.Context, db Execer, schema string) error {
 // lockKey is the advisory lock key of schema's outbox: the relay that holds it is the one
 // that publishes (Migrate uses the key after it).
 func lockKey(schema string) int64 {
-	// FNV-1a, 64 bits: stable across processes and versions.
-	h := uint64(14695981039346656037)
-	for _, b := range []byte("warren.outbox." + schema) {
-		h ^= uint64(b)
-		h *= 1099511628211
-	}
-	return int64(h &^ (1 << 63)) // positive, with room for +1
+	h := fnv.New64a() // stable across processes and versions
+	h.Write([]byte("warren.outbox." + schema))
+	return int64(h.Sum64() &^ (1 << 63)) // positive, with room for +1
 }
 
 // Publish writes msgs, to be published to topic, into the outbox through tx: the caller's
@@ -200,7 +192,6 @@ func (o *Outbox) Publish(ctx context.Context, tx Execer, topic string, msgs ...*
 		return nil
 	}
 	now := time.Now()
-	topics := make([][]byte, len(msgs))
 	uuids := make([][]byte, len(msgs))
 	payloads := make([][]byte, len(msgs))
 	metas := make([][]byte, len(msgs))
@@ -229,7 +220,7 @@ func (o *Outbox) Publish(ctx context.Context, tx Execer, topic string, msgs ...*
 		if ids[i] == "" {
 			ids[i] = strconv.FormatUint(rand.Uint64(), 16)
 		}
-		topics[i], uuids[i], payloads[i], metas[i] = []byte(topic), []byte(msg.UUID), msg.Payload, encodeMetadata(md)
+		uuids[i], payloads[i], metas[i] = []byte(msg.UUID), msg.Payload, encodeMetadata(md)
 		if payloads[i] == nil {
 			payloads[i] = []byte{}
 		}
@@ -237,11 +228,11 @@ func (o *Outbox) Publish(ctx context.Context, tx Execer, topic string, msgs ...*
 	// One statement for every message, and a notification that PostgreSQL sends when (and
 	// only if) the transaction commits; a relay that misses it finds the rows by polling.
 	_, err := tx.Exec(ctx, "WITH written AS (INSERT INTO "+o.table+" (topic, uuid, payload, metadata, publish_id, due) "+
-		"SELECT topic, uuid, payload, metadata, publish_id, due "+
-		"FROM unnest($1::bytea[], $2::bytea[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[]) "+
-		"WITH ORDINALITY AS m(topic, uuid, payload, metadata, publish_id, due, n) ORDER BY n) "+
+		"SELECT $1::bytea, uuid, payload, metadata, publish_id, due "+
+		"FROM unnest($2::bytea[], $3::bytea[], $4::bytea[], $5::text[], $6::timestamptz[]) "+
+		"WITH ORDINALITY AS m(uuid, payload, metadata, publish_id, due, n) ORDER BY n) "+
 		"SELECT pg_notify($7, '')",
-		topics, uuids, payloads, metas, ids, dues, o.notify)
+		[]byte(topic), uuids, payloads, metas, ids, dues, o.notify)
 	if err != nil {
 		return fmt.Errorf("outbox: write %d message(s) to %q: %w", len(msgs), topic, err)
 	}

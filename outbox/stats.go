@@ -50,7 +50,7 @@ func ReadStats(ctx context.Context, db Querier, schema string) (Stats, error) {
 	s := Stats{Schema: schema}
 	var oldest *time.Time
 	var now time.Time
-	inbox := pgx.Identifier{schema, "inbox"}.Sanitize()
+	inbox := inboxTable(schema)
 	err = db.QueryRow(ctx, "SELECT now(), "+
 		"(SELECT count(*) FROM "+table(schema)+" WHERE set_aside IS NULL), "+
 		"(SELECT min(written) FROM "+table(schema)+" WHERE set_aside IS NULL), "+
@@ -68,6 +68,26 @@ func ReadStats(ctx context.Context, db Querier, schema string) (Stats, error) {
 		s.Oldest = max(now.Sub(*oldest), 0)
 	}
 	return s, nil
+}
+
+// Problems lists what is wrong with the outbox, a line each and without its schema: rows set
+// aside, rows waiting while no relay is connected.
+func (s Stats) Problems() []string {
+	var ps []string
+	if s.SetAside > 0 {
+		ps = append(ps, rowCount(s.SetAside)+" set aside")
+	}
+	if s.Waiting > 0 && s.Relays == 0 {
+		ps = append(ps, rowCount(s.Waiting)+" waiting and no relay connected")
+	}
+	return ps
+}
+
+func rowCount(n int64) string {
+	if n == 1 {
+		return "1 row"
+	}
+	return strconv.FormatInt(n, 10) + " rows"
 }
 
 // SetAsideRow is a row the broker would not take.

@@ -52,12 +52,9 @@ func (d *outboxData) problems() []string {
 	if d.Err != "" {
 		return []string{what + "cannot read PostgreSQL"}
 	}
-	var ps []string
-	if n := d.Stats.SetAside; n > 0 {
-		ps = append(ps, fmt.Sprintf("%s%d %s set aside", what, n, rows(n)))
-	}
-	if n := d.Stats.Waiting; n > 0 && d.Stats.Relays == 0 {
-		ps = append(ps, fmt.Sprintf("%s%d %s waiting and no relay connected", what, n, rows(n)))
+	ps := d.Stats.Problems()
+	for i := range ps {
+		ps[i] = what + ps[i]
 	}
 	return ps
 }
@@ -110,8 +107,8 @@ func (h *Handler) outboxPage(r *http.Request, _ url.Values, p *page) (string, in
 // without an id, every row, once confirmed (without the field confirm it asks). It shows
 // the outbox page.
 func (h *Handler) replayOutbox(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
-	p := h.newPage(w, r)
 	if h.cfg.Outbox == nil {
+		p := h.newPage(w, r)
 		p.Title, p.Error = "Not found", "no outbox to replay (ui.Config.Outbox)"
 		h.render(w, http.StatusNotFound, "error", p)
 		return
@@ -120,12 +117,12 @@ func (h *Handler) replayOutbox(w http.ResponseWriter, r *http.Request, v url.Val
 	for _, s := range v["id"] {
 		id, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 		if err != nil {
-			p.Title, p.Error = http.StatusText(http.StatusBadRequest), fmt.Sprintf("row %q: want a row number", s)
-			h.render(w, http.StatusBadRequest, "error", p)
+			h.refuse(w, r, http.StatusBadRequest, fmt.Sprintf("row %q: want a row number", s))
 			return
 		}
 		ids = append(ids, id)
 	}
+	p := h.newPage(w, r)
 	if len(ids) == 0 && v.Get("confirm") == "" {
 		name, status := h.outboxPage(r, v, p)
 		if d, ok := p.Data.(*outboxData); ok && d.Err == "" {

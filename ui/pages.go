@@ -177,16 +177,17 @@ func (h *Handler) overview(r *http.Request, _ url.Values, p *page) (string, int)
 	ctx, cancel := h.callCtx(r)
 	defer cancel()
 	st, err := h.status(ctx)
+	box := h.readOutbox(r, false)
 	if err != nil { // said inside the part that the page's refresh swaps in
 		last := h.samples.lastStatus()
-		d := newOverview(last, nil).withOutbox(h.readOutbox(r, false))
+		d := newOverview(last, nil).withOutbox(box)
 		d.Stale, d.Err = !last.At.IsZero(), "cannot read the broker: "+err.Error()
 		p.Data = d
 		return "overview", http.StatusBadGateway
 	}
 	st, notes := h.counted(st)
 	h.samples.remember(st)
-	p.Data = newOverview(st, notes).withOutbox(h.readOutbox(r, false))
+	p.Data = newOverview(st, notes).withOutbox(box)
 	return "overview", http.StatusOK
 }
 

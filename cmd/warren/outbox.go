@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -229,7 +228,7 @@ func newOutbox(g *globals) *cobra.Command {
 // printSetAside writes rows set aside as a table, each reason cut to width characters (0:
 // whole).
 func printSetAside(out io.Writer, rows []outbox.SetAsideRow, width int) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	tw := newTable(out)
 	fmt.Fprintln(tw, "ROW\tTOPIC\tUUID\tSET ASIDE\tREASON")
 	for _, r := range rows {
 		reason := r.Reason

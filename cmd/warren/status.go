@@ -276,20 +276,13 @@ func (box *outboxSection) problems() []ops.Problem {
 	if box == nil {
 		return nil
 	}
-	var ps []ops.Problem
-	add := func(format string, args ...any) {
-		ps = append(ps, ops.Problem{Kind: problemOutbox, Text: fmt.Sprintf("outbox %s: ", box.schema) + fmt.Sprintf(format, args...)})
+	texts := box.stats.Problems()
+	if box.err != nil {
+		texts = []string{"cannot read PostgreSQL"}
 	}
-	st := box.stats
-	switch {
-	case box.err != nil:
-		add("cannot read PostgreSQL")
-		return ps
-	case st.SetAside > 0:
-		add("%s set aside", plural(int(st.SetAside), "row"))
-	}
-	if st.Waiting > 0 && st.Relays == 0 {
-		add("%s waiting and no relay connected", plural(int(st.Waiting), "row"))
+	ps := make([]ops.Problem, len(texts))
+	for i, t := range texts {
+		ps[i] = ops.Problem{Kind: problemOutbox, Text: "outbox " + box.schema + ": " + t}
 	}
 	return ps
 }

@@ -25,7 +25,7 @@ import (
 )
 
 var (
-	pgURL      = flag.String("postgres", envOr("WARREN_POSTGRES_URL", "postgres://postgres:postgres@127.0.0.1:5432/postgres?sslmode=disable"), "outbox section: PostgreSQL URL")
+	pgURL      = flag.String("postgres", testenv.PostgresURL(), "outbox section: PostgreSQL URL")
 	outboxN    = flag.Int("outbox-messages", 5000, "outbox section: messages per relay and inbox run")
 	outboxRate = flag.Int("outbox-rate", 1000, "outbox section: transactions a second in the latency run")
 	outboxFor  = flag.Duration("outbox-for", 10*time.Second, "outbox section: length of the latency run")
@@ -60,14 +60,11 @@ func benchOutbox() {
 
 	fmt.Printf("== outbox: %d confirmed persistent 256 B messages per run into a %s queue, median of %d runs\n",
 		*outboxN, queueType(), *rounds)
-	n := *publish
-	*publish = *outboxN // publishWarren's count
 	cmp := compare("outbox", *outboxN, []contender{
-		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
+		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, *outboxN, body, delay) }},
 		{"outbox relay", func(q string) (time.Duration, error) { return relayRun(pool, schema, q, body, delay) }},
 		{"wm Forwarder", func(q string) (time.Duration, error) { return forwarderRun(wm, q, body) }},
 	})
-	*publish = n
 	fmt.Printf("   (warren dlx: %d goroutines publishing one message each; outbox relay: one relay running, the rows written in one transaction, then from its commit until the relay, %d per Publish, has deleted them all; wm Forwarder: Watermill's Forwarder on watermill-sql's DefaultPostgreSQLSchema and DefaultPostgreSQLOffsetsAdapter and watermill-amqp with ConfirmDelivery and ChannelPoolSize %d, their defaults otherwise, the rows written and committed beforehand, then one Forwarder publishing them until their last offset is recorded)\n",
 		*window, *relayBatch, *fwdPool)
 	result("ratio outbox_relay_vs_publish", "%.2f", cmp.ratio(1, 0))

@@ -30,7 +30,7 @@ func benchPublish() {
 	defer cleanupDelay(delay)
 	cmp := compare("publish", *publish, []contender{
 		{"raw amqp091-go", func(q string) (time.Duration, error) { return publishRaw(q, body) }},
-		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, body, delay) }},
+		{"warren dlx", func(q string) (time.Duration, error) { return publishWarren(q, *publish, body, delay) }},
 		{"watermill-amqp", func(q string) (time.Duration, error) { return publishWatermill(q, body) }},
 		{"raw, goroutines", func(q string) (time.Duration, error) { return publishRawGoroutines(q, body) }},
 		{"warren batches", func(q string) (time.Duration, error) { return publishWarrenBatches(q, body, delay) }},
@@ -247,13 +247,14 @@ func warrenPublisher(q string, delay topology.Delay) (*dlx.Publisher, error) {
 	return p, nil
 }
 
-func publishWarren(q string, body []byte, delay topology.Delay) (time.Duration, error) {
+// publishWarren publishes n messages to q from *window goroutines, one per Publish call.
+func publishWarren(q string, n int, body []byte, delay topology.Delay) (time.Duration, error) {
 	p, err := warrenPublisher(q, delay)
 	if err != nil {
 		return 0, err
 	}
 	defer p.Close()
-	return parallel(*window, *publish, func() error {
+	return parallel(*window, n, func() error {
 		return p.Publish(q, message.NewMessage(watermill.NewUUID(), body))
 	})
 }

@@ -109,15 +109,12 @@ const (
 	childRedis     = "FAULTS_REDIS_PREFIX" // the keys of the routers' CopyStore
 )
 
-// children are the other kinds of child process, by the value of $WARREN_TEST_CHILD: the
-// files of other cases add theirs.
-var children = map[string]func() int{}
+// children are the kinds of child process, by the value of $WARREN_TEST_CHILD: the consumer,
+// and those that the files of other cases add.
+var children = map[string]func() int{childValue: consumerMain}
 
 // TestMain runs a consumer process (or another child) when the test binary is started as one.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == childValue {
-		os.Exit(consumerMain())
-	}
 	if main := children[os.Getenv(childEnv)]; main != nil {
 		os.Exit(main())
 	}
