@@ -540,14 +540,7 @@ func (n *Node) processes() []int {
 	return pids
 }
 
-func (n *Node) pidFromFile() int {
-	b, err := os.ReadFile(filepath.Join(n.dir, "pid"))
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
-}
+func (n *Node) pidFromFile() int { return readPID(filepath.Join(n.dir, "pid")) }
 
 // logTail returns the end of the node's startup output and log, for failure messages.
 func (n *Node) logTail() string {
@@ -556,12 +549,9 @@ func (n *Node) logTail() string {
 	logs, _ := filepath.Glob(filepath.Join(n.dir, "log", "*.log"))
 	paths = append(paths, logs...)
 	for _, p := range paths {
-		data, err := os.ReadFile(p)
+		data, err := fileTail(p)
 		if err != nil || len(bytes.TrimSpace(data)) == 0 {
 			continue
-		}
-		if len(data) > 4000 {
-			data = data[len(data)-4000:]
 		}
 		fmt.Fprintf(&b, "--- %s:\n%s\n", filepath.Base(p), data)
 	}
@@ -606,14 +596,7 @@ const BinEnv = "WARREN_RABBITMQ_BIN"
 // else the system's. Debian's /usr/sbin ones switch to the rabbitmq user (which could not
 // use a test's directory), so the scripts they wrap are preferred.
 func rabbitmqBin() (string, error) {
-	ok := func(dir string) bool {
-		for _, f := range []string{"rabbitmq-server", "rabbitmqctl"} {
-			if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.IsDir() {
-				return false
-			}
-		}
-		return true
-	}
+	ok := func(dir string) bool { return hasFiles(dir, "rabbitmq-server", "rabbitmqctl") }
 	if dir := os.Getenv(BinEnv); dir != "" {
 		if !ok(dir) {
 			return "", fmt.Errorf("$%s=%s holds no rabbitmq-server and rabbitmqctl", BinEnv, dir)
@@ -653,17 +636,7 @@ func sweepStaleNodes() {
 	if !procFS() {
 		return
 	}
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), nodeDirPrefix+"*"))
-	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, "owner"))
-		if err != nil {
-			// Not yet written by a test starting now, or unreadable: leave recent ones.
-			if st, err := os.Stat(dir); err != nil || time.Since(st.ModTime()) < 10*time.Minute {
-				continue
-			}
-		} else if owner, _ := strconv.Atoi(strings.TrimSpace(string(b))); owner <= 0 || alive(owner) {
-			continue
-		}
+	for _, dir := range staleDirs(nodeDirPrefix) {
 		for _, pid := range procsWith(dir) {
 			if p, err := os.FindProcess(pid); err == nil {
 				_ = p.Kill()
@@ -672,6 +645,59 @@ func sweepStaleNodes() {
 		}
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// staleDirs returns the directories of the system's temporary one named prefix* whose test
+// process has ended (the pid in their file owner is gone), and those without an owner file
+// that are older than 10 minutes (a test starting now has not written it yet).
+func staleDirs(prefix string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), prefix+"*"))
+	var stale []string
+	for _, dir := range dirs {
+		if owner := readPID(filepath.Join(dir, "owner")); owner == 0 {
+			if st, err := os.Stat(dir); err != nil || time.Since(st.ModTime()) < 10*time.Minute {
+				continue
+			}
+		} else if owner < 0 || alive(owner) {
+			continue
+		}
+		stale = append(stale, dir)
+	}
+	return stale
+}
+
+// readPID returns the process id on the first line of the file at path, 0 when the file
+// cannot be read or holds none.
+func readPID(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		return -1
+	}
+	return pid
+}
+
+// fileTail returns the last 4,000 bytes of the file at path, for failure messages.
+func fileTail(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return b, err
+}
+
+// hasFiles tells whether dir holds every one of names as a file.
+func hasFiles(dir string, names ...string) bool {
+	for _, f := range names {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 // alive tells whether process pid exists and is not a zombie.

@@ -189,12 +189,9 @@ func (s *PGServer) Restart(mode PGStopMode) {
 
 // LogTail returns the end of the server's log, for failure messages.
 func (s *PGServer) LogTail() string {
-	b, err := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
+	b, err := fileTail(filepath.Join(s.dir, "postgres.log"))
 	if err != nil {
 		return ""
-	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
 	}
 	return "--- postgres.log:\n" + string(b)
 }
@@ -281,16 +278,8 @@ func pgRun(ctx context.Context, bin string, cred *syscall.Credential, dir, progr
 	return out.String(), err
 }
 
-// postmasterPID returns the pid in data's postmaster.pid, or 0.
-func postmasterPID(data string) int {
-	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
-}
+// postmasterPID returns the pid in data's postmaster.pid, 0 (or less) if none.
+func postmasterPID(data string) int { return readPID(filepath.Join(data, "postmaster.pid")) }
 
 // pgPort returns a port free on 127.0.0.1 just now, never 5432.
 func pgPort() (int, error) {
@@ -309,14 +298,7 @@ func pgPort() (int, error) {
 // /usr/lib/postgresql/<version>/bin that holds them (Debian's layout; initdb is not in PATH
 // there), else the directory of the initdb in PATH.
 func postgresBin() (string, error) {
-	ok := func(dir string) bool {
-		for _, f := range []string{"initdb", "pg_ctl", "postgres"} {
-			if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.IsDir() {
-				return false
-			}
-		}
-		return true
-	}
+	ok := func(dir string) bool { return hasFiles(dir, "initdb", "pg_ctl", "postgres") }
 	if dir := os.Getenv(PGBinEnv); dir != "" {
 		if !ok(dir) {
 			return "", fmt.Errorf("$%s=%s holds no initdb, pg_ctl and postgres", PGBinEnv, dir)
@@ -368,17 +350,7 @@ func postgresCredential() (*syscall.Credential, error) {
 // sweepStalePostgres stops the servers, and removes the directories, left by test processes
 // that ended without cleaning up (killed, or timed out).
 func sweepStalePostgres(bin string, cred *syscall.Credential) {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pgDirPrefix+"*"))
-	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, "owner"))
-		if err != nil {
-			// Not yet written by a test starting now, or unreadable: leave recent ones.
-			if st, err := os.Stat(dir); err != nil || time.Since(st.ModTime()) < 10*time.Minute {
-				continue
-			}
-		} else if owner, _ := strconv.Atoi(strings.TrimSpace(string(b))); owner <= 0 || alive(owner) {
-			continue
-		}
+	for _, dir := range staleDirs(pgDirPrefix) {
 		data := filepath.Join(dir, "data")
 		if pid := postmasterPID(data); pid > 0 && alive(pid) && (!procFS() || cmdlineHas(pid, data)) {
 			ctx, cancel := context.WithTimeout(context.Background(), pgStopLimit)
