@@ -243,17 +243,24 @@ func consumeWarren(queue string, delay topology.Delay, opts warrenOptions) (time
 		return 0, err
 	}
 	defer r.Close()
-	return drain(r, []string{queue}, opts.middleware)
+	return drain(r, []string{queue}, opts.middleware, *consume, nil)
 }
 
 // drain runs r with a handler on each of queues (mw inside the default chain) until they
-// have handled *consume messages in all, and returns how long that took.
-func drain(r *router.Router, queues []string, mw []message.HandlerMiddleware) (time.Duration, error) {
+// have handled total messages in all, and returns how long that took. The handler does work
+// (when not nil) with each message first; a message whose work fails is not counted.
+func drain(r *router.Router, queues []string, mw []message.HandlerMiddleware, total int,
+	work func(*message.Message) error) (time.Duration, error) {
 	var n atomic.Int64
 	done := make(chan struct{})
 	for _, q := range queues {
 		err := r.AddConsumerHandler(router.HandlerConfig{Queue: q, Middleware: mw}, func(msg *message.Message) error {
-			if n.Add(1) == int64(*consume) {
+			if work != nil {
+				if err := work(msg); err != nil {
+					return err
+				}
+			}
+			if n.Add(1) == int64(total) {
 				close(done)
 			}
 			return nil
@@ -302,7 +309,7 @@ func consumeWarrenHandlers(queue string, delay topology.Delay, handlers int) (ti
 		return 0, err
 	}
 	defer r.Close()
-	return drain(r, queues, nil)
+	return drain(r, queues, nil, *consume, nil)
 }
 
 func consumeWatermill(queue string) (time.Duration, error) {

@@ -352,21 +352,5 @@ func consumeDB(pool *pgxpool.Pool, schema, q string, delay topology.Delay, inbox
 			return err
 		}
 	}
-	var n atomic.Int64
-	all := make(chan struct{})
-	if err := r.AddConsumerHandler(router.HandlerConfig{Queue: q, Middleware: mw}, func(msg *message.Message) error {
-		if err := write(msg); err != nil {
-			return err
-		}
-		if n.Add(1) == int64(*outboxN) {
-			close(all)
-		}
-		return nil
-	}); err != nil {
-		return 0, err
-	}
-	w := startSpan()
-	go func() { _ = r.Run(ctx) }()
-	<-all
-	return w.stop(), nil
+	return drain(r, []string{q}, mw, *outboxN, write)
 }
