@@ -304,13 +304,10 @@ func (h *harness) logger(name string) watermill.LoggerAdapter {
 
 // consumer is a consumer process.
 type consumer struct {
-	name    string
-	cmd     *exec.Cmd
-	log     string
-	ready   chan struct{}
-	oks     atomic.Int64  // successful handler calls
-	done    chan struct{} // closed once its output is read and it has exited
-	waitErr error
+	*proc
+	name  string
+	ready chan struct{}
+	oks   atomic.Int64 // successful handler calls
 }
 
 // startConsumer starts a consumer process on h.routerURL; it does not wait until it
@@ -321,53 +318,75 @@ func (h *harness) startConsumer() *consumer { return h.startConsumerAt(h.routerU
 // until it consumes.
 func (h *harness) startConsumerAt(url string) *consumer {
 	h.mu.Lock()
-	c := &consumer{name: fmt.Sprintf("c%d", len(h.consumers)+1), ready: make(chan struct{}), done: make(chan struct{})}
+	c := &consumer{name: fmt.Sprintf("c%d", len(h.consumers)+1), ready: make(chan struct{})}
 	h.consumers = append(h.consumers, c)
 	h.mu.Unlock()
+	c.proc = startProc(h.t, []string{childEnv + "=" + childValue, childURL + "=" + url, childQueue + "=" + h.queue,
+		childDelayName + "=" + h.delay.Prefix, childRedis + "=" + h.redisPrefix},
+		filepath.Join(h.logDir, c.name+".log"), func(line string) { h.record(c, line) })
+	return c
+}
 
-	c.log = filepath.Join(h.logDir, c.name+".log")
-	stderr, err := os.Create(c.log)
+func (c *consumer) awaitReady(t *testing.T) { c.proc.awaitReady(t, "consumer "+c.name, c.ready) }
+
+// proc is a child process of the test binary.
+type proc struct {
+	cmd     *exec.Cmd
+	log     string        // the file of its stderr
+	done    chan struct{} // closed once its output is read and it has exited
+	waitErr error         // how it exited, once done is closed
+}
+
+// startProc starts the test binary as a child process, with env besides the test's own,
+// its stderr into the file log, and each line it writes to stdout handed to onLine. It is
+// killed when t ends.
+func startProc(t testing.TB, env []string, log string, onLine func(string)) *proc {
+	t.Helper()
+	p := &proc{log: log, done: make(chan struct{})}
+	stderr, err := os.Create(log)
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer stderr.Close()
 	exe, err := os.Executable()
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
-	c.cmd = exec.Command(exe)
-	c.cmd.Env = append(os.Environ(), childEnv+"="+childValue, childURL+"="+url,
-		childQueue+"="+h.queue, childDelayName+"="+h.delay.Prefix, childRedis+"="+h.redisPrefix)
-	c.cmd.Stderr = stderr
-	stdout, err := c.cmd.StdoutPipe()
+	p.cmd = exec.Command(exe)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = stderr
+	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
-		h.t.Fatal(err)
+		t.Fatal(err)
 	}
-	if err := c.cmd.Start(); err != nil {
-		h.t.Fatalf("start consumer process: %v", err)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start child process %s: %v", filepath.Base(log), err)
 	}
 	go func() {
-		defer close(c.done)
+		defer close(p.done)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			h.record(c, sc.Text())
+			onLine(sc.Text())
 		}
-		c.waitErr = c.cmd.Wait()
+		p.waitErr = p.cmd.Wait()
 	}()
-	h.t.Cleanup(func() {
-		_ = c.cmd.Process.Kill()
-		<-c.done
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
 	})
-	return c
+	return p
 }
 
-func (c *consumer) awaitReady(t *testing.T) {
+// awaitReady waits until ready is closed, failing t when the process named name exits
+// first or is not ready within testenv.Patience.
+func (p *proc) awaitReady(t testing.TB, name string, ready <-chan struct{}) {
+	t.Helper()
 	select {
-	case <-c.ready:
-	case <-c.done:
-		t.Fatalf("consumer %s exited before it was ready: %v\n%s", c.name, c.waitErr, tail(c.log, 20))
+	case <-ready:
+	case <-p.done:
+		t.Fatalf("%s exited before it was ready: %v\n%s", name, p.waitErr, tail(p.log, 20))
 	case <-time.After(testenv.Patience()):
-		t.Fatalf("consumer %s not ready after 60s\n%s", c.name, tail(c.log, 20))
+		t.Fatalf("%s not ready within %s\n%s", name, testenv.Patience(), tail(p.log, 20))
 	}
 }
 

@@ -3,13 +3,11 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -196,9 +194,8 @@ type outboxCase struct {
 
 // child is a running child process of an outbox case.
 type child struct {
+	*proc
 	name string
-	cmd  *exec.Cmd
-	done chan struct{}
 }
 
 // newOutboxCase prepares a case on the shared PostgreSQL (a schema of its own).
@@ -236,51 +233,19 @@ func (c *outboxCase) table(name string) string { return pgx.Identifier{c.schema,
 // spawn starts the test binary as a child of kind, and waits until it says it is ready.
 func (c *outboxCase) spawn(kind, name string) *child {
 	c.t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	stderr, err := os.Create(filepath.Join(c.logDir, name+".log"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer stderr.Close()
-	ch := &child{name: name, cmd: exec.Command(exe), done: make(chan struct{})}
-	ch.cmd.Env = append(os.Environ(), childEnv+"="+kind, childURL+"="+c.node.URL(), childQueue+"="+c.queue,
-		childDelayName+"="+c.delay, childPostgres+"="+c.pgURL, childSchema+"="+c.schema)
-	ch.cmd.Stderr = stderr
-	stdout, err := ch.cmd.StdoutPipe()
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := ch.cmd.Start(); err != nil {
-		c.t.Fatal(err)
-	}
 	ready := make(chan struct{})
-	go func() {
-		defer close(ch.done)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			switch line := sc.Text(); {
+	ch := &child{name: name}
+	ch.proc = startProc(c.t, []string{childEnv + "=" + kind, childURL + "=" + c.node.URL(), childQueue + "=" + c.queue,
+		childDelayName + "=" + c.delay, childPostgres + "=" + c.pgURL, childSchema + "=" + c.schema},
+		filepath.Join(c.logDir, name+".log"), func(line string) {
+			switch {
 			case line == "ready":
 				close(ready)
 			case strings.HasPrefix(line, "delivery "):
 				c.deliveries.Add(1)
 			}
-		}
-		_ = ch.cmd.Wait()
-	}()
-	c.t.Cleanup(func() {
-		_ = ch.cmd.Process.Kill()
-		<-ch.done
-	})
-	select {
-	case <-ready:
-	case <-ch.done:
-		c.t.Fatalf("%s exited before it was ready\n%s", name, tail(filepath.Join(c.logDir, name+".log"), 20))
-	case <-time.After(testenv.Patience()):
-		c.t.Fatalf("%s not ready within %s\n%s", name, testenv.Patience(), tail(filepath.Join(c.logDir, name+".log"), 20))
-	}
+		})
+	ch.awaitReady(c.t, name, ready)
 	return ch
 }
 
