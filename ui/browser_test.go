@@ -73,6 +73,12 @@ func read(ctx context.Context, t *testing.T, name, sel string) string {
 	sctx, cancel := context.WithTimeout(ctx, testenv.Patience())
 	defer cancel()
 	s, err := chromedp.Run(sctx, chromedp.Text(sel))
+	// A node found and then replaced before its text is read (the document of a form's
+	// answer still settling): read it again from the selector.
+	for err != nil && strings.Contains(err.Error(), "No node with given id found") && sctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		s, err = chromedp.Run(sctx, chromedp.Text(sel))
+	}
 	if err != nil {
 		failed(ctx, t, name, err)
 	}
