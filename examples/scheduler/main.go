@@ -158,11 +158,23 @@ func demo(url string, every time.Duration, n int) error {
 		return err
 	}
 	var got []time.Time
+	seen := map[string]bool{} // tick ids
+	copies := 0
 	show := func(k int) error {
-		for range k {
+		for k > 0 {
 			select {
 			case d := <-deliveries:
 				tick, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(d.Headers[scheduler.MetadataTick]))
+				if seen[d.MessageId] {
+					// A scheduler killed after publishing a tick and before recording it leaves
+					// its successor to publish it again, with the same id (docs/scheduling.md):
+					// a consumer handles it once by its id.
+					copies++
+					say("tick %s again, the same id: a copy, handled once by its id", tick.Format("15:04:05"))
+					continue
+				}
+				seen[d.MessageId] = true
+				k--
 				got = append(got, tick)
 				say("tick %s arrived %s after it was due (id %s)", tick.Format("15:04:05"), time.Since(tick).Round(time.Millisecond), d.MessageId)
 			case <-time.After(3*every + 10*time.Second):
@@ -188,7 +200,11 @@ func demo(url string, every time.Duration, n int) error {
 			return fmt.Errorf("ticks %s and %s are %s apart: lost or twice", got[i-1].Format(time.TimeOnly), got[i].Format(time.TimeOnly), gap)
 		}
 	}
-	say("%d ticks, each %s after the one before: no tick lost, none twice", len(got), every)
+	note := ""
+	if copies > 0 {
+		note = fmt.Sprintf(" (%d copies of a tick id)", copies)
+	}
+	say("%d ticks, each %s after the one before: no tick lost, none twice%s", len(got), every, note)
 
 	// The tick the active scheduler published ahead is delivered when due even though no
 	// scheduler runs any more: wait for it, so that the queue is deleted empty (a tick that
