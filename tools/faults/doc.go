@@ -12,11 +12,12 @@
 // a handler was called more than MaxAttempts+1 times for one message, processing did not
 // resume within 2 s of the fault, or duplicates exceed the messages in flight at the faults.
 //
-// The tests are behind the build tag "faults" so that `go test ./...` does not run them. The
-// cluster cases (`make cluster`, build tag "cluster") run the same stream on a 3-node cluster
-// (testenv.StartCluster) and kill the work queue's leader, the consumers' node or the
-// publisher's node; the publisher's node once leading the delay levels and once the work
-// queue, the consumers' node once leading the delay levels.
+// The package sits in tools/, a module of its own that the root module's `go test ./...` does
+// not reach, and its tests are behind the build tag "faults" so that `go test ./...` in tools/
+// does not run them either. The cluster cases (`make cluster`, build tag "cluster") run the
+// same stream on a 3-node cluster (testenv.StartCluster) and kill the work queue's leader, the
+// consumers' node or the publisher's node; the publisher's node once leading the delay levels
+// and once the work queue, the consumers' node once leading the delay levels.
 //
 // The outbox cases run transactions that publish through the outbox (one in ten rolled back),
 // relay processes and consumer processes writing their effects in the inbox's transaction,

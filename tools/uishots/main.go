@@ -2,7 +2,7 @@
 // overview, the poison page of a queue, one failure group, a replay's confirmation (the
 // count; nothing is replayed), a message, and the topology verified. `make screenshots` runs it against examples/dashboard, into docs/img.
 //
-//	go run ./internal/uishots -url http://127.0.0.1:18080/warren/ -queue Q -out docs/img
+//	cd tools && go run ./uishots -url http://127.0.0.1:18080/warren/ -queue Q -out ../docs/img
 //
 // $WARREN_UI_PASSWORD is admin's password (HTTP basic authentication), if the dashboard
 // asks for one.
