@@ -62,12 +62,14 @@ demos: broker
 unit:
 	$(GO) test -short -race -count=1 ./...
 
-## lint: golangci-lint (.golangci.yml: vet, staticcheck, errcheck, revive, ...), built from the
-## module proxy into .bin/ the first time (a few minutes), at the version pinned here
+## lint: golangci-lint (.golangci.yml: vet, staticcheck, errcheck, revive, ...) on the root module
+## and on tools/, built from the module proxy into .bin/ the first time (a few minutes), at the
+## version pinned here
 GOLANGCI_LINT_VERSION ?= v2.15.0
 GOLANGCI_LINT := $(CURDIR)/.bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
+	cd tools && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(CURDIR)/.bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -82,20 +84,21 @@ test: broker redis postgres chromium vet
 test-rabbitmq4: broker4 redis postgres chromium vet
 	WARREN_AMQP_URL=amqp://guest:guest@127.0.0.1:5680/ WARREN_MANAGEMENT_URL=http://guest:guest@127.0.0.1:15680/ $(GO) test -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) ./...
 
-## faults: the fault suite (internal/faults): on throwaway nodes of its own, a stream of messages with
+## faults: the fault suite (tools/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is
 ## killed and unparseable messages arrive; one line per case, fails on any loss or stall. Then the
 ## crash tests of the packages (files with the build tag faults alone): a node of their own restarted,
 ## killed or lost from a 3-node cluster under one component.
-CRASH_TEST_FILES = $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./internal/faults/')
+CRASH_TEST_FILES = $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./tools/')
 CRASH_TESTS = $(shell sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing.T).*/\1/p' $(CRASH_TEST_FILES) | paste -sd'|')
 faults: broker redis postgres
 	$(GO) vet -tags faults ./...
-	$(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
+	cd tools && $(GO) vet -tags faults ./...
+	cd tools && $(GO) test -tags faults -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./faults/
 	$(GO) test -tags faults -race -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) -timeout $(FAULTS_TIMEOUT) \
 		-run '^($(CRASH_TESTS))$$' $(sort $(dir $(CRASH_TEST_FILES)))
 
-## cluster: the cluster cases of the fault suite (internal/faults, build tag cluster): on a 3-node
+## cluster: the cluster cases of the fault suite (tools/faults, build tag cluster): on a 3-node
 ## cluster of throwaway RabbitMQ 4.0.5 nodes (scripts/rabbitmq4.sh's unpacked install), the stream
 ## flows from a publisher on one node to routers on another while the work queue's leader, the
 ## routers' node or the publisher's node is killed (five cases: the publisher's node leading the
@@ -106,21 +109,25 @@ faults: broker redis postgres
 CLUSTER_RABBITMQ ?= 4.0
 RMQ4_PREFIX ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/warren/rabbitmq4
 cluster: redis
-	$(GO) vet -tags cluster ./internal/faults/
+	cd tools && $(GO) vet -tags cluster ./faults/
 ifeq ($(CLUSTER_RABBITMQ),system)
-	$(GO) test -tags cluster -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
+	cd tools && $(GO) test -tags cluster -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./faults/
 else
 	./scripts/rabbitmq4.sh setup "$(RMQ4_PREFIX)"
-	PATH="$(RMQ4_PREFIX)/root/usr/lib/erlang/bin:$$PATH" WARREN_RABBITMQ_BIN="$(RMQ4_PREFIX)/root/usr/lib/rabbitmq/bin" \
-		$(GO) test -tags cluster -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./internal/faults/
+	cd tools && PATH="$(RMQ4_PREFIX)/root/usr/lib/erlang/bin:$$PATH" WARREN_RABBITMQ_BIN="$(RMQ4_PREFIX)/root/usr/lib/rabbitmq/bin" \
+		$(GO) test -tags cluster -race -count=1 -timeout $(FAULTS_TIMEOUT) -v ./faults/
 endif
 
 ## bench: throughput and delay accuracy, side by side with raw amqp091-go and watermill-amqp
+## (tools/bench)
 bench: broker redis postgres
-	$(GO) run ./internal/bench
+	cd tools && $(GO) run ./bench
 
+## vet: go vet on the root module, and on tools/ with each build tag of its fault suite (so that
+## make test, which runs none of tools/, still compiles all of it); then gofmt on both
 vet:
 	$(GO) vet ./...
+	cd tools && $(GO) vet ./... && $(GO) vet -tags faults ./... && $(GO) vet -tags cluster ./...
 	@test -z "$$(gofmt -l .)" || (echo "gofmt would change:"; gofmt -l .; exit 1)
 
 fmt:

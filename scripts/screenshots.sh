@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Saves screenshots of the dashboard's main pages into docs/img: runs examples/dashboard
 # (a backlog of 20,000 poison messages) on a port of its own and drives Chromium through
-# its pages (internal/uishots).
+# its pages (tools/uishots, in the tools module).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 port=${WARREN_UI_PORT:-18080}
@@ -17,4 +17,5 @@ for _ in $(seq 1 300); do
   sleep 1
 done
 sleep 25 # a few samples for the charts (every 10s)
-go run ./internal/uishots -url "http://127.0.0.1:$port/warren/" -queue warren.example.dashboard.orders -out docs/img
+# tools/ is a module of its own: the program runs from there, and writes into ../docs/img.
+(cd tools && go run ./uishots -url "http://127.0.0.1:$port/warren/" -queue warren.example.dashboard.orders -out ../docs/img)

@@ -27,7 +27,7 @@ import (
 func main() {
 	base := flag.String("url", "http://127.0.0.1:18080/warren/", "the dashboard")
 	queue := flag.String("queue", "", "the work queue whose poison page is shown")
-	out := flag.String("out", "docs/img", "directory of the PNG files")
+	out := flag.String("out", "../docs/img", "directory of the PNG files (the default is the repository's docs/img when run from tools/)")
 	flag.Parse()
 	if err := run(*base, *queue, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "uishots:", err)
