@@ -3,6 +3,7 @@ package dlx
 import (
 	"errors"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -14,18 +15,12 @@ var ErrNacked = amqpx.ErrNacked
 // returned it.
 type ReturnedError = amqpx.ReturnedError
 
-// ErrTooLarge is wrapped by the error of a message whose properties (headers included) do
-// not fit in one frame, with room left for the headers the broker adds on its way (x-death
-// on every delay hop, the quorum delivery count). It is refused before anything is sent:
-// RabbitMQ would close the whole connection, failing every message in flight on it.
-var ErrTooLarge = errors.New("the message's properties and headers are too large for a frame")
-
 // isPermanent reports whether a Publish error is one that publishing again cannot cure: a
 // message too large or with invalid delay metadata, a message the broker returned (no queue
 // takes it) or a refusal by the broker (access refused, a missing exchange). Publish marks
 // these warren.Permanent. Other errors (a lost connection, a nack, the time limit) may pass.
 func isPermanent(err error) bool {
 	var ret *ReturnedError
-	return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidDelay) || errors.As(err, &ret) ||
+	return errors.Is(err, warren.ErrTooLarge) || errors.Is(err, warren.ErrInvalidDelay) || errors.As(err, &ret) ||
 		amqpx.IsPermanentBrokerError(err)
 }

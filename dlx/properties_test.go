@@ -85,7 +85,7 @@ func TestEveryPropertySurvivesADelay(t *testing.T) {
 	// Seconds: a delay whose time has come by the time a loaded machine sends the message
 	// goes straight to the queue with its expiration (700 ms did, under load).
 	delay := 3 * time.Second
-	dlx.Delay(msg, delay)
+	warren.Delay(msg, delay)
 	start := time.Now()
 	require.NoError(t, p.Publish(q, msg))
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/due"
 	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/ledger"
@@ -80,7 +81,7 @@ type Config struct {
 // Defaults of Config.
 const (
 	DefaultPublishTimeout = 30 * time.Second
-	DefaultPastTolerance  = time.Second
+	DefaultPastTolerance  = due.DefaultPastTolerance
 )
 
 // WithDefaults returns c with every unset field set to its default.
@@ -130,8 +131,8 @@ func (c Config) Validate() error {
 
 // Publisher is a Watermill message.Publisher for RabbitMQ that can delay messages.
 //
-// A message without delay metadata is published at once. A delayed one (Delay, DeliverAt,
-// or Watermill's components/delay metadata) travels through the delay levels of
+// A message without delay metadata is published at once. A delayed one (warren.Delay,
+// warren.DeliverAt, or Watermill's components/delay metadata) travels through the delay levels of
 // topology.Delay and reaches its destination with its routing key. Publish returns nil only
 // once the broker has confirmed every message; a return (no queue took the message) is an
 // error at once, and a nack is published again until the time limit, then an error that
@@ -458,13 +459,13 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	out := make([]outgoing, len(msgs))
 	var records []outgoing // to the ledger, before the messages
 	for i, msg := range msgs {
-		at, err := due(msg, now, p.cfg.PastTolerance)
+		at, err := due.At(msg, now, p.cfg.PastTolerance)
 		var plan topology.Plan
 		if err == nil && !at.IsZero() {
 			plan, err = p.delay.Plan(max(at.Sub(now), 0)) // reject what can never be planned
 		}
 		if err != nil {
-			return fmt.Errorf("dlx: publish message %s to %q: %w: %w", msg.UUID, topic, ErrInvalidDelay, err)
+			return fmt.Errorf("dlx: publish message %s to %q: %w: %w", msg.UUID, topic, warren.ErrInvalidDelay, err)
 		}
 		pub, err := p.cfg.Marshaler.Marshal(msg)
 		if err != nil {
@@ -534,18 +535,6 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 		return fmt.Errorf("dlx: publish to %q: %w", topic, err) // formatted only on failure
 	}
 	return nil
-}
-
-// Schedule makes msg, delayed with Delay or DeliverAt, listable and cancellable under id
-// (msg.UUID when id is ""), and returns the id: Publish records it in the ledger of the
-// delay levels before it publishes the message, and ledger.Ledger lists and cancels it (see
-// package ledger). A message published without a delay is not recorded.
-func Schedule(msg *message.Message, id string) string {
-	if id == "" {
-		id = msg.UUID
-	}
-	msg.Metadata.Set(warren.MetadataScheduleID, id)
-	return id
 }
 
 // scheduledRecord is the ledger record of the message scheduled under id to route, due at
@@ -634,7 +623,7 @@ func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
 		size += n
 	}
 	if size > amqpx.MaxHeaderFrame {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, size, amqpx.MaxHeaderFrame)
+		return fmt.Errorf("%w: %d bytes, the limit is %d", warren.ErrTooLarge, size, amqpx.MaxHeaderFrame)
 	}
 	return nil
 }
