@@ -20,7 +20,6 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/due"
-	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/topology"
@@ -184,27 +183,32 @@ func NewPublisher(config Config, logger watermill.LoggerAdapter) (*Publisher, er
 	return newPublisher(config, conns, true, true, logger)
 }
 
-func init() {
-	shared.NewPublisher = func(config any, conn *amqpx.Conn, declare bool, logger watermill.LoggerAdapter) (message.Publisher, error) {
-		c, ok := config.(Config)
-		if !ok {
-			return nil, fmt.Errorf("dlx: shared.NewPublisher: config is a %T, not a dlx.Config", config)
-		}
-		if err := c.Validate(); err != nil {
-			return nil, err
-		}
-		if logger == nil {
-			logger = watermill.NopLogger{}
-		}
-		return newPublisher(c.WithDefaults(), conn, false, declare, logger)
+// NewPublisherOn returns a publisher of config (validated and defaulted as NewPublisher does;
+// Config.Connection's ConnectTimeout bounds declaring, while dialing is conn's) that
+// publishes on conn, on a confirm channel of its own. It never closes conn, which its owner
+// closes once every publisher on it is closed. With declare set it connects and declares the
+// delay levels and Config.Declare now, and reports the warren.delay.parked gauge, as
+// NewPublisher does; without, it does neither and connects at its first publish: for the
+// publishers that share the connection of one that declared.
+//
+// conn is of an internal package: only warren's own packages call NewPublisherOn (a
+// router's publishers share its publishing connection). A user's publisher has a connection
+// of its own: see NewPublisher.
+func NewPublisherOn(conn *amqpx.Conn, config Config, declare bool, logger watermill.LoggerAdapter) (*Publisher, error) {
+	if err := config.Validate(); err != nil {
+		return nil, err
 	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return newPublisher(config.WithDefaults(), conn, false, declare, logger)
 }
 
 // newPublisher returns a publisher of config (validated, defaulted) that publishes on conns,
 // each publisher on a confirm channel of its own, and closes conns when it closes if own is
 // set. With declare set it connects and declares the delay levels and Config.Declare now, and
 // reports warren.delay.parked; without, it does neither (a publisher that shares the
-// connection of one that did, see package shared) and connects at its first publish.
+// connection of one that did, see NewPublisherOn) and connects at its first publish.
 func newPublisher(config Config, conns *amqpx.Conn, own, declare bool, logger watermill.LoggerAdapter) (*Publisher, error) {
 	builder, err := topology.NewBuilder(config.Topology, logger)
 	if err != nil {
