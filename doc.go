@@ -26,7 +26,7 @@
 //   - [github.com/warrenmq/warren/rpc] sends requests and waits for their replies; a router
 //     handler answers them;
 //   - [github.com/warrenmq/warren/ledger] lists and cancels the delayed messages published
-//     with a schedule id (dlx.Schedule);
+//     with a schedule id ([Schedule]);
 //   - [github.com/warrenmq/warren/scheduler] runs recurring jobs (cron, @every), with one
 //     active scheduler among any number of processes;
 //   - [github.com/warrenmq/warren/ops] is the operations API: status of work queues and delay
@@ -89,7 +89,7 @@
 //
 //	pub, err := dlx.NewPublisher(dlx.Config{Connection: conn}, logger)
 //	msg := message.NewMessage(watermill.NewUUID(), payload)
-//	dlx.Delay(msg, 90*time.Second) // or dlx.DeliverAt(msg, t); without either, at once
+//	warren.Delay(msg, 90*time.Second) // or warren.DeliverAt(msg, t); without either, at once
 //	err = pub.Publish("billing", msg) // nil: the broker has confirmed it
 //
 // Watermill's own delay metadata (components/delay: delay.Message(msg, delay.For(d))) is
@@ -222,7 +222,7 @@
 //
 // # Scheduling
 //
-// dlx.Schedule gives a delayed message an id, recorded in a stream beside the delay levels;
+// [Schedule] gives a delayed message an id, recorded in a stream beside the delay levels;
 // a [github.com/warrenmq/warren/ledger.Ledger] lists the messages that wait and cancels one
 // (its Middleware, in HandlerConfig.Middleware, acks a cancelled message on arrival without
 // handling it). A [github.com/warrenmq/warren/scheduler.Scheduler] publishes the ticks of

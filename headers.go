@@ -45,7 +45,7 @@ const watermillUUIDHeader = "_watermill_message_uuid"
 // bookkeeping.
 const MetadataRedelivered = wamqp.MetadataRedeliveredKey
 
-// Metadata keys of warren's delay API (see dlx.Delay and dlx.DeliverAt): instructions to the
+// Metadata keys of warren's delay API (see Delay and DeliverAt): instructions to the
 // DLX publisher, which consumes them (see IsDelayMetadata).
 const (
 	MetadataDelay     = "warren_delay"      // a Go duration, relative to Publish
@@ -53,7 +53,7 @@ const (
 )
 
 // MetadataScheduleID makes a delayed message listable and cancellable under its value (see
-// dlx.Schedule and package ledger): the DLX publisher records it in the ledger of its delay
+// Schedule and package ledger): the DLX publisher records it in the ledger of its delay
 // levels, and ledger.Ledger.Middleware checks it when the message arrives. The message's own:
 // it goes wherever the message goes, its retries included.
 const MetadataScheduleID = "warren_schedule_id"

@@ -1,8 +1,13 @@
 package dlx
 
 import (
+	"context"
 	"errors"
+	"fmt"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -14,18 +19,106 @@ var ErrNacked = amqpx.ErrNacked
 // returned it.
 type ReturnedError = amqpx.ReturnedError
 
-// ErrTooLarge is wrapped by the error of a message whose properties (headers included) do
-// not fit in one frame, with room left for the headers the broker adds on its way (x-death
-// on every delay hop, the quorum delivery count). It is refused before anything is sent:
-// RabbitMQ would close the whole connection, failing every message in flight on it.
-var ErrTooLarge = errors.New("the message's properties and headers are too large for a frame")
-
 // isPermanent reports whether a Publish error is one that publishing again cannot cure: a
 // message too large or with invalid delay metadata, a message the broker returned (no queue
 // takes it) or a refusal by the broker (access refused, a missing exchange). Publish marks
 // these warren.Permanent. Other errors (a lost connection, a nack, the time limit) may pass.
 func isPermanent(err error) bool {
 	var ret *ReturnedError
-	return errors.Is(err, ErrTooLarge) || errors.Is(err, ErrInvalidDelay) || errors.As(err, &ret) ||
+	return errors.Is(err, warren.ErrTooLarge) || errors.Is(err, warren.ErrInvalidDelay) || errors.As(err, &ret) ||
 		amqpx.IsPermanentBrokerError(err)
+}
+
+// publishAll sends every message not yet confirmed, then waits for all of them. A return is
+// final; a nack and a closed channel are retried by the caller. A broker refusal that closes
+// the channel (access refused, a message size over the broker's limit) cannot be told apart
+// from the messages in flight with it: those are marked suspect and sent alone next time.
+func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route Route, out []outgoing) error {
+	type sent struct {
+		i int
+		f *amqpx.Inflight
+	}
+	flights := make([]sent, 0, len(out))
+	var sendErr error
+	for i, o := range out {
+		if o.confirmed {
+			continue
+		}
+		exchange, key, pub, err := p.prepare(route, o)
+		if err != nil {
+			sendErr = amqpx.Permanent(err)
+			break
+		}
+		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
+		if err != nil {
+			out[i].suspect = amqpx.IsPermanentBrokerError(err)
+			sendErr = err
+			break
+		}
+		flights = append(flights, sent{i, f})
+	}
+	var final error
+	for _, s := range flights {
+		err := s.f.Wait(ctx)
+		var ret *ReturnedError
+		switch {
+		case err == nil:
+			out[s.i].confirmed = true
+		case errors.As(err, &ret):
+			if final == nil {
+				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
+			}
+		case errors.Is(err, ErrNacked):
+			// Published again after a backoff, until the time limit, on a fresh channel: the
+			// broker did not take it (a full queue that rejects publishes, a quorum queue
+			// without a leader for a moment), and RabbitMQ 3.10 goes on nacking on a channel
+			// that published while the queue had no leader.
+			p.retire(conf)
+			if sendErr == nil {
+				sendErr = fmt.Errorf("message %s: %w (%s)", out[s.i].pub.MessageId, err, nackHint(route))
+			}
+		default:
+			out[s.i].suspect = amqpx.IsPermanentBrokerError(err)
+			if sendErr == nil {
+				sendErr = err
+			}
+		}
+	}
+	if final != nil {
+		return final
+	}
+	return sendErr
+}
+
+// nackHint says what a nack of a publish to route can mean: basic.nack carries no reason.
+func nackHint(route Route) string {
+	to := fmt.Sprintf("exchange %q, routing key %q", route.Exchange, route.RoutingKey)
+	if route.Exchange == "" {
+		to = fmt.Sprintf("queue %q", route.RoutingKey)
+	}
+	return "a nack gives no reason: a queue it was routed to (" + to + ", or a delay level) took none; it may be " +
+		"down (a quorum queue without a leader; see `warren status --management`) or full and rejecting publishes"
+}
+
+// publishAlone publishes o on a confirm channel of its own, so that a broker refusal that
+// closes the channel is this message's own: it is then a permanent error.
+func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) error {
+	exchange, key, pub, err := p.prepare(route, o)
+	if err != nil {
+		return amqpx.Permanent(err)
+	}
+	return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
+		conf, err := amqpx.NewConfirmer(ch)
+		if err != nil {
+			return err
+		}
+		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
+		if err == nil {
+			err = f.Wait(ctx)
+		}
+		if isPermanent(err) {
+			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
+		}
+		return err
+	})
 }

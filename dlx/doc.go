@@ -3,10 +3,10 @@
 //
 // # Delays
 //
-// A delay is set with Delay or DeliverAt, or with Watermill's own components/delay
-// metadata (delay.Message(msg, delay.For(d)) or delay.Until(t)). A message without one is
-// published at once. A delayed message travels through the fixed-TTL queues of the delay
-// levels (see topology.Delay): a fixed number of queues whatever the delays, no
+// A delay is set with warren.Delay or warren.DeliverAt, or with Watermill's own
+// components/delay metadata (delay.Message(msg, delay.For(d)) or delay.Until(t)). A message
+// without one is published at once. A delayed message travels through the fixed-TTL queues
+// of the delay levels (see topology.Delay): a fixed number of queues whatever the delays, no
 // head-of-line blocking, and the delay rounded up to the unit, so that no message is ever
 // delivered early. It keeps its routing key: a delayed message to a topic exchange is
 // routed by pattern on arrival exactly as an immediate one. A destination deleted while

@@ -39,7 +39,7 @@ func Example() {
 	defer deleteExample(url, pub.Delay(), queue)
 
 	later := message.NewMessage(watermill.NewUUID(), []byte("400ms, warren's API"))
-	dlx.Delay(later, 400*time.Millisecond)
+	warren.Delay(later, 400*time.Millisecond)
 	sooner := message.NewMessage(watermill.NewUUID(), []byte("200ms, Watermill's"))
 	delay.Message(sooner, delay.For(200*time.Millisecond))
 	now := message.NewMessage(watermill.NewUUID(), []byte("0s, no delay"))

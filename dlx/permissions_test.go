@@ -111,7 +111,7 @@ func TestPermissionRecipeKeepsApplicationsOutOfTheDelayLevels(t *testing.T) {
 	refused(publish(d.DeliveryExchange(), queue, forged))
 
 	m := message.NewMessage(watermill.NewUUID(), []byte("delayed"))
-	dlx.Delay(m, 300*time.Millisecond)
+	warren.Delay(m, 300*time.Millisecond)
 	require.NoError(t, pub.Publish(queue, m), "warren's delayed publish")
 
 	wc, err := amqp.Dial(warrenURL)

@@ -43,7 +43,7 @@ func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
 	big.Metadata.Set("blob", strings.Repeat("x", 128<<10))
 	start := time.Now()
 	err := p.Publish(q, big)
-	require.ErrorIs(t, err, dlx.ErrTooLarge)
+	require.ErrorIs(t, err, warren.ErrTooLarge)
 	assert.True(t, warren.IsPermanent(err))
 	assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not retried until the limit")
 	wg.Wait()
@@ -57,7 +57,7 @@ func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
 	justBelow := message.NewMessage(watermill.NewUUID(), nil)
 	justBelow.Metadata.Set("blob", strings.Repeat("x", 120<<10))
 	require.NoError(t, p.Publish(q, justBelow))
-	dlx.Delay(justBelow, time.Hour)
+	warren.Delay(justBelow, time.Hour)
 	assert.NoError(t, p.Publish(q, justBelow), "digit headers still fit")
 }
 

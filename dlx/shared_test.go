@@ -11,7 +11,6 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -32,13 +31,13 @@ func TestPublishersShareAConnection(t *testing.T) {
 	c := amqpx.NewConn(amqpx.NewDialer(conn, "warren test", nil))
 	defer c.Close()
 	cfg := dlx.Config{Connection: conn, Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}
-	var first message.Publisher
+	var first *dlx.Publisher
 	var err error
-	oneOfFewDeclaring(func() { first, err = shared.NewPublisher(cfg, c, true, env.Logger()) })
+	oneOfFewDeclaring(func() { first, err = dlx.NewPublisherOn(c, cfg, true, env.Logger()) })
 	require.NoError(t, err)
 	q, x := env.Queue("direct"), env.Exchange("events")
 	cfg.Route = dlx.ToExchange(x)
-	second, err := shared.NewPublisher(cfg, c, false, env.Logger())
+	second, err := dlx.NewPublisherOn(c, cfg, false, env.Logger())
 	require.NoError(t, err)
 	bound := env.Queue("bound")
 	ch := env.Channel()

@@ -1,5 +1,5 @@
 // Package ledger lists and cancels delayed messages that were published with a schedule id
-// (dlx.Schedule), across processes and restarts, with nothing but the broker.
+// (warren.Schedule), across processes and restarts, with nothing but the broker.
 //
 // The ledger of a delay layout is a RabbitMQ stream (topology.Delay.LedgerQueue): an
 // append-only log, durable and replicated, that any number of readers read from the start

@@ -52,8 +52,8 @@ func newFixtureAt(t *testing.T, env *testenv.Env) *fixture {
 // schedule publishes a message with body id to queue, due after d, under schedule id id.
 func (f *fixture) schedule(t *testing.T, queue, id string, d time.Duration) {
 	msg := message.NewMessage(id, []byte(id))
-	dlx.Delay(msg, d)
-	require.Equal(t, id, dlx.Schedule(msg, ""), "the message's UUID by default")
+	warren.Delay(msg, d)
+	require.Equal(t, id, warren.Schedule(msg, ""), "the message's UUID by default")
 	require.NoError(t, f.pub.Publish(queue, msg))
 }
 
@@ -171,7 +171,7 @@ func TestListShowsWhatWaits(t *testing.T) {
 	after := time.Now()
 	f.schedule(t, b, "b-later", 50*time.Second)
 	unlisted := message.NewMessage("not-scheduled", nil)
-	dlx.Delay(unlisted, time.Minute) // delayed, but without a schedule id
+	warren.Delay(unlisted, time.Minute) // delayed, but without a schedule id
 	require.NoError(t, f.pub.Publish(a, unlisted))
 
 	ctx := context.Background()
@@ -357,8 +357,8 @@ func TestLongestIDsAreKeptExactly(t *testing.T) {
 	}
 	scheduled := func(uuid, sid string) *message.Message {
 		msg := message.NewMessage(uuid, []byte(uuid))
-		dlx.Delay(msg, 2*time.Second)
-		dlx.Schedule(msg, sid)
+		warren.Delay(msg, 2*time.Second)
+		warren.Schedule(msg, sid)
 		// The id of the publish (a header) at its longest, 16 hex digits: the same size on
 		// every publish, and one of its own (a copy of a publish is handled once).
 		msg.Metadata.Set(warren.MetadataPublishID, fmt.Sprintf("%016x", rand.Uint64()|1<<63))
@@ -367,13 +367,13 @@ func TestLongestIDsAreKeptExactly(t *testing.T) {
 	// How far over the limit an id of amqpx.MaxHeaderFrame bytes takes the message: the
 	// longest id is that much shorter.
 	err := f.pub.Publish(q, scheduled("a", id(amqpx.MaxHeaderFrame, 0xff)))
-	require.ErrorIs(t, err, dlx.ErrTooLarge)
+	require.ErrorIs(t, err, warren.ErrTooLarge)
 	m := regexp.MustCompile(`(\d+) bytes, the limit is (\d+)`).FindStringSubmatch(err.Error())
 	require.NotNil(t, m, err.Error())
 	size, _ := strconv.Atoi(m[1])
 	limit, _ := strconv.Atoi(m[2])
 	n := amqpx.MaxHeaderFrame - (size - limit)
-	require.ErrorIs(t, f.pub.Publish(q, scheduled("a", id(n+1, 0xff))), dlx.ErrTooLarge, "one byte more")
+	require.ErrorIs(t, f.pub.Publish(q, scheduled("a", id(n+1, 0xff))), warren.ErrTooLarge, "one byte more")
 	cancelled, kept := id(n, 0xff), id(n, 0xfe)
 	require.NoError(t, f.pub.Publish(q, scheduled("a", cancelled)))
 	require.NoError(t, f.pub.Publish(q, scheduled("b", kept)))

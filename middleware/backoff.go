@@ -17,7 +17,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/telemetry"
 )
 
@@ -215,7 +214,7 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			retry.Metadata.Set(warren.MetadataPublishID, id) // copies of msg make copies of its retry
 		}
 		wait := b.Delay(attempt)
-		dlx.Delay(retry, wait)
+		warren.Delay(retry, wait)
 		span.SetAttributes(attribute.Int64("warren.retry.delay_ms", wait.Milliseconds()))
 
 		if perr := b.cfg.Publisher.Publish(queue, retry); perr != nil {

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
@@ -109,7 +108,7 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		fields := watermill.LogFields{"message_uuid": msg.UUID, "queue": queue, "reason": reason, "attempts": Attempt(msg)}
 		if perr := p.cfg.Publisher.Publish(p.cfg.Topic(queue), poison); perr != nil {
 			perr = fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
-			if errors.Is(perr, dlx.ErrTooLarge) && warren.DeadLetter(msg.Context()) {
+			if errors.Is(perr, warren.ErrTooLarge) && warren.DeadLetter(msg.Context()) {
 				p.logger.Error("Message too large to poison: rejected into its queue's dead-letter path", perr, fields)
 				p.metrics.Poisoned(msg.Context(), queue, warren.PoisonReasonRejected)
 				return nil, perr
@@ -145,5 +144,5 @@ func setPoisonHeaders(msg *message.Message, err error, reason, queue string, now
 	}
 	delete(md, warren.MetadataExpiration)
 	record.Encode(md)
-	dlx.Delay(msg, 0) // not again after Watermill's delay metadata it may carry
+	warren.Delay(msg, 0) // not again after Watermill's delay metadata it may carry
 }

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -81,7 +80,7 @@ func TestTracingPublisherStartsProducerSpan(t *testing.T) {
 	m1 := message.NewMessage("id-1", []byte("hello"))
 	m1.SetContext(ctx)
 	m1.Metadata.Set(warren.AttemptKey, "2")
-	dlx.Delay(m1, 1500*time.Millisecond)
+	warren.Delay(m1, 1500*time.Millisecond)
 	m1.Metadata.Set("traceparent", "00-0123456789abcdef0123456789abcdef-0123456789abcdef-01") // stale
 	m1.Metadata.Set("tracestate", "stale=1")
 	m2 := message.NewMessage("id-2", nil)

@@ -153,7 +153,7 @@ func (o *Ops) theLedger() (*ledger.Ledger, error) {
 	return o.ledger, nil
 }
 
-// Scheduled lists the delayed messages published with a schedule id (dlx.Schedule) that
+// Scheduled lists the delayed messages published with a schedule id (warren.Schedule) that
 // wait, from the ledger of the delay levels: see ledger.Ledger.List. The levels are not
 // read.
 func (o *Ops) Scheduled(ctx context.Context, f ledger.Filter) ([]ledger.Entry, error) {

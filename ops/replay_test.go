@@ -181,7 +181,7 @@ func TestParked(t *testing.T) {
 	require.NoError(t, err)
 
 	msg := message.NewMessage(watermill.NewUUID(), []byte("late"))
-	dlx.Delay(msg, 100*time.Millisecond)
+	warren.Delay(msg, 100*time.Millisecond)
 	require.NoError(t, pub.Publish(q, msg))
 
 	o := newOps(t, env.URL, delay)
@@ -223,7 +223,7 @@ func TestStatus(t *testing.T) {
 	for i := range 3 {
 		m := message.NewMessage(watermill.NewUUID(), []byte("x"))
 		if i == 0 {
-			dlx.Delay(m, time.Minute) // waits in the levels
+			warren.Delay(m, time.Minute) // waits in the levels
 		}
 		require.NoError(t, pub.Publish(q, m))
 	}

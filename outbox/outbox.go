@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/due"
 )
 
 // DefaultSchema is the PostgreSQL schema of the outbox's table unless Config.Schema names
@@ -46,7 +46,7 @@ type Config struct {
 	Propagator propagation.TextMapPropagator
 	// PastTolerance is how far in the past a DeliverAt time may lie when Publish is called
 	// (the message is then published at once) before it is an error, as for
-	// dlx.Config.PastTolerance. Default dlx.DefaultPastTolerance.
+	// dlx.Config.PastTolerance. Default 1s, dlx.DefaultPastTolerance.
 	PastTolerance time.Duration
 }
 
@@ -59,7 +59,7 @@ func (c Config) WithDefaults() Config {
 		c.Propagator = propagation.TraceContext{}
 	}
 	if c.PastTolerance == 0 {
-		c.PastTolerance = dlx.DefaultPastTolerance
+		c.PastTolerance = due.DefaultPastTolerance
 	}
 	return c
 }
@@ -198,9 +198,9 @@ func (o *Outbox) Publish(ctx context.Context, tx Execer, topic string, msgs ...*
 	ids := make([]string, len(msgs))
 	dues := make([]*time.Time, len(msgs))
 	for i, msg := range msgs {
-		at, err := dlx.Due(msg, now, o.cfg.PastTolerance)
+		at, err := due.At(msg, now, o.cfg.PastTolerance)
 		if err != nil {
-			return fmt.Errorf("outbox: message %s to %q: %w: %w", msg.UUID, topic, dlx.ErrInvalidDelay, err)
+			return fmt.Errorf("outbox: message %s to %q: %w: %w", msg.UUID, topic, warren.ErrInvalidDelay, err)
 		}
 		if !at.IsZero() {
 			dues[i] = &at

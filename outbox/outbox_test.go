@@ -234,12 +234,12 @@ func TestDelaysCountFromTheWrite(t *testing.T) {
 	pub := s.publisher(t, q, nil)
 
 	late := message.NewMessage("due-while-no-relay-ran", nil)
-	dlx.Delay(late, 10*time.Millisecond)
+	warren.Delay(late, 10*time.Millisecond)
 	s.write(t, true, q, late)
 	time.Sleep(1500 * time.Millisecond) // past dlx.DefaultPastTolerance: dlx would refuse a DeliverAt so old
 
 	delayed := message.NewMessage("delayed", nil)
-	dlx.Delay(delayed, 2*time.Second)
+	warren.Delay(delayed, 2*time.Second)
 	written := time.Now()
 	s.write(t, true, q, delayed)
 	s.relay(t, pub, nil)
@@ -297,7 +297,7 @@ func TestWhatTheBrokerNeverTakesIsSetAside(t *testing.T) {
 	assert.Contains(t, reasons[0], "unroutable: ")
 	assert.Contains(t, reasons[0], "NO_ROUTE")
 	assert.Contains(t, reasons[1], "too-large: ")
-	assert.Contains(t, reasons[1], dlx.ErrTooLarge.Error())
+	assert.Contains(t, reasons[1], warren.ErrTooLarge.Error())
 	require.Eventually(t, func() bool { w, _ := s.rows(t); return w == 0 },
 		testenv.Patience(), 50*time.Millisecond, "the relay deletes the rows it published")
 }
@@ -431,7 +431,7 @@ func TestABadDelayFailsTheWrite(t *testing.T) {
 	msg.Metadata.Set(warren.MetadataDelay, "soon")
 	ctx := context.Background()
 	err := s.box.Publish(ctx, s.pool, "q", message.NewMessage("fine", nil), msg)
-	assert.ErrorIs(t, err, dlx.ErrInvalidDelay)
+	assert.ErrorIs(t, err, warren.ErrInvalidDelay)
 	waiting, _ := s.rows(t)
 	assert.Zero(t, waiting)
 }

@@ -18,7 +18,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/middleware"
@@ -99,7 +98,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		require.NoError(t, r.Publisher().Publish(queue, msg))
 	}
 	delayed := message.NewMessage(watermill.NewUUID(), []byte("later"))
-	dlx.Delay(delayed, 100*time.Millisecond)
+	warren.Delay(delayed, 100*time.Millisecond)
 	require.NoError(t, r.Publisher().Publish(queue, delayed))
 
 	const (

@@ -22,7 +22,6 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
@@ -368,11 +367,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 // publishes on conn, the router's publishing connection, on a confirm channel of its own;
 // with declare set, it connects now and declares the delay levels and Config.Declare.
 func publisherOn(conn *amqpx.Conn, config dlx.Config, declare bool, logger watermill.LoggerAdapter) (*dlx.Publisher, error) {
-	p, err := shared.NewPublisher(config, conn, declare, logger)
-	if err != nil {
-		return nil, err
-	}
-	return p.(*dlx.Publisher), nil
+	return dlx.NewPublisherOn(conn, config, declare, logger)
 }
 
 // allStopped is what Watermill's router logs, as an error, when every handler has stopped

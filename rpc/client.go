@@ -522,7 +522,7 @@ func (c *Client) publishing(msg *message.Message, id string, reply bool) (amqp.P
 		}
 	}
 	if size, err := amqpx.HeaderFrameSize(p); err != nil || size > amqpx.MaxHeaderFrame {
-		return p, fmt.Errorf("message %s: %w", msg.UUID, dlx.ErrTooLarge)
+		return p, fmt.Errorf("message %s: %w", msg.UUID, warren.ErrTooLarge)
 	}
 	return p, nil
 }

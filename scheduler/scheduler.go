@@ -472,7 +472,7 @@ func (s *Scheduler) publish(ctx context.Context, j Job, t time.Time) error {
 	msg.Metadata.Set(MetadataJob, s.cfg.Name+"/"+j.Name)
 	msg.Metadata.Set(MetadataTick, t.UTC().Format(time.RFC3339Nano))
 	if t.After(time.Now()) {
-		dlx.DeliverAt(msg, t)
+		warren.DeliverAt(msg, t)
 	}
 	err := s.pub.Publish(j.Topic, msg)
 	if warren.IsPermanent(err) {

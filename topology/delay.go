@@ -197,7 +197,7 @@ func (d Delay) ChainExchange(i int) string { return fmt.Sprintf("%s.c%d", d.Name
 // ChainQueue is the chain queue a message enters with i chain hops to go.
 func (d Delay) ChainQueue(i int) string { return fmt.Sprintf("%s.c%d.q", d.Name(), i) }
 
-// LedgerQueue is the stream that records the messages scheduled with an id (dlx.Schedule),
+// LedgerQueue is the stream that records the messages scheduled with an id (warren.Schedule),
 // their cancellations and deliveries (package ledger). Declared on first use.
 func (d Delay) LedgerQueue() string { return d.Name() + ".ledger" }
 

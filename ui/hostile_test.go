@@ -120,8 +120,8 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	defer pub.Close()
 	for _, id := range []string{schedNUL, schedTwinN, schedByte, schedTwinB, schedHost} {
 		msg := message.NewMessage(id, []byte("later"))
-		dlx.Delay(msg, time.Minute)
-		dlx.Schedule(msg, id)
+		warren.Delay(msg, time.Minute)
+		warren.Schedule(msg, id)
 		require.NoError(t, pub.Publish(e.dest, msg))
 	}
 	// An outbox row set aside, its topic and uuid any bytes, its reason (text: no NUL, UTF-8)

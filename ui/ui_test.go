@@ -670,8 +670,8 @@ func TestScheduledPageListsAndCancels(t *testing.T) {
 	defer pub.Close()
 	for _, id := range []string{"r1", "r2"} {
 		msg := message.NewMessage(id, nil)
-		dlx.Delay(msg, time.Minute)
-		dlx.Schedule(msg, "")
+		warren.Delay(msg, time.Minute)
+		warren.Schedule(msg, "")
 		require.NoError(t, pub.Publish(q, msg))
 	}
 	o, err := ops.New(ops.Config{Connection: env.Connection(), Delay: delay}, nil)

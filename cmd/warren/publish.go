@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/when"
@@ -74,13 +75,13 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	case f.delay < 0:
 		return fmt.Errorf("--delay %s is negative", human(f.delay))
 	case f.delay > 0:
-		dlx.Delay(msg, f.delay)
+		warren.Delay(msg, f.delay)
 	case f.at != "":
 		t, err := when.Parse(f.at, time.Now())
 		if err != nil {
 			return fmt.Errorf("--at: %w", err)
 		}
-		dlx.DeliverAt(msg, t)
+		warren.DeliverAt(msg, t)
 		due = t
 	}
 	delayed := f.delay > 0 || f.at != ""
@@ -88,7 +89,7 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		if !delayed {
 			return errors.New("--schedule needs --delay or --at: only a delayed message can be listed and cancelled")
 		}
-		dlx.Schedule(msg, "")
+		warren.Schedule(msg, "")
 	}
 	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
 	var plan topology.Plan
@@ -138,7 +139,7 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		// +D counts from the publish, not from the command's start: checking, connecting and
 		// declaring the delay levels can take seconds on a loaded broker.
 		due, _ = when.Parse(f.at, time.Now()) // it parsed above
-		dlx.DeliverAt(msg, due)
+		warren.DeliverAt(msg, due)
 	}
 	start := time.Now()
 	if err := p.Publish(topic, msg); err != nil {

@@ -15,8 +15,8 @@ import (
 func newScheduled(g *globals) *cobra.Command {
 	scheduled := &cobra.Command{
 		Use:   "scheduled",
-		Short: "List or cancel the delayed messages published with a schedule id (dlx.Schedule)",
-		Long: "List or cancel the delayed messages published with a schedule id (dlx.Schedule), from the\n" +
+		Short: "List or cancel the delayed messages published with a schedule id (warren.Schedule)",
+		Long: "List or cancel the delayed messages published with a schedule id (warren.Schedule), from the\n" +
 			"ledger of the delay levels (a stream): the levels themselves are not read, so their order and\n" +
 			"timing are not disturbed. A cancelled message is acked unhandled by warren consumers whose\n" +
 			"handlers have ledger.Ledger.Middleware.\n\n" + idForms,

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/ledger"
@@ -35,8 +36,8 @@ func TestScheduledListAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	defer pub.Close()
 	msg := message.NewMessage("renewal-42", []byte("renew"))
-	dlx.Delay(msg, 365*24*time.Hour)
-	dlx.Schedule(msg, "")
+	warren.Delay(msg, 365*24*time.Hour)
+	warren.Schedule(msg, "")
 	require.NoError(t, pub.Publish(q, msg))
 	flags := []string{"--prefix", delay.Prefix, "--radix", "2", "--unit", "1s", "--levels", "23", "--reach", "9600h"}
 	assert.Contains(t, run(t, env.URL, append([]string{"delays", "apply", "--ledger"}, flags...)...), "declared the ledger "+delay.LedgerQueue())
@@ -94,8 +95,8 @@ func TestScheduledIDsThroughTheCLI(t *testing.T) {
 	for _, p := range pairs {
 		for _, id := range p {
 			msg := message.NewMessage(id, []byte(id))
-			dlx.Delay(msg, time.Second) // they wait in the queue until the consumer starts
-			dlx.Schedule(msg, "")
+			warren.Delay(msg, time.Second) // they wait in the queue until the consumer starts
+			warren.Schedule(msg, "")
 			require.NoError(t, pub.Publish(q, msg))
 		}
 		all, kept = append(all, p[0], p[1]), append(kept, p[1])

@@ -189,7 +189,7 @@ func makeBacklog(ctx context.Context, conn warren.Connection, backlog int, hosti
 	defer pub.Close()
 	for i := range 10 {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(`{"reminder":`+strconv.Itoa(i)+`}`))
-		dlx.Delay(msg, time.Duration(i+1)*time.Hour)
+		warren.Delay(msg, time.Duration(i+1)*time.Hour)
 		if err := pub.Publish(emails, msg); err != nil {
 			return err
 		}

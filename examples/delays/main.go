@@ -148,7 +148,7 @@ func run(url string) error {
 		msg.Metadata.Set("name", fmt.Sprintf("#%d %s", i, strings.TrimPrefix(p.topic, "warren.demo.")))
 		msg.Metadata.Set("requested", p.delay.String())
 		if p.delay > 0 {
-			dlx.Delay(msg, p.delay)
+			warren.Delay(msg, p.delay)
 		}
 		now := time.Now()
 		msg.Metadata.Set("sent_at", now.Format(time.RFC3339Nano))

@@ -215,10 +215,10 @@ func run(url string, o options) error {
 		s := sent{seq: i, id: msg.UUID, published: now, due: now}
 		switch {
 		case o.delay > 0:
-			dlx.Delay(msg, o.delay)
+			warren.Delay(msg, o.delay)
 			s.due = now.Add(o.delay)
 		case !o.at.IsZero():
-			dlx.DeliverAt(msg, o.at)
+			warren.DeliverAt(msg, o.at)
 			s.due = o.at
 		}
 		msg.Metadata.Set(headerSeq, strconv.Itoa(i))

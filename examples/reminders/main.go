@@ -150,7 +150,7 @@ func run(url string) error {
 // schedule publishes a reminder under id to the queue, due after d.
 func schedule(pub *dlx.Publisher, id string, d time.Duration) error {
 	msg := message.NewMessage(id, []byte("remember: "+id))
-	dlx.Delay(msg, d)
-	dlx.Schedule(msg, id)
+	warren.Delay(msg, d)
+	warren.Schedule(msg, id)
 	return pub.Publish(queue, msg)
 }

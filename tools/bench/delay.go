@@ -47,7 +47,7 @@ type delayStats struct {
 	listMs        float64 // and the mean time a list took
 }
 
-// benchLedger is the delay bench with every message scheduled under an id (dlx.Schedule),
+// benchLedger is the delay bench with every message scheduled under an id (warren.Schedule),
 // and the ledger listed over and over while they wait: listing must not make them late.
 func benchLedger() {
 	s := runDelay(queueType(), true)
@@ -181,9 +181,9 @@ func nextPublish(p *dlx.Publisher, q string, delays []time.Duration, due []time.
 		next++
 		nmu.Unlock()
 		msg := message.NewMessage(strconv.Itoa(i), nil)
-		dlx.Delay(msg, delays[i])
+		warren.Delay(msg, delays[i])
 		if scheduled {
-			dlx.Schedule(msg, "")
+			warren.Schedule(msg, "")
 		}
 		mu.Lock()
 		due[i] = time.Now().Add(delays[i])

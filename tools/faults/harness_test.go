@@ -598,7 +598,7 @@ func (h *harness) stream() {
 				if delayed(i) { // random, but the same for the same id and seed
 					rng := rand.New(rand.NewPCG(h.seed, uint64(i)))
 					d = minDelay + time.Duration(rng.Int64N(int64(maxDelay-minDelay)))
-					dlx.Delay(msg, d)
+					warren.Delay(msg, d)
 				}
 				called := time.Now()
 				err := pub.Publish(h.queue, msg)

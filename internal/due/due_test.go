@@ -1,4 +1,4 @@
-package dlx
+package due
 
 import (
 	"testing"
@@ -12,7 +12,7 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// due reads every delay metadata form: warren's own first, then Watermill's.
+// At reads every delay metadata form: warren's own first, then Watermill's.
 func TestDue(t *testing.T) {
 	// A time with a fraction of a second, as time.Now has: Watermill cuts it off.
 	now := time.Date(2024, 5, 6, 7, 8, 9, 400_000_000, time.UTC)
@@ -87,7 +87,7 @@ func TestDue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := message.NewMessage("id", nil)
 			msg.Metadata = tc.md
-			got, err := due(msg, now, tolerance)
+			got, err := At(msg, now, tolerance)
 			if tc.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), tc.wantErr)
@@ -101,25 +101,25 @@ func TestDue(t *testing.T) {
 	}
 }
 
-// Delay and DeliverAt write what due reads, and each removes the other.
+// warren.Delay and warren.DeliverAt write what At reads, and each removes the other.
 func TestDelayAndDeliverAtReadBackByDue(t *testing.T) {
 	now := time.Date(2024, 5, 6, 7, 8, 9, 400_000_000, time.UTC)
 	msg := message.NewMessage("id", nil)
 
-	DeliverAt(msg, now.Add(1234567*time.Microsecond).In(time.FixedZone("X", 3600)))
-	got, err := due(msg, now, 0)
+	warren.DeliverAt(msg, now.Add(1234567*time.Microsecond).In(time.FixedZone("X", 3600)))
+	got, err := At(msg, now, 0)
 	require.NoError(t, err)
 	assert.True(t, now.Add(1234567*time.Microsecond).Equal(got), "%s", got)
 
-	Delay(msg, 1500*time.Millisecond)
+	warren.Delay(msg, 1500*time.Millisecond)
 	assert.NotContains(t, msg.Metadata, warren.MetadataDeliverAt)
-	got, err = due(msg, now, 0)
+	got, err = At(msg, now, 0)
 	require.NoError(t, err)
 	assert.True(t, now.Add(1500*time.Millisecond).Equal(got), "%s", got)
 
-	DeliverAt(msg, now.Add(time.Minute))
+	warren.DeliverAt(msg, now.Add(time.Minute))
 	assert.NotContains(t, msg.Metadata, warren.MetadataDelay)
-	got, err = due(msg, now, 0)
+	got, err = At(msg, now, 0)
 	require.NoError(t, err)
 	assert.True(t, now.Add(time.Minute).Equal(got), "%s", got)
 }
