@@ -20,8 +20,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/consumerconns"
 	"github.com/warrenmq/warren/internal/shared"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/middleware"
@@ -61,13 +63,13 @@ type Config struct {
 	// HandlerConfig.Concurrency says otherwise. Default 64.
 	Concurrency int
 	// Prefetch is how many messages the broker sends each handler ahead of their acks (see
-	// SubscriberConfig.Prefetch). Default: 4×the handler's Concurrency, at most 65535.
+	// consumer.Config.Prefetch). Default: 4×the handler's Concurrency, at most 65535.
 	Prefetch int
 	// ShutdownTimeout bounds how long closing waits for the messages handed out to be acked;
 	// it also bounds Close. Default 30s.
 	ShutdownTimeout time.Duration
 	// RequeueDelay is how long a message that is nacked waits before it goes back to its
-	// queue (see SubscriberConfig.RequeueDelay). Default 1s.
+	// queue (see consumer.Config.RequeueDelay). Default 1s.
 	RequeueDelay time.Duration
 	// KillSecret, when set, makes every handler obey only kill commands signed with it (see
 	// kill.Killer); others are refused and logged.
@@ -106,6 +108,10 @@ type Config struct {
 	HandleSignals bool
 }
 
+// KillEvent tells what a handler's subscription did about the kill topic (see
+// Config.OnKill); it is consumer.KillEvent, the receiving side's.
+type KillEvent = consumer.KillEvent
+
 // WithDefaults returns c with every unset field set to its default; Prefetch stays unset
 // (each handler's default is 4×its Concurrency).
 func (c Config) WithDefaults() Config {
@@ -133,8 +139,8 @@ func (c Config) publisher() dlx.Config {
 
 // subscriber is the configuration of the handlers' subscribers (each sets its HandlerName
 // and Concurrency).
-func (c Config) subscriber() SubscriberConfig {
-	return SubscriberConfig{
+func (c Config) subscriber() consumer.Config {
+	return consumer.Config{
 		Connection: c.Connection, Topology: c.Topology, Queues: c.Declare.Queues, MeterProvider: c.MeterProvider,
 		Concurrency: c.Concurrency, Prefetch: c.Prefetch, ShutdownTimeout: c.ShutdownTimeout, Marshaler: c.Marshaler,
 		KillSecret: c.KillSecret, KillMaxAge: c.KillMaxAge, KillClockSkew: c.KillClockSkew, OnKill: c.OnKill,
@@ -162,7 +168,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("router: Config.%s %s is negative", f.name, f.d)
 		}
 	}
-	if err := c.subscriber().validate(); err != nil {
+	if err := consumerconns.ValidateShared(c.subscriber()); err != nil {
 		return fmt.Errorf("router: Config.%w", err)
 	}
 	if err := validRetry("Config.Retry", c.Retry); err != nil {
@@ -293,10 +299,10 @@ type Router struct {
 	wm      *message.Router
 	tracing *middleware.Tracing
 	// pubConn is the router's publishing connection, which its DLX publishers share (each on
-	// a confirm channel of its own), and where its subscribers publish (see consumerConns);
+	// a confirm channel of its own), and where its subscribers publish (see consumerconns.Conns);
 	// subConns are the connections every handler's subscriber consumes on.
 	pubConn   *amqpx.Conn
-	subConns  *consumerConns
+	subConns  *consumerconns.Conns
 	out       *dlx.Publisher // Publisher and handler outputs, routed by Config.Route
 	retries   *dlx.Publisher // retries and poison messages, routed to queues
 	direct    *dlx.Publisher // replies to direct reply-to addresses, not mandatory
@@ -309,7 +315,7 @@ type Router struct {
 	mu        sync.Mutex
 	topo      topology.Topology // the handlers' queues, exchanges and bindings
 	names     map[string]bool
-	subs      []*Subscriber
+	subs      []*consumer.Subscriber
 	runDone   chan struct{} // made by Run, closed when Watermill's Run has returned
 	running   chan struct{} // closed once every handler consumes (see Running)
 	closed    bool
@@ -342,7 +348,7 @@ func New(config Config, logger watermill.LoggerAdapter) (*Router, error) {
 		return nil, fmt.Errorf("router: %w", err)
 	}
 	r.pubConn = amqpx.NewConn(amqpx.NewDialer(config.Connection, "warren publisher", logger))
-	r.subConns = newConsumerConns(config.Connection, "warren subscriber", r.pubConn, logger)
+	r.subConns = consumerconns.New(config.Connection, "warren subscriber", r.pubConn, logger)
 	pcfg := config.publisher()
 	out, err := publisherOn(r.pubConn, pcfg, true, logger)
 	if err != nil {
@@ -380,7 +386,7 @@ func publisherOn(conn *amqpx.Conn, config dlx.Config, declare bool, logger water
 const allStopped = "All handlers stopped, closing router"
 
 // stopLogger is the logger of Watermill's router. A subscription ends without an error only
-// when a kill command drained and deleted its queue (see Subscriber.Err): when every handler
+// when a kill command drained and deleted its queue (see consumer.Subscriber.Err): when every handler
 // stopped that way the stop is deliberate, and allStopped is logged at Info, not as an error.
 type stopLogger struct {
 	watermill.LoggerAdapter
@@ -399,7 +405,7 @@ func (l stopLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return stopLogger{l.LoggerAdapter.With(fields), l.r}
 }
 
-// subsErr reports the subscriptions of the handlers that ended for good (see Subscriber.Err).
+// subsErr reports the subscriptions of the handlers that ended for good (see consumer.Subscriber.Err).
 func (r *Router) subsErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -481,10 +487,11 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	scfg := r.cfg.subscriber()
 	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
-	sub, err := newSubscriber(scfg, r.logger, r.subConns)
+	s, err := consumerconns.NewSubscriber(scfg, r.logger, r.subConns)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
 	}
+	sub := s.(*consumer.Subscriber)
 	// The chain publishes what fn returns; Watermill's handler gets nothing to publish.
 	handle := fn
 	for i := len(chain) - 1; i >= 0; i-- {
@@ -756,7 +763,7 @@ func (r *Router) Close() error {
 			}
 		}
 		// The subscribers are closed: their connections go, then the publishers' one.
-		r.closeErr = errors.Join(err, r.subConns.close(), r.out.Close(), r.retries.Close(), r.direct.Close(), r.pubConn.Close())
+		r.closeErr = errors.Join(err, r.subConns.Close(), r.out.Close(), r.retries.Close(), r.direct.Close(), r.pubConn.Close())
 	})
 	return r.closeErr
 }
