@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
@@ -21,20 +19,68 @@ import (
 // killed or drained, or until an error: the channel or connection is lost, or the queue is
 // deleted (errQueueGone).
 func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, conn *amqp.Connection, commands <-chan amqp.Delivery) (outcome, error) {
-	s := sub.s
 	ch, err := conn.Channel()
 	if err != nil {
 		return closed, err
 	}
 	defer ch.Close()
-	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+	l, err := sub.startConsumer(cc, conn, ch)
+	if err != nil {
 		return closed, err
 	}
-	cancelled := ch.NotifyCancel(make(chan string, 1))
-	closedBy := ch.NotifyClose(make(chan *amqp.Error, 1))
-	tag := fmt.Sprintf("warren-%s-%d", s.cfg.HandlerName, consumerSeq.Add(1))
+	sub.markReady()
+	sub.steady = true
+
+	l.ctx, l.commands = ctx, commands
+	l.cs = sub.newChannelState(ch)
+	defer l.cs.acks.close()
+	defer func() { // the session's context goes once its last message is settled
+		go func() {
+			l.cs.inflight.Wait()
+			l.cs.hardFn(context.Canceled)
+		}()
+	}()
+	defer l.stopDrainCheck()
+	if sub.mode == draining {
+		l.startDrainCheck()
+	}
+	return l.run()
+}
+
+// consumeLoop is one consumer of the subscription's queue, on a channel of its own, and the
+// event sources its loop (run) waits on: deliveries (taken only with a handler slot free),
+// the broker's cancel, kill commands, the drain check, the context and closing.
+type consumeLoop struct {
+	sub        *subscription
+	ctx        context.Context
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	tag        string
+	deliveries <-chan amqp.Delivery
+	cancelled  <-chan string
+	closedBy   <-chan *amqp.Error
+	commands   <-chan amqp.Delivery
+	cs         *channelState
+	drain      *time.Ticker // while draining: when to look whether the queue is empty
+	drainTick  <-chan time.Time
+	slot       bool // a handler slot is held for the next delivery
+}
+
+// startConsumer sets the prefetch of ch, a channel of conn, cc's connection, and consumes the
+// queue on it. A consume refused with a connection error on the main connection makes the
+// next session consume on the isolated one (see consumerconns.Conns); one refused for good
+// returns errRefused, one refused because the queue is gone errQueueGone.
+func (sub *subscription) startConsumer(cc *consumerconns.Conn, conn *amqp.Connection, ch *amqp.Channel) (*consumeLoop, error) {
+	s := sub.s
+	if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
+		return nil, err
+	}
+	l := &consumeLoop{sub: sub, conn: conn, ch: ch}
+	l.cancelled = ch.NotifyCancel(make(chan string, 1))
+	l.closedBy = ch.NotifyClose(make(chan *amqp.Error, 1))
+	l.tag = fmt.Sprintf("warren-%s-%d", s.cfg.HandlerName, consumerSeq.Add(1))
 	cc.Consuming.Lock() // one at a time: a refusal that closes conn is this consume's (see consumerconns.Conns)
-	deliveries, err := ch.Consume(sub.queue, tag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(sub.queue, l.tag, false, false, false, false, nil)
 	cc.Consuming.Unlock()
 	if closesConnection(err) && cc == s.conns.Main {
 		sub.isolated = true
@@ -44,14 +90,18 @@ func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, co
 	}
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code != amqp.NotFound && amqpx.IsPermanentBrokerError(err) {
-		return closed, fmt.Errorf("%w: %v", errRefused, err)
+		return nil, fmt.Errorf("%w: %v", errRefused, err)
 	}
 	if err != nil {
-		return closed, sub.goneOr(conn, err)
+		return nil, sub.goneOr(conn, err)
 	}
-	sub.markReady()
-	sub.steady = true
+	l.deliveries = deliveries
+	return l, nil
+}
 
+// newChannelState returns the state of a new consume session on ch (see channelState).
+func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
+	s := sub.s
 	cs := &channelState{
 		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
 		dups:     &copies{seen: &s.seen, live: map[string]int{}},
@@ -59,149 +109,162 @@ func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, co
 		slots:    make(chan struct{}, s.cfg.Concurrency),
 	}
 	cs.hardStop, cs.hardFn = context.WithCancelCause(s.hardStop)
-	defer cs.acks.close()
-	defer func() { // the session's context goes once its last message is settled
-		go func() {
-			cs.inflight.Wait()
-			cs.hardFn(context.Canceled)
-		}()
-	}()
-	stop := func() {
-		close(cs.stopping)
-		sub.stop(ch, tag, deliveries, cs)
-	}
-	var drainTick <-chan time.Time
-	if sub.mode == draining {
-		t := time.NewTicker(drainCheck)
-		defer t.Stop()
-		drainTick = t.C
-	}
-	slot := false // a handler slot is held for the next delivery
+	return cs
+}
+
+// run waits for the next event of any source and hands it to its step, until a step ends the
+// consumer. A delivery is taken only with a free slot: at most Concurrency are handed out, the
+// rest of the prefetch waits, and commands, closing and the context are still heard.
+func (l *consumeLoop) run() (outcome, error) {
 	for {
-		// A delivery is taken only with a free slot: at most Concurrency are handed out, the
-		// rest of the prefetch waits, and commands, closing and the context are still heard.
-		in, take := deliveries, (chan<- struct{})(nil)
-		if !slot {
-			in, take = nil, cs.slots
+		in, take := l.deliveries, (chan<- struct{})(nil)
+		if !l.slot {
+			in, take = nil, l.cs.slots
 		}
+		var (
+			end bool
+			out outcome
+			err error
+		)
 		select {
 		case take <- struct{}{}:
-			slot = true
-		case _, sent := <-cancelled:
-			if !sent { // closed, not sent to, when the channel closes: deliveries ends too
-				cancelled = nil
-				continue
-			}
-			return closed, sub.cancelledByBroker(conn, stop, cs)
+			l.slot = true
+		case _, sent := <-l.cancelled:
+			end, out, err = l.onCancel(sent)
 		case d, ok := <-in:
-			if !ok {
-				select {
-				case _, sent := <-cancelled:
-					if sent {
-						return closed, sub.cancelledByBroker(conn, stop, cs)
-					}
-				default:
-				}
-				close(cs.stopping)
-				return closed, channelLost(closedBy)
-			}
-			sub.recordLateness(d)
-			id, _ := d.Headers[warren.PublishIDHeader].(string)
-			if !cs.dups.claim(id) {
-				s.logger.Info("Copy of a message handled already: acked", watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId})
-				cs.acks.settle(d.DeliveryTag, ack)
-				continue
-			}
-			msg, done, deadLetter := sub.message(d, id, cs)
-			if msg == nil {
-				cs.dups.release(id, false) // poisoned, or put back: never taken for done
-				continue
-			}
-			info, _ := warren.DeliveryFrom(msg.Context()) // read before the handler owns msg
-			consumed := s.consumes.Get(sub.queue, info.Exchange)
-			select {
-			case sub.out <- msg:
-				slot = false // settle frees it
-				s.metrics.Consumed(context.Background(), consumed)
-				cs.inflight.add()
-				go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
-			case <-ctx.Done():
-				done() // not handed out: back to the queue when the channel closes
-				cs.dups.release(id, false)
-				stop()
-				return closed, nil
-			case <-s.closing:
-				done()
-				cs.dups.release(id, false)
-				stop()
-				return closed, nil
-			}
-		case d, ok := <-commands:
-			if !ok {
-				stop()
-				return closed, errors.New("kill topic listener closed")
-			}
-			before := sub.mode
-			sub.command(d)
-			switch {
-			case sub.mode == paused:
-				stop()
-				sub.event("stopped", d, nil)
-				sub.answer(d, before, paused, nil)
-				return killed, nil
-			case sub.mode == draining && before != draining:
-				t := time.NewTicker(drainCheck)
-				defer t.Stop()
-				drainTick = t.C
-			}
-		case <-drainTick:
-			if cs.inflight.n.Load() > 0 {
-				continue
-			}
-			if q, err := inspect(conn, sub.queue); err == nil && q.Messages == 0 {
-				stop()
-				return drained, nil
-			}
-		case <-ctx.Done():
-			stop()
-			return closed, nil
-		case <-s.closing:
-			stop()
-			return closed, nil
+			end, out, err = l.onDelivery(d, ok)
+		case d, ok := <-l.commands:
+			end, out, err = l.onCommand(d, ok)
+		case <-l.drainTick:
+			end, out, err = l.onDrainCheck()
+		case <-l.ctx.Done():
+			end, out, err = l.halt()
+		case <-l.sub.s.closing:
+			end, out, err = l.halt()
+		}
+		if end {
+			return out, err
 		}
 	}
 }
 
-// channelState is what one consume channel's deliveries share: the acker, the messages
-// handed out and not settled, the copies being handled, the handler slots, stopping,
-// closed when the consumer stops (nothing waits to be requeued any more), and the parent
-// of the context of its messages, ended when its stop outlives ShutdownTimeout. It is the
-// session's own: a pause or a reconnect that ended it never cancels the messages that the
-// next session hands out.
-type channelState struct {
-	acks     *acker
-	inflight flights
-	dups     *copies
-	stopping chan struct{}
-	slots    chan struct{} // one per message handed out, up to Concurrency
-	hardStop context.Context
-	hardFn   context.CancelCauseFunc
+// stop stops the consumer (see subscription.stop); what is stopping hears it first.
+func (l *consumeLoop) stop() {
+	close(l.cs.stopping)
+	l.sub.stop(l.ch, l.tag, l.deliveries, l.cs)
 }
 
-// flights counts the messages handed out and not settled yet.
-type flights struct {
-	sync.WaitGroup
-	n atomic.Int64
+// halt stops the consumer because the context ended or the subscriber closed.
+func (l *consumeLoop) halt() (bool, outcome, error) {
+	l.stop()
+	return true, closed, nil
 }
 
-func (f *flights) add() {
-	f.n.Add(1)
-	f.Add(1)
+// onCancel handles what the broker's cancel notification channel gave: a cancel that was sent
+// ends the consumer (see cancelledByBroker); the channel closed, not sent to, when the
+// channel closes, and the deliveries end too.
+func (l *consumeLoop) onCancel(sent bool) (bool, outcome, error) {
+	if !sent {
+		l.cancelled = nil
+		return false, closed, nil
+	}
+	return true, closed, l.sub.cancelledByBroker(l.conn, l.stop, l.cs)
 }
 
-func (f *flights) done() {
-	f.n.Add(-1)
-	f.Done()
+// onDelivery hands d out, or, when the deliveries ended, ends the consumer: cancelled by the
+// broker if it says so, else with the channel's loss. A copy of a message handled already is
+// acked at once; one that cannot be made a message is poisoned (see message). One not handed
+// out because the context ended or the subscriber closed goes back to the queue when the
+// channel closes.
+func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error) {
+	sub, s, cs := l.sub, l.sub.s, l.cs
+	if !ok {
+		select {
+		case _, sent := <-l.cancelled:
+			if sent {
+				return true, closed, sub.cancelledByBroker(l.conn, l.stop, cs)
+			}
+		default:
+		}
+		close(cs.stopping)
+		return true, closed, channelLost(l.closedBy)
+	}
+	sub.recordLateness(d)
+	id, _ := d.Headers[warren.PublishIDHeader].(string)
+	if !cs.dups.claim(id) {
+		s.logger.Info("Copy of a message handled already: acked", watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId})
+		cs.acks.settle(d.DeliveryTag, ack)
+		return false, closed, nil
+	}
+	msg, done, deadLetter := sub.message(d, id, cs)
+	if msg == nil {
+		cs.dups.release(id, false) // poisoned, or put back: never taken for done
+		return false, closed, nil
+	}
+	info, _ := warren.DeliveryFrom(msg.Context()) // read before the handler owns msg
+	consumed := s.consumes.Get(sub.queue, info.Exchange)
+	select {
+	case sub.out <- msg:
+		l.slot = false // settle frees it
+		s.metrics.Consumed(context.Background(), consumed)
+		cs.inflight.add()
+		go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
+		return false, closed, nil
+	case <-l.ctx.Done():
+	case <-s.closing:
+	}
+	done() // not handed out: back to the queue when the channel closes
+	cs.dups.release(id, false)
+	l.stop()
+	return true, closed, nil
+}
+
+// onCommand applies a kill command (see command): a stop ends the consumer, paused, and is
+// reported and answered once stopped; a delete starts the drain check. The commands ending
+// ends the consumer with an error.
+func (l *consumeLoop) onCommand(d amqp.Delivery, ok bool) (bool, outcome, error) {
+	sub := l.sub
+	if !ok {
+		l.stop()
+		return true, closed, errors.New("kill topic listener closed")
+	}
+	before := sub.mode
+	sub.command(d)
+	switch {
+	case sub.mode == paused:
+		l.stop()
+		sub.event("stopped", d, nil)
+		sub.answer(d, before, paused, nil)
+		return true, killed, nil
+	case sub.mode == draining && before != draining:
+		l.startDrainCheck()
+	}
+	return false, closed, nil
+}
+
+// onDrainCheck ends the consumer, drained, once nothing is in flight and the queue is empty.
+func (l *consumeLoop) onDrainCheck() (bool, outcome, error) {
+	if l.cs.inflight.n.Load() > 0 {
+		return false, closed, nil
+	}
+	if q, err := inspect(l.conn, l.sub.queue); err == nil && q.Messages == 0 {
+		l.stop()
+		return true, drained, nil
+	}
+	return false, closed, nil
+}
+
+// startDrainCheck looks whether the queue is empty every drainCheck from now on.
+func (l *consumeLoop) startDrainCheck() {
+	l.stopDrainCheck()
+	l.drain = time.NewTicker(drainCheck)
+	l.drainTick = l.drain.C
+}
+
+func (l *consumeLoop) stopDrainCheck() {
+	if l.drain != nil {
+		l.drain.Stop()
+	}
 }
 
 var consumerSeq, subscriptionSeq atomic.Uint64
@@ -228,42 +291,6 @@ func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan am
 			watermill.LogFields{"queue": sub.queue, "timeout": s.cfg.ShutdownTimeout})
 		cs.hardFn(errShutdownTimeout)
 	}
-}
-
-// settle acks the delivery once the handler has acked msg (and remembers its publish id, see
-// copies), and then ends msg's context. A nacked one goes back to the queue after
-// RequeueDelay (at once when the consumer stops), or, if warren.DeadLetter was called, is
-// rejected into the queue's dead-letter path.
-func (sub *subscription) settle(cs *channelState, msg *message.Message, tag uint64, id string,
-	done context.CancelFunc, deadLetter *atomic.Bool) {
-	defer cs.inflight.done()
-	defer func() { <-cs.slots }()
-	defer done()
-	select {
-	case <-msg.Acked():
-		cs.dups.release(id, true)
-		cs.acks.settle(tag, ack)
-	case <-msg.Nacked():
-		cs.dups.release(id, false) // a reject lost with its channel must be handled again
-		if deadLetter.Load() {
-			cs.acks.settle(tag, reject)
-			return
-		}
-		sub.requeueLater(tag, cs)
-	}
-}
-
-// requeueLater returns the delivery to the queue after RequeueDelay, or at once when the
-// consumer stops or the subscriber closes.
-func (sub *subscription) requeueLater(tag uint64, cs *channelState) {
-	t := time.NewTimer(sub.s.cfg.RequeueDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-cs.stopping:
-	case <-sub.s.closing:
-	}
-	cs.acks.settle(tag, requeue)
 }
 
 // errCancelledByBroker is why a session ends whose consumer the broker cancelled.
