@@ -147,8 +147,9 @@ func (r *Router) handlersRan(runDone chan struct{}) bool {
 const allStopped = "All handlers stopped, closing router"
 
 // stopLogger is the logger of Watermill's router. A subscription ends without an error only
-// when a kill command drained and deleted its queue (see consumer.Subscriber.Err): when every handler
-// stopped that way the stop is deliberate, and allStopped is logged at Info, not as an error.
+// when a kill command drained and deleted its queue (see consumer.Subscriber.Err): when every
+// handler stopped that way the stop is deliberate, and allStopped is logged at Info, not as an
+// error.
 type stopLogger struct {
 	watermill.LoggerAdapter
 	r *Router
@@ -166,7 +167,8 @@ func (l stopLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return stopLogger{l.LoggerAdapter.With(fields), l.r}
 }
 
-// subsErr reports the subscriptions of the handlers that ended for good (see consumer.Subscriber.Err).
+// subsErr reports the subscriptions of the handlers that ended for good (see
+// consumer.Subscriber.Err).
 func (r *Router) subsErr() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
