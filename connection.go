@@ -12,7 +12,7 @@ import (
 )
 
 // Connection says how to reach the broker. Every part of warren that connects takes one, in
-// a field named Connection (dlx.Config, router.Config, router.SubscriberConfig, kill.Config,
+// a field named Connection (dlx.Config, router.Config, consumer.Config, kill.Config,
 // rpc.ClientConfig, ops.Config, ledger.Config, scheduler.Config) or, for
 // topology.Builder's Apply and Verify, as an argument.
 //
@@ -37,7 +37,7 @@ import (
 // ("warren publisher": Router.Publisher, what handlers return, retries, poison copies,
 // replies), plus a third ("warren subscriber (isolated)") only while a handler's consume is
 // refused with an error that closes the whole connection. Every other component opens its
-// own when it is made on its own (a dlx.Publisher, an rpc.Client, a router.Subscriber, a
+// own when it is made on its own (a dlx.Publisher, an rpc.Client, a consumer.Subscriber, a
 // kill.Killer, an ops.Ops, a ledger.Ledger, another Router; a scheduler.Scheduler holds
 // two, one to lead its group and its dlx.Publisher's; topology.Builder's Apply and Verify one
 // for the call), even from the same Connection value in the same process.

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/testenv"
@@ -133,7 +134,7 @@ func TestEveryComponentFailsAtOnceOnARefusal(t *testing.T) {
 			return err
 		}},
 		{"subscriber", func(_ context.Context, conn warren.Connection) error {
-			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: conn}, nil)
+			s, err := consumer.NewSubscriber(consumer.Config{Connection: conn}, nil)
 			if err != nil {
 				return err
 			}

@@ -44,7 +44,7 @@
 // # Connecting
 //
 // Every part of warren that talks to the broker takes a [Connection], in a field named
-// Connection (dlx.Config, router.Config, router.SubscriberConfig, kill.Config,
+// Connection (dlx.Config, router.Config, consumer.Config, kill.Config,
 // rpc.ClientConfig, ops.Config, ledger.Config, scheduler.Config) or, for topology.Builder's
 // Apply and Verify, as an argument:
 //
@@ -269,7 +269,7 @@
 // default otel.GetMeterProvider()): the messaging semantic conventions' messages sent and
 // consumed, publish and processing durations, and warren's own retries scheduled, messages
 // poisoned, lateness of delayed messages, parked messages and kill events. dlx.Config,
-// router.SubscriberConfig, middleware.BackoffConfig and middleware.PoisonConfig take a
+// consumer.Config, middleware.BackoffConfig and middleware.PoisonConfig take a
 // MeterProvider of their own. [docs/metrics.md] lists every instrument; go run
 // ./examples/metrics serves them for Prometheus.
 //

@@ -1,6 +1,6 @@
 // Package kill is the sending side of warren's kill switch: a Killer stops every consumer of
 // a work queue, in every process, resumes them, or has them drain the queue and delete it.
-// The consumers' side, what a subscription does about a command, is router.Subscriber's.
+// The consumers' side, what a subscription does about a command, is consumer.Subscriber's.
 //
 //	k, err := kill.NewKiller(kill.Config{Connection: conn, Secret: secret}, logger)
 //	err = k.Kill(ctx, "billing", kill.Stop) // or kill.Delete: drain the queue, then delete it

@@ -15,7 +15,7 @@ import (
 )
 
 // Stop every consumer of a queue, in every process, and let them go on; then have them
-// drain the queue and delete it. The consumers are a router's (router.Subscriber obeys the
+// drain the queue and delete it. The consumers are a router's (consumer.Subscriber obeys the
 // kill topic); its OnKill hears what each does.
 func ExampleKiller() {
 	url := os.Getenv("WARREN_AMQP_URL")

@@ -21,7 +21,7 @@ import (
 type Config struct {
 	// Connection says how to reach the broker (URL required).
 	Connection warren.Connection
-	// Secret signs commands; consumers with a secret (router.SubscriberConfig.KillSecret)
+	// Secret signs commands; consumers with a secret (consumer.Config.KillSecret)
 	// refuse unsigned ones. It also signs the reply address, and answers that confirm a
 	// command are counted only when signed with it (see Answer). It names the state queue
 	// too (see StateQueue).

@@ -75,7 +75,7 @@ func (r Result) consuming() int {
 // refused is the state of an Answer to a command that failed verification.
 const refused = "refused"
 
-// Answer is what a consumer (a subscription of a router.Subscriber) publishes to the reply address
+// Answer is what a consumer (a subscription of a consumer.Subscriber) publishes to the reply address
 // of a live command it acted on: once it is in the state the command asks for ("stopped",
 // once nothing is in flight any more; "draining"; "resumed", also when it was in that state
 // already), or "refused", with the reason. Commands read from the kill state queue (when a

@@ -35,7 +35,7 @@ func StateQueue(queue string, secret []byte) string {
 
 // ListenerQueue is the name of the queue that counts the consumers listening to the kill
 // topic of work queue queue (queue+".kill.listeners"): every subscription of a
-// router.Subscriber, stopped or not, holds a consumer on it while it listens, and a Killer
+// consumer.Subscriber, stopped or not, holds a consumer on it while it listens, and a Killer
 // reads its consumer count (see Result.Listeners). It is auto-deleted once no subscription
 // listens, and refuses every message published to it.
 func ListenerQueue(queue string) string { return topology.KillExchange(queue) + ".listeners" }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/router"
@@ -287,7 +288,7 @@ func TestSubscriberRefusesMaxPriorityOnAQuorumQueue(t *testing.T) {
 	env := testenv.New(t)
 	version := serverVersion(t, env.URL)
 	queue := env.Queue("prio")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{
+	sub, err := consumer.NewSubscriber(consumer.Config{
 		Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
 		Queues: []topology.Queue{{Name: queue, Args: amqp.Table{"x-max-priority": int64(5)}}},
 	}, env.Logger())

@@ -3,10 +3,11 @@
 // a delay per attempt, a poison queue that says why, tracing, metrics, graceful shutdown and
 // reconnects. A handler with HandlerConfig.Reply is the server side of package rpc.
 //
-// Its Subscriber is a Watermill message.Subscriber of its own (concurrent handlers, a graceful
-// close, cancel is not deletion, hostile headers poisoned), usable without the Router. Every
-// subscription obeys the commands of the kill topic, which a kill.Killer sends: stop, resume,
-// or drain and delete the queue (see Subscriber).
+// Each handler consumes through a consumer.Subscriber, package consumer's Watermill
+// message.Subscriber (concurrent handlers, a graceful close, cancel is not deletion, hostile
+// headers poisoned), which is usable without the Router. Every subscription obeys the
+// commands of the kill topic, which a kill.Killer sends: stop, resume, or drain and delete the
+// queue (see consumer.Subscriber).
 //
 // A Router connects once per role, not per handler: it consumes on one connection, each handler
 // on a channel of its own (its kill topic listener, its count among the listeners and its kill
@@ -23,8 +24,8 @@
 // Config.Connection.URL, and told to Connection.OnEvent. Every handler takes three channels of
 // the consuming connection, and a few more for moments: the broker's channel_max (2047 by
 // default; Connection.AMQP.ChannelMax) bounds the handlers of one Router to several hundred. A
-// Subscriber, kill.Killer or dlx.Publisher made on its own has connections of its own (see
-// warren.Connection).
+// consumer.Subscriber, kill.Killer or dlx.Publisher made on its own has connections of its own
+// (see warren.Connection).
 //
 // The chain's order and why each middleware sits where it does, consuming, shutdown and
 // tracing are in [docs/handlers.md]; the kill topic, its confirmations and its secret in

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
@@ -547,8 +548,8 @@ func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
 func TestKillClockSkewIsValidated(t *testing.T) {
 	_, err := router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
 	assert.ErrorContains(t, err, "Config.KillClockSkew")
-	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
-	assert.ErrorContains(t, err, "SubscriberConfig.KillClockSkew")
+	_, err = consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: "amqp://x/"}, KillClockSkew: -time.Second}, nil)
+	assert.ErrorContains(t, err, "consumer: Config.KillClockSkew")
 }
 
 // A pause whose stop outlived ShutdownTimeout cancels the context of the message that was
@@ -558,7 +559,7 @@ func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("session-ctx")
-	msgs := subscribe(t, env, queue, router.SubscriberConfig{ShutdownTimeout: 200 * time.Millisecond})
+	msgs := subscribe(t, env, queue, consumer.Config{ShutdownTimeout: 200 * time.Millisecond})
 	ch := env.Channel()
 	receive := func(what string) *message.Message {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -301,7 +302,7 @@ func TestNackedMessageWaitsBeforeItComesBack(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("nacked")
-	msgs := subscribe(t, env, queue, router.SubscriberConfig{RequeueDelay: 500 * time.Millisecond})
+	msgs := subscribe(t, env, queue, consumer.Config{RequeueDelay: 500 * time.Millisecond})
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m"})
 	deliveries := 0
 	deadline := time.After(2 * time.Second)

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/router"
 )
 
 // The poison copy of a delivery the marshaler cannot unmarshal keeps every property; the
@@ -19,7 +19,7 @@ func TestUndecodablePoisonCopyKeepsProperties(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("undecodable-props")
-	subscribe(t, env, queue, router.SubscriberConfig{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
+	subscribe(t, env, queue, consumer.Config{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
 
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"encoding": "rot13"}))
 	d := poisoned(t, env, queue, testenv.Patience())
@@ -33,7 +33,7 @@ func TestUnreadablePoisonCopyKeepsProperties(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("unreadable-props")
-	subscribe(t, env, queue, router.SubscriberConfig{HandlerName: "h"})
+	subscribe(t, env, queue, consumer.Config{HandlerName: "h"})
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"deep": testenv.NestedTable(33)}))
 	d := poisoned(t, env, queue, testenv.Patience())
 	assert.Equal(t, warren.PoisonReasonUnreadable, d.Headers[warren.PoisonReasonKey])

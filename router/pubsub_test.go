@@ -8,9 +8,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -46,7 +46,7 @@ func TestPubSubSuite(t *testing.T) {
 			tests.TestPubSub(t, features, func(t *testing.T) (message.Publisher, message.Subscriber) {
 				pub, err := dlx.NewPublisher(dlx.Config{Connection: conn, Topology: tcfg, Route: route}, env.Logger())
 				require.NoError(t, err)
-				sub, err := router.NewSubscriber(router.SubscriberConfig{
+				sub, err := consumer.NewSubscriber(consumer.Config{
 					Connection: conn, Topology: tcfg, Concurrency: c.concurrency, Prefetch: c.concurrency,
 					// The suite closes subscribers holding unacked messages and expects
 					// their context to end within 15s: the wait for them is shorter.

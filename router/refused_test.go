@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -95,7 +95,7 @@ func TestRefusedSubscriptionBacksOffAndLogsOncePerStep(t *testing.T) {
 	node.StopQueue(q)
 
 	logger := &orderedLogger{}
-	sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: node.URL()}, Topology: cfg, HandlerName: "refused"}, logger)
+	sub, err := consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: node.URL()}, Topology: cfg, HandlerName: "refused"}, logger)
 	require.NoError(t, err)
 	defer sub.Close()
 	ctx, cancel := context.WithCancel(t.Context())

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/handlers"
 	"github.com/warrenmq/warren/internal/testenv"
@@ -53,10 +54,10 @@ func newRouter(t *testing.T, env *testenv.Env, mod func(*router.Config)) *router
 
 // subscribe consumes queue with a Subscriber of cfg on env's broker and delay levels, closed
 // when the test ends.
-func subscribe(t *testing.T, env *testenv.Env, queue string, cfg router.SubscriberConfig) <-chan *message.Message {
+func subscribe(t *testing.T, env *testenv.Env, queue string, cfg consumer.Config) <-chan *message.Message {
 	t.Helper()
 	cfg.Connection, cfg.Topology = env.Connection(), topology.Config{Delay: env.Delay(topology.Delay{})}
-	sub, err := router.NewSubscriber(cfg, env.Logger())
+	sub, err := consumer.NewSubscriber(cfg, env.Logger())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	msgs, err := sub.Subscribe(context.Background(), queue)
@@ -467,7 +468,7 @@ func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("undecodable")
-	msgs := subscribe(t, env, queue, router.SubscriberConfig{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
+	msgs := subscribe(t, env, queue, consumer.Config{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
 
 	ch := env.Channel()
 	require.NoError(t, ch.Publish("", queue, false, false, amqp.Publishing{MessageId: "bad", Body: []byte("x"), Headers: amqp.Table{"encoding": "rot13"}}))
@@ -501,7 +502,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	assert.ErrorContains(t, err, "Config.Connection.URL")
 	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: -1}, nil)
 	assert.ErrorContains(t, err, "Config.Concurrency")
-	_, err = router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: 70000}, nil)
+	_, err = consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: "amqp://x/"}, Concurrency: 70000}, nil)
 	assert.ErrorContains(t, err, "Concurrency")
 	_, err = router.New(router.Config{Connection: warren.Connection{URL: "amqp://x/"}, Topology: topology.Config{QueueType: topology.Classic},
 		Declare: topology.Topology{Queues: []topology.Queue{{Name: "q", DeliveryLimit: 3}}}}, nil)
@@ -554,7 +555,7 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("deleted")
-	sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	sub, err := consumer.NewSubscriber(consumer.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer sub.Close()
 	msgs, err := sub.Subscribe(context.Background(), queue)

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -37,13 +38,13 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 			return err
 		},
 		"Subscriber.SubscribeInitialize": func(addr string) error {
-			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
+			s, err := consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
 			require.NoError(t, err)
 			defer s.Close()
 			return s.SubscribeInitialize("q")
 		},
 		"2 concurrent Subscriber.Subscribe": func(addr string) error {
-			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
+			s, err := consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: "amqp://guest:guest@" + addr + "/", ConnectTimeout: limit}}, nil)
 			require.NoError(t, err)
 			defer s.Close()
 			errs := make([]error, 2)
@@ -112,7 +113,7 @@ func TestCloseWithoutRun(t *testing.T) {
 func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	s, err := router.NewSubscriber(router.SubscriberConfig{Connection: env.Connection()}, env.Logger())
+	s, err := consumer.NewSubscriber(consumer.Config{Connection: env.Connection()}, env.Logger())
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	_, err = s.Subscribe(context.Background(), env.Queue("after-close"))
@@ -190,17 +191,17 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 		}
 	}
 
-	for field, cfg := range map[string]router.SubscriberConfig{
-		"router: SubscriberConfig.Connection.URL is empty":          {},
-		"router: SubscriberConfig.ShutdownTimeout -1s":              {Connection: conn, ShutdownTimeout: -time.Second},
-		"router: SubscriberConfig.Connection.ConnectTimeout -1s":    {Connection: warren.Connection{URL: url, ConnectTimeout: -time.Second}},
-		"router: SubscriberConfig.KillMaxAge -1s":                   {Connection: conn, KillMaxAge: -time.Second},
-		"router: SubscriberConfig.Connection.AMQP.Dial is set":      {Connection: warren.Connection{URL: url, AMQP: amqp.Config{Dial: amqp.DefaultDial(time.Second)}}},
-		"router: SubscriberConfig.Connection.AMQP.Heartbeat -1s":    {Connection: warren.Connection{URL: url, AMQP: amqp.Config{Heartbeat: -time.Second}}},
-		"router: SubscriberConfig.Connection.AMQP.FrameSize is set": {Connection: warren.Connection{URL: url, AMQP: amqp.Config{FrameSize: 4096}}},
-		"router: SubscriberConfig.Connection.URL: parse":            {Connection: warren.Connection{URL: "127.0.0.1:5672"}},
+	for field, cfg := range map[string]consumer.Config{
+		"consumer: Config.Connection.URL is empty":          {},
+		"consumer: Config.ShutdownTimeout -1s":              {Connection: conn, ShutdownTimeout: -time.Second},
+		"consumer: Config.Connection.ConnectTimeout -1s":    {Connection: warren.Connection{URL: url, ConnectTimeout: -time.Second}},
+		"consumer: Config.KillMaxAge -1s":                   {Connection: conn, KillMaxAge: -time.Second},
+		"consumer: Config.Connection.AMQP.Dial is set":      {Connection: warren.Connection{URL: url, AMQP: amqp.Config{Dial: amqp.DefaultDial(time.Second)}}},
+		"consumer: Config.Connection.AMQP.Heartbeat -1s":    {Connection: warren.Connection{URL: url, AMQP: amqp.Config{Heartbeat: -time.Second}}},
+		"consumer: Config.Connection.AMQP.FrameSize is set": {Connection: warren.Connection{URL: url, AMQP: amqp.Config{FrameSize: 4096}}},
+		"consumer: Config.Connection.URL: parse":            {Connection: warren.Connection{URL: "127.0.0.1:5672"}},
 	} {
-		_, err := router.NewSubscriber(cfg, nil)
+		_, err := consumer.NewSubscriber(cfg, nil)
 		if assert.Error(t, err, field) {
 			assert.Contains(t, err.Error(), field)
 		}
@@ -248,7 +249,7 @@ func TestTimeLimitsWhenAnOpenConnectionFreezes(t *testing.T) {
 	env := testenv.New(t)
 	calls := map[string]func(url string) (func() error, error){
 		"Subscriber.SubscribeInitialize": func(url string) (func() error, error) {
-			s, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: url, ConnectTimeout: limit}}, nil)
+			s, err := consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: url, ConnectTimeout: limit}}, nil)
 			if err != nil {
 				return nil, err
 			}

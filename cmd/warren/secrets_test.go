@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
@@ -134,12 +135,12 @@ func TestNoPasswordInAnyErrorOrOutput(t *testing.T) {
 			check("router.New", "router: Config.Connection.URL", err)
 			_, err = dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: raw, ConnectTimeout: limit}}, nil)
 			check("dlx.NewPublisher", "dlx: Config.Connection.URL", err)
-			sub, err := router.NewSubscriber(router.SubscriberConfig{Connection: warren.Connection{URL: raw, ConnectTimeout: limit}}, nil)
+			sub, err := consumer.NewSubscriber(consumer.Config{Connection: warren.Connection{URL: raw, ConnectTimeout: limit}}, nil)
 			if err == nil {
 				err = sub.SubscribeInitialize("q")
 				_ = sub.Close()
 			}
-			check("router.NewSubscriber", "router: SubscriberConfig.Connection.URL", err)
+			check("consumer.NewSubscriber", "consumer: Config.Connection.URL", err)
 			k, err := kill.NewKiller(kill.Config{Connection: warren.Connection{URL: raw}, PublishTimeout: limit}, nil)
 			if err == nil {
 				err = k.Kill(context.Background(), "q", kill.Stop)

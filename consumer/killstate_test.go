@@ -1,4 +1,4 @@
-package router
+package consumer
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("contended")
-	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	s, err := NewSubscriber(Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer s.Close()
 	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Force: true}, env.Logger()) // the queue is never declared
@@ -119,7 +119,7 @@ func TestKillStateIsNotReadOrWrittenWhileLocked(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
 	queue := env.Queue("locked")
-	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	s, err := NewSubscriber(Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer s.Close()
 	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Force: true}, env.Logger()) // the queue is never declared
@@ -175,7 +175,7 @@ func TestKillStateIsNotReadWhileACommandIsOut(t *testing.T) {
 	env := testenv.New(t)
 	queue := env.Queue("out")
 	state := kill.StateQueue(queue, nil)
-	s, err := NewSubscriber(SubscriberConfig{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
+	s, err := NewSubscriber(Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
 	defer s.Close()
 	k, err := kill.NewKiller(kill.Config{Connection: env.Connection(), Force: true}, env.Logger()) // the queue is never declared
@@ -241,7 +241,7 @@ func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
 	secret := []byte("s3cret")
 	metrics, err := telemetry.New(nil)
 	require.NoError(t, err)
-	s := &Subscriber{logger: watermill.NopLogger{}, metrics: metrics, cfg: SubscriberConfig{
+	s := &Subscriber{logger: watermill.NopLogger{}, metrics: metrics, cfg: Config{
 		KillSecret: secret,
 		OnKill:     func(e KillEvent) { events = append(events, e) },
 	}.WithDefaults()}

@@ -1,0 +1,62 @@
+package consumer
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+)
+
+// message unmarshals d and gives it its context, which ends when done is called (once the
+// message is settled), or when the subscriber has closed. A delivery that cannot be
+// unmarshaled, or whose headers the client could not read, goes to the poison queue and nil
+// is returned.
+func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
+	msg *message.Message, done context.CancelFunc, deadLetter *atomic.Bool) {
+	viaDelay := strings.HasPrefix(d.Exchange, sub.s.viaDelay)
+	info := warren.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
+	info.PublishID = id
+	if viaDelay { // its destination: an exchange, or the queue through the default exchange
+		info.Exchange, _ = d.Headers[warren.DestExchangeHeader].(string)
+	}
+	var err error
+	if why, unreadable := d.Headers[warren.UnreadableHeader].(string); unreadable {
+		err = &unreadableError{why}
+	} else {
+		msg, err = sub.s.cfg.Marshaler.Unmarshal(d)
+	}
+	if err != nil {
+		sub.poisonUndecodable(d, info, err, cs)
+		return nil, nil, nil
+	}
+	// warren's bookkeeping is believed only where warren put it: see Subscriber.
+	direct := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
+		(viaDelay && d.Headers[warren.DestQueueHeader] == sub.queue)
+	retry := direct && msg.Metadata.Get(warren.RetryQueueKey) == sub.queue
+	for k := range msg.Metadata {
+		if k == warren.MetadataRedelivered || !retry && warren.IsAttemptBookkeeping(k) ||
+			!direct && warren.IsPoisonBookkeeping(k) {
+			delete(msg.Metadata, k)
+		}
+	}
+	deadLetter = new(atomic.Bool)
+	ctx, done := context.WithCancel(warren.WithDeadLetter(warren.WithDelivery(cs.hardStop, info), deadLetter))
+	msg.SetContext(ctx)
+	if d.Redelivered {
+		msg.Metadata.Set(warren.MetadataRedelivered, "true")
+	}
+	return msg, done, deadLetter
+}
+
+// recordLateness records how late a delivery that came through the delay levels arrived
+// after the time it was due (warren.DueHeader).
+func (sub *subscription) recordLateness(d amqp.Delivery) {
+	if due, ok := d.Headers[warren.DueHeader].(int64); ok && strings.HasPrefix(d.Exchange, sub.s.viaDelay) {
+		sub.s.metrics.Late(context.Background(), sub.lateness, time.UnixMicro(due), time.Now())
+	}
+}
