@@ -312,9 +312,9 @@ const unlimited = int64(math.MaxInt32)
 
 // typeArgs are the type arguments of the level and parking queues. Their type is declared
 // explicitly, whatever the broker's default queue type. Classic ones are version 2
-// (x-queue-version, RabbitMQ 3.10+; the only version from 4.3): on version 1, measured here,
-// level queues stalled for hundreds of milliseconds at a time and delivered late by up to
-// 2 s (docs/decisions.md). Quorum ones carry the leader locator, if any.
+// (x-queue-version, RabbitMQ 3.10+; the only version from 4.3): on version 1, level queues
+// stalled at times and delivered late (docs/decisions.md: Classic level queues are version
+// 2). Quorum ones carry the leader locator, if any.
 func (d Delay) typeArgs() amqp.Table {
 	if d.QueueType == Quorum {
 		return withLeaderLocator(amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}, d.LeaderLocator)
