@@ -196,32 +196,10 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 			}
 		}
 	}()
-
-	// On a channel of its own: a passive declare of a queue that does not exist closes it.
-	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
-		res.QueueExists, res.QueueConsumers = err == nil, q.Consumers
-		return err
-	})
-	switch {
-	case amqpx.IsNotFound(err):
-		if !k.cfg.Force {
-			return nil, amqpx.Permanent(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
-		}
-	case err != nil:
-		return nil, fmt.Errorf("check %s: %w", queue, err)
+	if err := k.checkQueue(conn, queue, res); err != nil {
+		return nil, err
 	}
-	// Counted before the command goes out: every subscription counted listens already, and
-	// hears it. Best effort: none counted (no listener queue: no subscription, or only
-	// those of an earlier warren) only makes Send wait for all of Wait.
-	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-		q, err := ch.QueueDeclarePassive(ListenerQueue(queue), true, true, false, false, nil)
-		res.Listeners = q.Consumers
-		return err
-	})
-	if err != nil && !amqpx.IsNotFound(err) {
-		k.logger.Debug("Kill listeners not counted", watermill.LogFields{"queue": queue, "err": err.Error()})
-	}
+	k.countListeners(conn, queue, res)
 
 	ch, err := conn.Channel()
 	if err != nil {
@@ -231,30 +209,14 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 	if err != nil {
 		return nil, err
 	}
-	// publish publishes p mandatorily and waits for the broker: nil once it took (acked)
-	// and routed it, amqpx.ErrNacked, or *amqpx.ReturnedError when nothing was bound.
-	publish := func(exchange, key string, p amqp.Publishing) error {
-		p.ContentType, p.DeliveryMode = "application/json", amqp.Persistent
-		f, err := confirmer.Publish(ctx, exchange, key, true, p)
-		if err != nil {
-			return err
-		}
-		return f.Wait(ctx)
-	}
-
+	publish := confirmedPublish(ctx, confirmer)
 	out = &sent{conn: conn}
 	if k.cfg.Wait > 0 { // consumed before the command goes out: no answer comes before
-		q, err := ch.QueueDeclare("", false, true, true, false, nil)
-		if err != nil {
-			return nil, fmt.Errorf("declare a reply queue: %w", err)
+		if err := out.listen(ch); err != nil {
+			return nil, err
 		}
-		if out.replies, err = ch.Consume(q.Name, "", true, true, false, false, nil); err != nil {
-			return nil, fmt.Errorf("consume the reply queue: %w", err)
-		}
-		out.replyTo, out.correlationID = q.Name, killstate.NewID()
 	}
-
-	state, exchange := StateQueue(queue, k.cfg.Secret), topology.KillExchange(queue)
+	exchange := topology.KillExchange(queue)
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return nil, err
 	}
@@ -263,62 +225,148 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 		return nil, err
 	}
 	defer unlock()
-	var cmd Command
-	var body []byte
+	cmd, body, err := k.writeState(ctx, ch, publish, queue, action)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.announce(publish, exchange, cmd, body, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// checkQueue checks that queue exists, recording what it found in res: a queue that does not
+// exist is a permanent ErrNoQueue unless Config.Force. On a channel of its own: a passive
+// declare of a queue that does not exist closes it.
+func (k *Killer) checkQueue(conn *amqp.Connection, queue string, res *Result) error {
+	err := killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+		res.QueueExists, res.QueueConsumers = err == nil, q.Consumers
+		return err
+	})
+	switch {
+	case amqpx.IsNotFound(err):
+		if !k.cfg.Force {
+			return amqpx.Permanent(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
+		}
+	case err != nil:
+		return fmt.Errorf("check %s: %w", queue, err)
+	}
+	return nil
+}
+
+// countListeners records in res how many subscriptions listen to the kill commands of queue.
+// Counted before the command goes out: every subscription counted listens already, and
+// hears it. Best effort: none counted (no listener queue: no subscription, or only those of
+// an earlier warren) only makes Send wait for all of Wait.
+func (k *Killer) countListeners(conn *amqp.Connection, queue string, res *Result) {
+	err := killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(ListenerQueue(queue), true, true, false, false, nil)
+		res.Listeners = q.Consumers
+		return err
+	})
+	if err != nil && !amqpx.IsNotFound(err) {
+		k.logger.Debug("Kill listeners not counted", watermill.LogFields{"queue": queue, "err": err.Error()})
+	}
+}
+
+// publishFunc publishes p mandatorily and waits for the broker: nil once it took (acked)
+// and routed it, amqpx.ErrNacked, or *amqpx.ReturnedError when nothing was bound.
+type publishFunc func(exchange, key string, p amqp.Publishing) error
+
+// confirmedPublish is the publishFunc of confirmer, within ctx; it publishes JSON,
+// persistent.
+func confirmedPublish(ctx context.Context, confirmer *amqpx.Confirmer) publishFunc {
+	return func(exchange, key string, p amqp.Publishing) error {
+		p.ContentType, p.DeliveryMode = "application/json", amqp.Persistent
+		f, err := confirmer.Publish(ctx, exchange, key, true, p)
+		if err != nil {
+			return err
+		}
+		return f.Wait(ctx)
+	}
+}
+
+// listen declares a reply queue on ch (exclusive, auto-delete, server-named) and consumes
+// it, for the answers to the command s is; it gives s its reply address.
+func (s *sent) listen(ch *amqp.Channel) error {
+	q, err := ch.QueueDeclare("", false, true, true, false, nil)
+	if err != nil {
+		return fmt.Errorf("declare a reply queue: %w", err)
+	}
+	if s.replies, err = ch.Consume(q.Name, "", true, true, false, false, nil); err != nil {
+		return fmt.Errorf("consume the reply queue: %w", err)
+	}
+	s.replyTo, s.correlationID = q.Name, killstate.NewID()
+	return nil
+}
+
+// writeState makes a command for queue the only one ready in its kill state queue, and
+// returns the command and its body. Call it holding the state's lock.
+func (k *Killer) writeState(ctx context.Context, ch *amqp.Channel, publish publishFunc, queue string, action Action) (Command, []byte, error) {
+	state := StateQueue(queue, k.cfg.Secret)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 		if _, err := ch.QueueDeclare(state, true, false, false, false, stateArgs); err != nil {
-			return nil, fmt.Errorf("declare %s: %w", state, err)
+			return Command{}, nil, fmt.Errorf("declare %s: %w", state, err)
 		}
 		// The purge removes what is ready, not what is out (got by a reader that lost its
 		// connection, and not yet returned): that comes back later, beside the new command
 		// and older, and readers take the newest. The Killer does not wait for it as readers
 		// do (killstate.Read): a kill never waits on a reader.
 		if _, err := ch.QueuePurge(state, false); err != nil {
-			return nil, err
+			return Command{}, nil, err
 		}
 		// Dated now, after the connection is up: the command is as fresh as it can be. The
 		// state's copy carries no reply address: it is never answered.
-		cmd = k.command(queue, action)
-		if body, err = json.Marshal(cmd); err != nil {
-			return nil, amqpx.Permanent(err)
+		cmd := k.command(queue, action)
+		body, err := json.Marshal(cmd)
+		if err != nil {
+			return Command{}, nil, amqpx.Permanent(err)
 		}
-		err := publish("", state, amqp.Publishing{Body: body, Timestamp: cmd.At})
+		err = publish("", state, amqp.Publishing{Body: body, Timestamp: cmd.At})
 		if err == nil {
-			break
+			return cmd, body, nil
 		}
 		var returned *amqpx.ReturnedError
 		if !errors.Is(err, amqpx.ErrNacked) && !errors.As(err, &returned) {
-			return nil, err
+			return Command{}, nil, err
 		}
 		// Refused (over its limit: messages were slipped in after the purge) or unrouted (the
 		// queue was deleted meanwhile): again.
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return Command{}, nil, ctx.Err()
 		}
 	}
+}
+
+// announce publishes cmd (whose JSON is body) to the kill exchange, signed with the reply
+// address of out when answers are waited for, and records in out whether a listener heard
+// it, and when.
+func (k *Killer) announce(publish publishFunc, exchange string, cmd Command, body []byte, out *sent) error {
 	live := amqp.Publishing{Body: body, Timestamp: cmd.At}
 	if out.replies != nil {
 		if len(k.cfg.Secret) > 0 {
 			cmd.SignReply(k.cfg.Secret, out.replyTo, out.correlationID)
 		}
+		var err error
 		if live.Body, err = json.Marshal(cmd); err != nil {
-			return nil, amqpx.Permanent(err)
+			return amqpx.Permanent(err)
 		}
 		live.ReplyTo, live.CorrelationId = out.replyTo, out.correlationID
 	}
-	err = publish(exchange, "", live)
+	err := publish(exchange, "", live)
 	var returned *amqpx.ReturnedError
 	switch {
 	case errors.As(err, &returned): // nobody is bound to the kill exchange
 	case errors.Is(err, amqpx.ErrNacked):
-		return nil, errors.New("command not confirmed by the broker")
+		return errors.New("command not confirmed by the broker")
 	case err != nil:
-		return nil, err
+		return err
 	}
 	out.heard, out.at = returned == nil, time.Now()
-	return out, nil
+	return nil
 }
 
 // command returns a command for queue dated now, signed if there is a secret.

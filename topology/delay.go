@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -188,8 +189,30 @@ func (d Delay) DeliveryExchange() string { return d.Name() + ".deliver" }
 func (d Delay) ParkingExchange() string { return d.Name() + ".parking" }
 
 // ParkingQueue holds delayed messages whose destination no longer existed on arrival, and
-// messages that a level exchange could not route (a missing or bad digit header).
-func (d Delay) ParkingQueue() string { return d.Name() + ".parked" }
+// messages that a level exchange could not route (a missing or bad digit header). Its name
+// is ParkingQueueName(d.Name()).
+func (d Delay) ParkingQueue() string { return ParkingQueueName(d.Name()) }
+
+// parkedSuffix ends the name of every parking queue.
+const parkedSuffix = ".parked"
+
+// layoutName matches the end of a Delay.Name: its queue type, unit and radix, after a prefix.
+var layoutName = regexp.MustCompile(`\.(?:` + string(Quorum) + `|` + string(Classic) + `)\.\d+ms\.r\d+$`)
+
+// ParkingQueueName is the name of the parking queue of the delay levels whose Delay.Name is
+// layout: layout followed by ".parked".
+func ParkingQueueName(layout string) string { return layout + parkedSuffix }
+
+// ParseParkingQueue is the reverse of ParkingQueueName: when queue is named as the parking
+// queue of any delay levels (a Delay.Name, whatever its prefix, followed by ".parked"), it
+// returns that Delay.Name and true; otherwise "" and false.
+func ParseParkingQueue(queue string) (layout string, ok bool) {
+	layout, ok = strings.CutSuffix(queue, parkedSuffix)
+	if !ok || !layoutName.MatchString(layout) {
+		return "", false
+	}
+	return layout, true
+}
 
 // ChainExchange is the fanout exchange in front of ChainQueue(i), 1 ≤ i ≤ Chain().
 func (d Delay) ChainExchange(i int) string { return fmt.Sprintf("%s.c%d", d.Name(), i) }
@@ -289,9 +312,9 @@ const unlimited = int64(math.MaxInt32)
 
 // typeArgs are the type arguments of the level and parking queues. Their type is declared
 // explicitly, whatever the broker's default queue type. Classic ones are version 2
-// (x-queue-version, RabbitMQ 3.10+; the only version from 4.3): on version 1, measured here,
-// level queues stalled for hundreds of milliseconds at a time and delivered late by up to
-// 2 s (docs/decisions.md). Quorum ones carry the leader locator, if any.
+// (x-queue-version, RabbitMQ 3.10+; the only version from 4.3): on version 1, level queues
+// stalled at times and delivered late (docs/decisions.md: Classic level queues are version
+// 2). Quorum ones carry the leader locator, if any.
 func (d Delay) typeArgs() amqp.Table {
 	if d.QueueType == Quorum {
 		return withLeaderLocator(amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}, d.LeaderLocator)

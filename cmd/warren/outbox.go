@@ -129,33 +129,51 @@ func newOutbox(g *globals) *cobra.Command {
 			"postgres://app:secret@db:5432/app; --schema the outbox's schema (default " + outbox.DefaultSchema + ").",
 	}
 	pf := addPostgresFlags(cmd.PersistentFlags(), "PostgreSQL URL (default $WARREN_POSTGRES_URL)")
-	withDB := func(cmd *cobra.Command, fn func(ctx context.Context, conn *pgx.Conn) error) error {
-		return pf.withDB(cmd, g, fn)
-	}
+	db := outboxDB{pf: pf, g: g}
+	cmd.AddCommand(db.migrate(), db.status(), db.setAside(), db.replay())
+	return cmd
+}
 
-	migrate := &cobra.Command{
+// outboxDB is what the subcommands of `warren outbox` share: the flags that name the
+// database, and the global ones.
+type outboxDB struct {
+	pf *postgresFlags
+	g  *globals
+}
+
+// with runs fn on a connection to the database, within --timeout.
+func (db outboxDB) with(cmd *cobra.Command, fn func(ctx context.Context, conn *pgx.Conn) error) error {
+	return db.pf.withDB(cmd, db.g, fn)
+}
+
+// migrate is `warren outbox migrate`.
+func (db outboxDB) migrate() *cobra.Command {
+	return &cobra.Command{
 		Use:   "migrate",
 		Short: "Create the outbox's schema, tables and indexes if they do not exist",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				if err := outbox.Migrate(ctx, conn, pf.schema); err != nil {
+			return db.with(cmd, func(ctx context.Context, conn *pgx.Conn) error {
+				if err := outbox.Migrate(ctx, conn, db.pf.schema); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "outbox in schema %s: ready\n", pf.schema)
+				fmt.Fprintf(cmd.OutOrStdout(), "outbox in schema %s: ready\n", db.pf.schema)
 				return nil
 			})
 		},
 	}
+}
 
+// status is `warren outbox status`.
+func (db outboxDB) status() *cobra.Command {
 	var asJSON bool
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show the rows waiting and the oldest one's age, the rows set aside, the relays and the inbox",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				st, err := outbox.ReadStats(ctx, conn, pf.schema)
+			return db.with(cmd, func(ctx context.Context, conn *pgx.Conn) error {
+				st, err := outbox.ReadStats(ctx, conn, db.pf.schema)
 				if err != nil {
 					return err
 				}
@@ -169,15 +187,22 @@ func newOutbox(g *globals) *cobra.Command {
 		},
 	}
 	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return status
+}
 
-	var limit int
+// setAside is `warren outbox set-aside`.
+func (db outboxDB) setAside() *cobra.Command {
+	var (
+		limit  int
+		asJSON bool
+	)
 	setAside := &cobra.Command{
 		Use:   "set-aside",
 		Short: "List the rows the broker would not take, oldest first, with the reason",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				rows, err := outbox.ListSetAside(ctx, conn, pf.schema, limit)
+			return db.with(cmd, func(ctx context.Context, conn *pgx.Conn) error {
+				rows, err := outbox.ListSetAside(ctx, conn, db.pf.schema, limit)
 				if err != nil {
 					return err
 				}
@@ -195,8 +220,12 @@ func newOutbox(g *globals) *cobra.Command {
 	}
 	setAside.Flags().IntVar(&limit, "limit", 100, "at most this many rows")
 	setAside.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return setAside
+}
 
-	replay := &cobra.Command{
+// replay is `warren outbox replay`.
+func (db outboxDB) replay() *cobra.Command {
+	return &cobra.Command{
 		Use:   "replay [ROW...]",
 		Short: "Give rows set aside back to the relay (all of them without ROW), once what made the broker refuse them is mended",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -208,8 +237,8 @@ func newOutbox(g *globals) *cobra.Command {
 				}
 				ids[i] = id
 			}
-			return withDB(cmd, func(ctx context.Context, conn *pgx.Conn) error {
-				n, err := outbox.Replay(ctx, conn, pf.schema, ids...)
+			return db.with(cmd, func(ctx context.Context, conn *pgx.Conn) error {
+				n, err := outbox.Replay(ctx, conn, db.pf.schema, ids...)
 				if err != nil {
 					return err
 				}
@@ -221,8 +250,6 @@ func newOutbox(g *globals) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(migrate, status, setAside, replay)
-	return cmd
 }
 
 // printSetAside writes rows set aside as a table, each reason cut to width characters (0:

@@ -62,53 +62,18 @@ func newPublish(g *globals) *cobra.Command {
 }
 
 func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) error {
-	msg := message.NewMessage(watermill.NewUUID(), nil)
-	for _, h := range f.headers {
-		k, v, ok := strings.Cut(h, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("--header %q is not key=value", h)
-		}
-		msg.Metadata.Set(k, v)
+	msg, due, err := f.message()
+	if err != nil {
+		return err
 	}
-	var due time.Time // zero: at once
-	switch {
-	case f.delay < 0:
-		return fmt.Errorf("--delay %s is negative", human(f.delay))
-	case f.delay > 0:
-		warren.Delay(msg, f.delay)
-	case f.at != "":
-		t, err := when.Parse(f.at, time.Now())
-		if err != nil {
-			return fmt.Errorf("--at: %w", err)
-		}
-		warren.DeliverAt(msg, t)
-		due = t
+	delayed := f.delayed()
+	cfg, plan, err := f.delayLevels(g.timeout)
+	if err != nil {
+		return err
 	}
-	delayed := f.delay > 0 || f.at != ""
-	if f.schedule {
-		if !delayed {
-			return errors.New("--schedule needs --delay or --at: only a delayed message can be listed and cancelled")
-		}
-		warren.Schedule(msg, "")
-	}
-	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
-	var plan topology.Plan
-	if delayed {
-		var err error
-		if cfg, err = f.delays.config(g.timeout); err != nil {
-			return err
-		}
-		if plan, err = cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
-			return fmt.Errorf("--delay: %w", err)
-		}
-	}
-	route := dlx.Route{RoutingKey: topic, Declared: true}
-	dest := fmt.Sprintf("queue %q", topic)
-	if f.exchange != "" {
-		route = dlx.Route{Exchange: f.exchange, RoutingKey: topic, Declared: true}
-		dest = fmt.Sprintf("exchange %q with routing key %q", f.exchange, topic)
-	} else if topic == "" {
-		return errors.New("TOPIC is empty: name a queue, or give --exchange")
+	route, dest, err := f.route(topic)
+	if err != nil {
+		return err
 	}
 	body, err := readBody(cmd, f.file)
 	if err != nil {
@@ -138,7 +103,7 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 	if strings.HasPrefix(f.at, "+") || strings.HasPrefix(f.at, "-") {
 		// +D counts from the publish, not from the command's start: checking, connecting and
 		// declaring the delay levels can take seconds on a loaded broker.
-		due, _ = when.Parse(f.at, time.Now()) // it parsed above
+		due, _ = when.Parse(f.at, time.Now()) // it parsed in message
 		warren.DeliverAt(msg, due)
 	}
 	start := time.Now()
@@ -150,6 +115,74 @@ func (g *globals) publish(cmd *cobra.Command, topic string, f publishFlags) erro
 		fmt.Fprintf(cmd.OutOrStdout(), "scheduled under id %s: `warren scheduled list` shows it, `warren scheduled cancel %s` cancels it\n", msg.UUID, msg.UUID)
 	}
 	return nil
+}
+
+// delayed reports whether f sends the message through the delay levels.
+func (f publishFlags) delayed() bool { return f.delay > 0 || f.at != "" }
+
+// message is the message f describes, without its body: its headers, its delay, and its
+// schedule; and when it is due with --at (zero: at once, or with --delay).
+func (f publishFlags) message() (*message.Message, time.Time, error) {
+	msg := message.NewMessage(watermill.NewUUID(), nil)
+	for _, h := range f.headers {
+		k, v, ok := strings.Cut(h, "=")
+		if !ok || k == "" {
+			return nil, time.Time{}, fmt.Errorf("--header %q is not key=value", h)
+		}
+		msg.Metadata.Set(k, v)
+	}
+	var due time.Time // zero: at once
+	switch {
+	case f.delay < 0:
+		return nil, due, fmt.Errorf("--delay %s is negative", human(f.delay))
+	case f.delay > 0:
+		warren.Delay(msg, f.delay)
+	case f.at != "":
+		t, err := when.Parse(f.at, time.Now())
+		if err != nil {
+			return nil, due, fmt.Errorf("--at: %w", err)
+		}
+		warren.DeliverAt(msg, t)
+		due = t
+	}
+	if f.schedule {
+		if !f.delayed() {
+			return nil, due, errors.New("--schedule needs --delay or --at: only a delayed message can be listed and cancelled")
+		}
+		warren.Schedule(msg, "")
+	}
+	return msg, due, nil
+}
+
+// delayLevels is the topology the publisher is given: the delay levels the flags name when
+// the message is delayed, with the plan of --delay; else none, and nothing to declare.
+func (f publishFlags) delayLevels(timeout time.Duration) (topology.Config, topology.Plan, error) {
+	cfg := topology.Config{Delay: topology.Delay{Disabled: true}} // nothing to declare
+	var plan topology.Plan
+	if !f.delayed() {
+		return cfg, plan, nil
+	}
+	cfg, err := f.delays.config(timeout)
+	if err != nil {
+		return cfg, plan, err
+	}
+	if plan, err = cfg.Delay.Plan(f.delay); err != nil { // --at is planned by Publish
+		return cfg, plan, fmt.Errorf("--delay: %w", err)
+	}
+	return cfg, plan, nil
+}
+
+// route is where the message to topic goes, and how the output names it: the queue topic,
+// or with --exchange that exchange with topic as the routing key.
+func (f publishFlags) route(topic string) (dlx.Route, string, error) {
+	if f.exchange != "" {
+		return dlx.Route{Exchange: f.exchange, RoutingKey: topic, Declared: true},
+			fmt.Sprintf("exchange %q with routing key %q", f.exchange, topic), nil
+	}
+	if topic == "" {
+		return dlx.Route{}, "", errors.New("TOPIC is empty: name a queue, or give --exchange")
+	}
+	return dlx.Route{RoutingKey: topic, Declared: true}, fmt.Sprintf("queue %q", topic), nil
 }
 
 // timing says when a message published at start with f is delivered: now, or when it is due

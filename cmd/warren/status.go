@@ -16,13 +16,16 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
+// statusFlags are the flags of warren status.
+type statusFlags struct {
+	df     *delayFlags
+	pf     *postgresFlags
+	asJSON bool
+	watch  time.Duration
+}
+
 func newStatus(g *globals) *cobra.Command {
-	var (
-		df     *delayFlags
-		pf     *postgresFlags
-		asJSON bool
-		watch  time.Duration
-	)
+	var f statusFlags
 	status := &cobra.Command{
 		Use:   "status [QUEUE...]",
 		Short: "Show work queues (ready, consumers, kill state, poison) and the delay levels (waiting, parked)",
@@ -40,77 +43,81 @@ func newStatus(g *globals) *cobra.Command {
 			"oldest one's age (how far the relay lags), the relays connected, the inbox's keys and the\n" +
 			"first rows set aside; a row set aside is a problem, and so is a database that cannot be\n" +
 			"read (exit 1, once the rest is shown). With --watch D, again every D until interrupted.",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := df.config(g.timeout)
-			if err != nil {
-				return err
-			}
-			queues, err := df.workQueues(args)
-			if err != nil {
-				return err
-			}
-			var pg *pgx.ConnConfig // nil: no outbox section
-			if pf.given() != "" {
-				if pg, err = pf.config(); err != nil {
-					return err
-				}
-			}
-			o, err := g.ops(cmd, cfg.Delay)
-			if err != nil {
-				return err
-			}
-			defer o.Close()
-			out := cmd.OutOrStdout()
-			listed := len(queues) == 0 && g.managementURL() != ""
-			warned := false // the version's hazard, told once on stderr
-			for {
-				if listed {
-					if queues, err = o.WorkQueues(cmd.Context()); err != nil {
-						return err
-					}
-				}
-				s, err := o.Status(cmd.Context(), queues...)
-				if err != nil {
-					return err
-				}
-				var box *outboxSection
-				if pg != nil {
-					box = readOutbox(cmd.Context(), pg, pf.schema, g.timeout)
-				}
-				if asJSON {
-					err = printJSON(out, statusJSON{Status: s, Outbox: box.json()})
-				} else {
-					if s.Warning != "" && !warned {
-						fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", s.Warning)
-						warned = true
-					}
-					err = printStatus(out, s, cfg.Delay, listed, box)
-				}
-				if err != nil {
-					return err
-				}
-				if watch <= 0 {
-					if box != nil && box.err != nil { // as a management API that cannot be read
-						return fmt.Errorf("outbox %s: cannot read PostgreSQL: %w", box.schema, box.err)
-					}
-					return missing(s)
-				}
-				select {
-				case <-time.After(watch):
-				case <-cmd.Context().Done():
-					return nil
-				}
-				if !asJSON {
-					fmt.Fprintln(out)
-				}
-			}
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return g.status(cmd, args, &f) },
 	}
-	df = addDelayFlags(status.Flags())
-	pf = addPostgresFlags(status.Flags(), "PostgreSQL URL of the outbox to show (default $WARREN_POSTGRES_URL; none: no outbox)")
-	status.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	status.Flags().DurationVar(&watch, "watch", 0, "show it again every this long, until interrupted (0: once)")
+	f.df = addDelayFlags(status.Flags())
+	f.pf = addPostgresFlags(status.Flags(), "PostgreSQL URL of the outbox to show (default $WARREN_POSTGRES_URL; none: no outbox)")
+	status.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
+	status.Flags().DurationVar(&f.watch, "watch", 0, "show it again every this long, until interrupted (0: once)")
 	return status
+}
+
+// status is warren status: it shows the status once, or with --watch again every --watch
+// until interrupted.
+func (g *globals) status(cmd *cobra.Command, args []string, f *statusFlags) error {
+	cfg, err := f.df.config(g.timeout)
+	if err != nil {
+		return err
+	}
+	queues, err := f.df.workQueues(args)
+	if err != nil {
+		return err
+	}
+	var pg *pgx.ConnConfig // nil: no outbox section
+	if f.pf.given() != "" {
+		if pg, err = f.pf.config(); err != nil {
+			return err
+		}
+	}
+	o, err := g.ops(cmd, cfg.Delay)
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	out := cmd.OutOrStdout()
+	listed := len(queues) == 0 && g.managementURL() != ""
+	warned := false // the version's hazard, told once on stderr
+	for {
+		if listed {
+			if queues, err = o.WorkQueues(cmd.Context()); err != nil {
+				return err
+			}
+		}
+		s, err := o.Status(cmd.Context(), queues...)
+		if err != nil {
+			return err
+		}
+		var box *outboxSection
+		if pg != nil {
+			box = readOutbox(cmd.Context(), pg, f.pf.schema, g.timeout)
+		}
+		if f.asJSON {
+			err = printJSON(out, statusJSON{Status: s, Outbox: box.json()})
+		} else {
+			if s.Warning != "" && !warned {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", s.Warning)
+				warned = true
+			}
+			err = printStatus(out, s, cfg.Delay, listed, box)
+		}
+		if err != nil {
+			return err
+		}
+		if f.watch <= 0 {
+			if box != nil && box.err != nil { // as a management API that cannot be read
+				return fmt.Errorf("outbox %s: cannot read PostgreSQL: %w", box.schema, box.err)
+			}
+			return missing(s)
+		}
+		select {
+		case <-time.After(f.watch):
+		case <-cmd.Context().Done():
+			return nil
+		}
+		if !f.asJSON {
+			fmt.Fprintln(out)
+		}
+	}
 }
 
 // missing is the error of a status that names work queues that do not exist (exit 2), nil if
@@ -130,88 +137,19 @@ func missing(s ops.Status) error {
 
 // printStatus writes s, and the outbox if box is not nil.
 func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool, box *outboxSection) error {
-	now := s.At
 	printProblems(out, s, box.problems()...)
 	switch {
 	case len(s.Queues) > 0:
+		if err := printQueues(out, s); err != nil {
+			return err
+		}
 	case listed:
 		fmt.Fprintln(out, "no work queue of warren on the broker (the management API lists none)")
 	default:
 		fmt.Fprintln(out, "no work queue named: give their names (warren status QUEUE...), a topology file (--config FILE),\n"+
 			"or the management API (--management URL or $WARREN_MANAGEMENT_URL) to list warren's work queues")
 	}
-	if len(s.Queues) > 0 {
-		tw := newTable(out)
-		if s.Management {
-			fmt.Fprintln(tw, "QUEUE\tSTATE\tREADY\tUNACKED\tCONSUMERS\tKILL\tPOISON\tCONSUMER HOSTS")
-		} else {
-			fmt.Fprintln(tw, "QUEUE\tREADY\tCONSUMERS\tKILL\tPOISON")
-		}
-		for _, q := range s.Queues {
-			if !q.Exists {
-				if s.Management {
-					fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t(no such queue)\n", q.Queue)
-				} else {
-					fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t(no such queue)\n", q.Queue)
-				}
-				continue
-			}
-			kill := "-"
-			if q.Kill != "" {
-				kill = fmt.Sprintf("%s (%s)", q.Kill, ago(q.KillAt, now))
-			}
-			poison := "-"
-			if q.Poison >= 0 {
-				poison = fmt.Sprint(q.Poison)
-			}
-			if !s.Management {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", q.Queue, q.Ready, q.Consumers, kill, poison)
-				continue
-			}
-			ready, unacked, hosts := fmt.Sprint(q.Ready), fmt.Sprint(q.Unacked), strings.Join(q.ConsumerHosts, ", ")
-			if q.Unavailable() { // the broker's 0 is no count
-				ready, unacked = "-", "-"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Queue, q.State, ready, unacked, q.Consumers, kill, poison, cmp.Or(hosts, "-"))
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	dl := s.Delay
-	if dl.Missing == len(dl.Levels) {
-		fmt.Fprintf(out, "delay levels %s: not declared\n", dl.Name)
-	} else {
-		var lines []string
-		for _, l := range dl.Levels {
-			level := fmt.Sprintf("%s (%s)", strings.TrimPrefix(l.Queue, d.Name()+"."), human(l.TTL))
-			switch {
-			case l.Unavailable():
-				lines = append(lines, fmt.Sprintf("%s: %s, its messages uncounted", level, l.State))
-			case l.DeadLettering > 0:
-				lines = append(lines, fmt.Sprintf("%s: %d (%d dead-lettering)", level, l.Messages, l.DeadLettering))
-			case l.Messages > 0:
-				lines = append(lines, fmt.Sprintf("%s: %d", level, l.Messages))
-			}
-		}
-		fmt.Fprintf(out, "delay levels %s: %d waiting, %d parked", dl.Name, dl.Waiting, max(dl.Parked, 0))
-		if unavailable(dl.ParkingState) {
-			fmt.Fprintf(out, " (parking queue %s)", dl.ParkingState)
-		}
-		if dl.DeadLettering > 0 {
-			fmt.Fprintf(out, ", %d dead-lettering", dl.DeadLettering)
-		}
-		if dl.Unavailable > 0 {
-			fmt.Fprintf(out, ", %d of %d level queues not running", dl.Unavailable, len(dl.Levels))
-		}
-		if dl.Missing > 0 {
-			fmt.Fprintf(out, ", %d of %d level queues missing", dl.Missing, len(dl.Levels))
-		}
-		fmt.Fprintln(out)
-		for _, l := range lines {
-			fmt.Fprintln(out, "  "+l)
-		}
-	}
+	printDelayLevels(out, s.Delay, d)
 	if box != nil {
 		if err := box.print(out); err != nil {
 			return err
@@ -221,6 +159,84 @@ func printStatus(out io.Writer, s ops.Status, d topology.Delay, listed bool, box
 		fmt.Fprintln(out, "management API: not given (--management URL or $WARREN_MANAGEMENT_URL): no queue states, unacked messages, dead-lettering or consumers' hosts")
 	}
 	return nil
+}
+
+// printQueues writes the table of the work queues of s, with the columns of the management
+// API when s has them.
+func printQueues(out io.Writer, s ops.Status) error {
+	now := s.At
+	tw := newTable(out)
+	if s.Management {
+		fmt.Fprintln(tw, "QUEUE\tSTATE\tREADY\tUNACKED\tCONSUMERS\tKILL\tPOISON\tCONSUMER HOSTS")
+	} else {
+		fmt.Fprintln(tw, "QUEUE\tREADY\tCONSUMERS\tKILL\tPOISON")
+	}
+	for _, q := range s.Queues {
+		if !q.Exists {
+			if s.Management {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t(no such queue)\n", q.Queue)
+			} else {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t(no such queue)\n", q.Queue)
+			}
+			continue
+		}
+		kill := "-"
+		if q.Kill != "" {
+			kill = fmt.Sprintf("%s (%s)", q.Kill, ago(q.KillAt, now))
+		}
+		poison := "-"
+		if q.Poison >= 0 {
+			poison = fmt.Sprint(q.Poison)
+		}
+		if !s.Management {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", q.Queue, q.Ready, q.Consumers, kill, poison)
+			continue
+		}
+		ready, unacked, hosts := fmt.Sprint(q.Ready), fmt.Sprint(q.Unacked), strings.Join(q.ConsumerHosts, ", ")
+		if q.Unavailable() { // the broker's 0 is no count
+			ready, unacked = "-", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", q.Queue, q.State, ready, unacked, q.Consumers, kill, poison, cmp.Or(hosts, "-"))
+	}
+	return tw.Flush()
+}
+
+// printDelayLevels writes the line of the delay levels d (their status dl), and a line for
+// each level that is not running, dead-letters or holds messages.
+func printDelayLevels(out io.Writer, dl ops.DelayStatus, d topology.Delay) {
+	if dl.Missing == len(dl.Levels) {
+		fmt.Fprintf(out, "delay levels %s: not declared\n", dl.Name)
+		return
+	}
+	var lines []string
+	for _, l := range dl.Levels {
+		level := fmt.Sprintf("%s (%s)", strings.TrimPrefix(l.Queue, d.Name()+"."), human(l.TTL))
+		switch {
+		case l.Unavailable():
+			lines = append(lines, fmt.Sprintf("%s: %s, its messages uncounted", level, l.State))
+		case l.DeadLettering > 0:
+			lines = append(lines, fmt.Sprintf("%s: %d (%d dead-lettering)", level, l.Messages, l.DeadLettering))
+		case l.Messages > 0:
+			lines = append(lines, fmt.Sprintf("%s: %d", level, l.Messages))
+		}
+	}
+	fmt.Fprintf(out, "delay levels %s: %d waiting, %d parked", dl.Name, dl.Waiting, max(dl.Parked, 0))
+	if unavailable(dl.ParkingState) {
+		fmt.Fprintf(out, " (parking queue %s)", dl.ParkingState)
+	}
+	if dl.DeadLettering > 0 {
+		fmt.Fprintf(out, ", %d dead-lettering", dl.DeadLettering)
+	}
+	if dl.Unavailable > 0 {
+		fmt.Fprintf(out, ", %d of %d level queues not running", dl.Unavailable, len(dl.Levels))
+	}
+	if dl.Missing > 0 {
+		fmt.Fprintf(out, ", %d of %d level queues missing", dl.Missing, len(dl.Levels))
+	}
+	fmt.Fprintln(out)
+	for _, l := range lines {
+		fmt.Fprintln(out, "  "+l)
+	}
 }
 
 // unavailable reports whether a queue state of ops.Status is known and not serving.
