@@ -3,14 +3,15 @@ package warren
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Origin is where a message was first published to: an exchange ("" is the default exchange)
@@ -105,7 +106,7 @@ const (
 type PoisonRecord struct {
 	// Error is the error's text (PoisonErrorKey); Encode cuts it to MaxPoisonErrorLen bytes.
 	Error string
-	// ErrorType is the Go type of the innermost error of its chain (see ErrorType).
+	// ErrorType is the Go type of the innermost error of its chain.
 	ErrorType string
 	// Reason says why it was given up: a PoisonReason* value.
 	Reason string
@@ -192,11 +193,11 @@ func DecodePoisonRecord(md message.Metadata) PoisonRecord {
 }
 
 // DecodePoisonTable reads the poison record of the header table h, as DecodePoisonRecord does
-// (values that are not strings are read as HeaderString gives them).
+// (values that are not strings are read as Unmarshal reads them into metadata).
 func DecodePoisonTable(h amqp.Table) PoisonRecord {
 	return decodePoison(func(k string) (string, bool) {
 		v, ok := h[k]
-		return HeaderString(v), ok
+		return contract.HeaderString(v), ok
 	})
 }
 
@@ -223,7 +224,7 @@ func decodePoison(get func(key string) (string, bool)) PoisonRecord {
 }
 
 // deadLetterReason says why the broker dead-lettered a message, from its x-last-death-reason
-// header, else from the newest entry of its x-death (as JSON, see HeaderString); "" when
+// header, else from the newest entry of its x-death (as JSON); "" when
 // neither says.
 func deadLetterReason(lastReason, xDeath string) string {
 	reason := lastReason
@@ -244,18 +245,6 @@ func deadLetterReason(lastReason, xDeath string) string {
 		return PoisonReasonRejected
 	}
 	return "dead-lettered by the broker: " + reason
-}
-
-// ErrorType names the Go type of the innermost error of err's chain, as the poison record and
-// warren's spans and metrics say it: "*json.SyntaxError", "*middleware.PanicError".
-func ErrorType(err error) string {
-	for {
-		next := errors.Unwrap(err)
-		if next == nil {
-			return fmt.Sprintf("%T", err)
-		}
-		err = next
-	}
 }
 
 // formatTime writes t as the bookkeeping keeps times: RFC 3339 in UTC, with nanoseconds; ""
@@ -289,4 +278,80 @@ func cut(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// isBrokerHeader reports whether the header is one RabbitMQ maintains itself (dead-lettering
+// history, the quorum delivery count). Such headers are read but never published again.
+func isBrokerHeader(name string) bool {
+	return name == XDeliveryCountHeader ||
+		strings.HasPrefix(name, XDeathHeader) ||
+		strings.HasPrefix(name, xFirstDeathPrefix) ||
+		strings.HasPrefix(name, xLastDeathPrefix)
+}
+
+// IsDelayMetadata reports whether the metadata key asks a publisher to delay the message:
+// MetadataDelay, MetadataDeliverAt, and Watermill's components/delay keys. They are
+// instructions to a publisher, not part of a message: a delivered message has been delayed
+// already. Unmarshal drops them, so that a message forwarded as it was received goes at once,
+// and a foreign value (a garbage duration, a time in the year 2999) never makes the forward
+// fail.
+func IsDelayMetadata(key string) bool {
+	switch key {
+	case MetadataDelay, MetadataDeliverAt, delay.DelayedForKey, delay.DelayedUntilKey:
+		return true
+	}
+	return false
+}
+
+// IsAttemptBookkeeping reports whether a metadata key is one of those that count a message's
+// attempts in its queue: AttemptKey, FirstFailureKey, OriginalExchangeKey,
+// OriginalRoutingKeyKey and RetryQueueKey. warren's subscriber keeps them only on a retry
+// of the queue it consumes: a message that came straight to that queue (or through the delay
+// levels addressed to it) and whose RetryQueueKey names it. On any other message they were
+// not put there by warren's retry of this queue (a copy forwarded from another queue, a
+// foreign or forged header) and are dropped: the message is at attempt 1.
+func IsAttemptBookkeeping(key string) bool {
+	switch key {
+	case AttemptKey, FirstFailureKey, OriginalExchangeKey, OriginalRoutingKeyKey, RetryQueueKey:
+		return true
+	}
+	return false
+}
+
+// IsPoisonBookkeeping reports whether a metadata key belongs to the poison record (it starts
+// with PoisonHeaderPrefix). warren's subscriber keeps the record only on a message that came
+// straight to the queue it consumes (a poison queue's consumer reads it).
+func IsPoisonBookkeeping(key string) bool {
+	return strings.HasPrefix(key, PoisonHeaderPrefix)
+}
+
+// IsBookkeeping reports whether a metadata key (or header) is the bookkeeping of one delivery
+// of a message rather than part of the message. This is the one list (docs/headers.md has
+// it as a table, with who writes and reads each key):
+//
+//   - warren's attempt bookkeeping (IsAttemptBookkeeping);
+//   - the poison record (IsPoisonBookkeeping);
+//   - what RabbitMQ writes (isBrokerHeader): x-death, x-first-death-*, x-last-death-*,
+//     x-delivery-count;
+//   - warren's transport headers (the transport headers, contract.IsTransportHeader): the delay levels' warren-dlx-* and
+//     the publish id (warren-dlx-id);
+//   - watermill-amqp's redelivered flag (MetadataRedelivered).
+//
+// Everything else is the message's own and goes wherever the message goes: the body, the
+// UUID, the AMQP properties (MetadataContentType, ...), the user's headers, the trace context
+// and ReplaysKey. (Delay instructions, IsDelayMetadata, and MetadataPublishID are neither:
+// they are instructions to a publisher, which it consumes.)
+//
+// A message a handler sends on (an output, a copy of the message it received included, a
+// reply, a message published through the router's Publisher) never carries bookkeeping:
+// the router removes it (StripBookkeeping), so the message starts at attempt 1 wherever it
+// goes next. A retry (Backoff) and a poison copy (Poison) are the same delivery going on,
+// and keep it.
+func IsBookkeeping(key string) bool {
+	switch {
+	case IsAttemptBookkeeping(key), IsPoisonBookkeeping(key), isBrokerHeader(key), contract.IsTransportHeader(key),
+		key == MetadataRedelivered:
+		return true
+	}
+	return false
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // The wire form of the poison record: every key, and the values as the writers of poison
@@ -116,7 +117,7 @@ func TestDecodePoisonRecordReadsTheBrokersReason(t *testing.T) {
 	deaths := []any{amqp.Table{"reason": "delivery_limit", "queue": "q"}, amqp.Table{"reason": "expired", "queue": "level"}}
 	assert.Equal(t, warren.PoisonReasonDeliveryLimit, warren.DecodePoisonTable(amqp.Table{warren.XDeathHeader: deaths}).Reason)
 	assert.Equal(t, warren.PoisonReasonDeliveryLimit,
-		warren.DecodePoisonRecord(message.Metadata{warren.XDeathHeader: warren.HeaderString(deaths)}).Reason)
+		warren.DecodePoisonRecord(message.Metadata{warren.XDeathHeader: contract.HeaderString(deaths)}).Reason)
 	assert.Equal(t, warren.PoisonReasonRejected,
 		warren.DecodePoisonRecord(message.Metadata{warren.XLastDeathReasonHeader: "rejected", warren.XDeathHeader: "[]"}).Reason)
 	assert.Equal(t, "dead-lettered by the broker: maxlen",
@@ -145,7 +146,7 @@ func TestAttemptRecord(t *testing.T) {
 
 	// A recorded failure is kept; a first one takes the time and the delivery's origin.
 	now := time.Date(2024, 6, 1, 12, 0, 0, 0, time.UTC)
-	ctx := warren.WithDelivery(context.Background(), warren.Delivery{Queue: "q", Exchange: "orders", RoutingKey: "order.created"})
+	ctx := contract.WithDelivery(context.Background(), contract.Delivery{Queue: "q", Exchange: "orders", RoutingKey: "order.created"})
 	r.RecordFailure(ctx, now)
 	assert.Equal(t, time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), r.FirstFailure)
 	assert.Equal(t, &warren.Origin{RoutingKey: "q"}, r.Origin)
@@ -169,24 +170,21 @@ func TestIsBookkeeping(t *testing.T) {
 		warren.AttemptKey, warren.FirstFailureKey, warren.OriginalExchangeKey, warren.OriginalRoutingKeyKey, warren.RetryQueueKey,
 		warren.PoisonErrorKey, warren.PoisonExpirationKey, warren.PoisonHeaderPrefix + "later",
 		warren.XDeathHeader, "x-first-death-queue", warren.XLastDeathReasonHeader, warren.XDeliveryCountHeader,
-		warren.PublishIDHeader, warren.DestQueueHeader, warren.DestExchangeHeader, warren.DueHeader, warren.DigitHeader(3),
+		contract.PublishIDHeader, contract.DestQueueHeader, contract.DestExchangeHeader, contract.DueHeader, contract.DigitHeader(3),
 		warren.MetadataRedelivered,
 	} {
 		assert.True(t, warren.IsBookkeeping(k), k)
 	}
 	for _, k := range []string{
-		warren.MetadataContentType, warren.MetadataExpiration, warren.ReplaysKey, warren.RPCErrorKey, warren.UnreadableHeader,
+		warren.MetadataContentType, warren.MetadataExpiration, warren.ReplaysKey, warren.RPCErrorKey, contract.UnreadableHeader,
 		"traceparent", "tenant", warren.MetadataDelay, warren.MetadataPublishID,
 	} {
 		assert.False(t, warren.IsBookkeeping(k), k)
 	}
-	md := message.Metadata{warren.AttemptKey: "2", warren.PoisonQueueKey: "q", warren.DueHeader: "1", "tenant": "acme", warren.ReplaysKey: "1"}
-	warren.StripBookkeeping(md)
-	assert.Equal(t, message.Metadata{"tenant": "acme", warren.ReplaysKey: "1"}, md)
 }
 
 // The error type is the Go type of the innermost error of the chain.
 func TestErrorTypeIsTheInnermost(t *testing.T) {
-	assert.Equal(t, "*fs.PathError", warren.ErrorType(fmt.Errorf("load: %w", &fs.PathError{Op: "open", Path: "x"})))
-	assert.Equal(t, "*errors.errorString", warren.ErrorType(fmt.Errorf("load: %w", &fs.PathError{Err: errors.New("x")})))
+	assert.Equal(t, "*fs.PathError", contract.ErrorType(fmt.Errorf("load: %w", &fs.PathError{Op: "open", Path: "x"})))
+	assert.Equal(t, "*errors.errorString", contract.ErrorType(fmt.Errorf("load: %w", &fs.PathError{Err: errors.New("x")})))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Every header and metadata key is declared in the root package: no other package's code
@@ -24,14 +25,14 @@ func TestNoOtherPackageDeclaresAKey(t *testing.T) {
 		warren.MetadataContentType, warren.MetadataContentEncoding, warren.MetadataCorrelationID, warren.MetadataReplyTo,
 		warren.MetadataType, warren.MetadataAppID, warren.MetadataUserID, warren.MetadataTimestamp, warren.MetadataPriority,
 		warren.MetadataExpiration, warren.MetadataRedelivered, warren.MetadataDelay, warren.MetadataDeliverAt,
-		warren.MetadataPublishID, warren.PublishIDHeader, warren.DestExchangeHeader, warren.DestQueueHeader, warren.DueHeader,
-		warren.UnreadableHeader, warren.XDeathHeader, warren.XLastDeathReasonHeader, warren.XDeliveryCountHeader,
+		warren.MetadataPublishID, contract.PublishIDHeader, contract.DestExchangeHeader, contract.DestQueueHeader, contract.DueHeader,
+		contract.UnreadableHeader, warren.XDeathHeader, warren.XLastDeathReasonHeader, warren.XDeliveryCountHeader,
 		warren.AttemptKey, warren.FirstFailureKey, warren.OriginalExchangeKey, warren.OriginalRoutingKeyKey, warren.RetryQueueKey,
 		warren.ReplaysKey, warren.RPCErrorKey,
 	} {
 		keys[k] = true
 	}
-	prefixes := []string{warren.PoisonHeaderPrefix, warren.TransportHeaderPrefix, "_watermill_", "x-death", "x-first-death-", "x-last-death-"}
+	prefixes := []string{warren.PoisonHeaderPrefix, contract.TransportHeaderPrefix, "_watermill_", "x-death", "x-first-death-", "x-last-death-"}
 	fset := token.NewFileSet()
 	var checked int
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {

@@ -153,7 +153,7 @@
 //
 // At-least-once delivery makes copies: a publish whose confirm was lost is sent again, and a
 // message whose ack was lost is delivered again. The DLX publisher gives every message a
-// publish id ([PublishIDHeader]), the same on every copy, and a subscriber acks at once,
+// publish id (the header warren-dlx-id), the same on every copy, and a subscriber acks at once,
 // without handling it, a copy of a message it is handling or acked in the last 5 minutes. For the
 // copies that reach different processes, give the router a store they share, such as
 // [github.com/warrenmq/warren/middleware/redisstore.Store]:

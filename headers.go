@@ -1,12 +1,7 @@
 package warren
 
 import (
-	"strconv"
-	"strings"
-
 	wamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
-	"github.com/ThreeDotsLabs/watermill/components/delay"
-	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // This file is warren's message contract: every header and metadata key that a part of warren
@@ -34,12 +29,6 @@ const (
 	MetadataExpiration      = "amqp_expiration"
 )
 
-// watermillUUIDHeader is where watermill-amqp's DefaultMarshaler keeps the message UUID.
-// Marshaler reads it when a message has no AMQP message-id, so messages from plain
-// watermill-amqp publishers keep their UUID, and writes it for a UUID longer than the
-// message-id property holds.
-const watermillUUIDHeader = "_watermill_message_uuid"
-
 // MetadataRedelivered is watermill-amqp's redelivered flag ("true" on a message the broker
 // delivered before). warren's subscriber sets it from the delivery, never from a header: it is
 // bookkeeping.
@@ -58,49 +47,12 @@ const (
 // it goes wherever the message goes, its retries included.
 const MetadataScheduleID = "warren_schedule_id"
 
-// MetadataPublishID asks the DLX publisher for the message's PublishIDHeader (instead of a new
+// MetadataPublishID asks the DLX publisher for the message's publish id (header warren-dlx-id) (instead of a new
 // random one). It is an instruction to the publisher: consumed by Publish, never sent, and
 // dropped on unmarshal.
 const MetadataPublishID = "warren_publish_id"
 
-// TransportHeaderPrefix starts the names of warren's routing headers, which the DLX publisher
-// sets on each publish and Unmarshal drops (see IsTransportHeader). The names deliberately do
-// not start with "x-": a headers exchange ignores binding arguments that do.
-const TransportHeaderPrefix = "warren-dlx-"
-
-// PublishIDHeader carries the id the DLX publisher gives each message of a Publish call. It is
-// the same on every copy of that publish (a re-send after a lost confirm, a redelivery after a
-// lost ack) and new on every other publish (a replay, a new message): warren's subscriber
-// recognises copies by it. A publish may ask for its id with MetadataPublishID: warren derives
-// the ids of retries and of a handler's outputs from the message they come from, so that
-// copies of a message make copies of its retry and outputs, which are recognised in turn. A
-// transport header: dropped on unmarshal, never published again.
-const PublishIDHeader = TransportHeaderPrefix + "id"
-
-// Transport headers of the delay levels (see topology.Delay), set by the DLX publisher.
-const (
-	// DestExchangeHeader names the exchange a delayed message is delivered to; the delivery
-	// exchange routes by it.
-	DestExchangeHeader = TransportHeaderPrefix + "exchange"
-	// DestQueueHeader names the queue a delayed message is delivered to (through the default
-	// exchange); the delivery exchange routes by it.
-	DestQueueHeader = TransportHeaderPrefix + "queue"
-	// DueHeader is when a delayed message is due, in microseconds since the Unix epoch (an
-	// int64), by the publisher's clock: its consumer measures how late it arrived.
-	DueHeader = TransportHeaderPrefix + "due"
-)
-
-// DigitHeader is the header that carries the digit of delay position p; the level exchange of
-// position p routes by it.
-func DigitHeader(p int) string { return TransportHeaderPrefix + "p" + strconv.Itoa(p) }
-
-// UnreadableHeader is the only header of a delivery whose headers the client library could
-// not have read: the connection guard (amqpx.GuardConn) replaces the broker's header table
-// with it, and its value says why. The body and the other properties are kept; warren's
-// subscriber poisons such a delivery, and its poison copy keeps the header.
-const UnreadableHeader = "warren-unreadable-headers"
-
-// Headers RabbitMQ writes itself (see IsBrokerHeader). warren reads them and never publishes
+// Headers RabbitMQ writes itself (see IsBookkeeping). warren reads them and never publishes
 // them again.
 const (
 	// XDeathHeader is the broker's dead-letter history: a table per queue and reason, the
@@ -170,7 +122,7 @@ const (
 	// PoisonReasonUndecoded: the subscriber's Marshaler could not unmarshal the delivery.
 	PoisonReasonUndecoded = "cannot be unmarshaled"
 	// PoisonReasonUnreadable: the client library could not read the message's headers (see
-	// amqp091-go's limits in the README); they are replaced by UnreadableHeader.
+	// amqp091-go's limits in the README); they are replaced by the header warren-unreadable-headers.
 	PoisonReasonUnreadable = "headers unreadable"
 	// PoisonReasonDeliveryLimit: a quorum work queue delivered the message as often as its
 	// delivery limit allows, and no consumer settled it (each one crashed, lost its connection
@@ -188,96 +140,3 @@ const ReplaysKey = "warren_replays"
 // RPCErrorKey marks an error reply (rpc): its value is the error text of the request's
 // failure. The error reply also carries the request's poison record, without the stack.
 const RPCErrorKey = "warren_rpc_error"
-
-// IsBrokerHeader reports whether the header is one RabbitMQ maintains itself (dead-lettering
-// history, the quorum delivery count). Such headers are read but never published again.
-func IsBrokerHeader(name string) bool {
-	return name == XDeliveryCountHeader ||
-		strings.HasPrefix(name, XDeathHeader) ||
-		strings.HasPrefix(name, xFirstDeathPrefix) ||
-		strings.HasPrefix(name, xLastDeathPrefix)
-}
-
-// IsTransportHeader reports whether the header is one of warren's own routing headers
-// (delay digits, the delayed message's destination and due time, the publish id). They are
-// set by the DLX publisher, never taken from metadata, and dropped on unmarshal.
-func IsTransportHeader(name string) bool {
-	return strings.HasPrefix(name, TransportHeaderPrefix)
-}
-
-// IsDelayMetadata reports whether the metadata key asks a publisher to delay the message:
-// MetadataDelay, MetadataDeliverAt, and Watermill's components/delay keys. They are
-// instructions to a publisher, not part of a message: a delivered message has been delayed
-// already. Unmarshal drops them, so that a message forwarded as it was received goes at once,
-// and a foreign value (a garbage duration, a time in the year 2999) never makes the forward
-// fail.
-func IsDelayMetadata(key string) bool {
-	switch key {
-	case MetadataDelay, MetadataDeliverAt, delay.DelayedForKey, delay.DelayedUntilKey:
-		return true
-	}
-	return false
-}
-
-// IsAttemptBookkeeping reports whether a metadata key is one of those that count a message's
-// attempts in its queue: AttemptKey, FirstFailureKey, OriginalExchangeKey,
-// OriginalRoutingKeyKey and RetryQueueKey. warren's subscriber keeps them only on a retry
-// of the queue it consumes: a message that came straight to that queue (or through the delay
-// levels addressed to it) and whose RetryQueueKey names it. On any other message they were
-// not put there by warren's retry of this queue (a copy forwarded from another queue, a
-// foreign or forged header) and are dropped: the message is at attempt 1.
-func IsAttemptBookkeeping(key string) bool {
-	switch key {
-	case AttemptKey, FirstFailureKey, OriginalExchangeKey, OriginalRoutingKeyKey, RetryQueueKey:
-		return true
-	}
-	return false
-}
-
-// IsPoisonBookkeeping reports whether a metadata key belongs to the poison record (it starts
-// with PoisonHeaderPrefix). warren's subscriber keeps the record only on a message that came
-// straight to the queue it consumes (a poison queue's consumer reads it).
-func IsPoisonBookkeeping(key string) bool {
-	return strings.HasPrefix(key, PoisonHeaderPrefix)
-}
-
-// IsBookkeeping reports whether a metadata key (or header) is the bookkeeping of one delivery
-// of a message rather than part of the message. This is the one list (docs/headers.md has
-// it as a table, with who writes and reads each key):
-//
-//   - warren's attempt bookkeeping (IsAttemptBookkeeping);
-//   - the poison record (IsPoisonBookkeeping);
-//   - what RabbitMQ writes (IsBrokerHeader): x-death, x-first-death-*, x-last-death-*,
-//     x-delivery-count;
-//   - warren's transport headers (IsTransportHeader): the delay levels' warren-dlx-* and
-//     the publish id PublishIDHeader;
-//   - watermill-amqp's redelivered flag (MetadataRedelivered).
-//
-// Everything else is the message's own and goes wherever the message goes: the body, the
-// UUID, the AMQP properties (MetadataContentType, ...), the user's headers, the trace context
-// and ReplaysKey. (Delay instructions, IsDelayMetadata, and MetadataPublishID are neither:
-// they are instructions to a publisher, which it consumes.)
-//
-// A message a handler sends on (an output, a copy of the message it received included, a
-// reply, a message published through the router's Publisher) never carries bookkeeping:
-// the router removes it (StripBookkeeping), so the message starts at attempt 1 wherever it
-// goes next. A retry (Backoff) and a poison copy (Poison) are the same delivery going on,
-// and keep it.
-func IsBookkeeping(key string) bool {
-	switch {
-	case IsAttemptBookkeeping(key), IsPoisonBookkeeping(key), IsBrokerHeader(key), IsTransportHeader(key),
-		key == MetadataRedelivered:
-		return true
-	}
-	return false
-}
-
-// StripBookkeeping removes every bookkeeping key (see IsBookkeeping) from md: what is left is
-// the message's own.
-func StripBookkeeping(md message.Metadata) {
-	for k := range md {
-		if IsBookkeeping(k) {
-			delete(md, k)
-		}
-	}
-}

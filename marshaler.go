@@ -1,14 +1,12 @@
 package warren
 
 import (
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Marshaler converts between Watermill messages and AMQP publishings and deliveries.
@@ -83,29 +81,9 @@ type Marshaler struct {
 // maxShortString is the longest string an AMQP short string (every string property) holds.
 const maxShortString = 255
 
-// MaxExpiration is the largest per-message TTL (expiration property, in milliseconds) that
-// RabbitMQ accepts: ten years. Larger values close the publishing channel (measured on
-// RabbitMQ 3.10.8 and 4.0.5).
-const MaxExpiration = 315_360_000_000
-
 // DirectReplyTo is RabbitMQ's direct reply-to pseudo-queue. A publish with it as reply-to is
 // refused unless the publishing channel consumes from it.
 const DirectReplyTo = "amq.rabbitmq.reply-to"
-
-// ValidExpiration reports whether v can be published as the expiration property: a decimal
-// integer (digits only) of at most MaxExpiration.
-func ValidExpiration(v string) bool {
-	if v == "" || len(v) > 20 {
-		return false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return false
-		}
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	return err == nil && n <= MaxExpiration
-}
 
 // Marshal turns msg into a publishing: metadata become headers, the AMQP property keys
 // properties (see Marshaler), the UUID the message-id. It never fails.
@@ -118,14 +96,14 @@ func (m Marshaler) Marshal(msg *message.Message) (amqp.Publishing, error) {
 		DeliveryMode: amqp.Persistent,
 	}
 	for k, v := range msg.Metadata {
-		if IsBrokerHeader(k) || IsTransportHeader(k) || setProperty(&p, k, v) {
+		if isBrokerHeader(k) || contract.IsTransportHeader(k) || setProperty(&p, k, v) {
 			continue
 		}
 		headers[k] = v
 	}
 	if len(msg.UUID) > maxShortString {
 		p.MessageId = ""
-		headers[watermillUUIDHeader] = msg.UUID
+		headers[contract.WatermillUUIDHeader] = msg.UUID
 	}
 	if m.NotPersistent {
 		p.DeliveryMode = amqp.Transient
@@ -154,7 +132,7 @@ func setProperty(p *amqp.Publishing, k, v string) bool {
 	case MetadataAppID:
 		field = &p.AppId
 	case MetadataExpiration:
-		if v != "" && !ValidExpiration(v) {
+		if v != "" && !contract.ValidExpiration(v) {
 			return false
 		}
 		field = &p.Expiration
@@ -195,13 +173,13 @@ func setProperty(p *amqp.Publishing, k, v string) bool {
 // headers (those of the delay levels) and delay instructions (see IsDelayMetadata) are
 // dropped.
 func (m Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
-	msg := message.NewMessage(DeliveryID(d), d.Body)
+	msg := message.NewMessage(contract.DeliveryID(d), d.Body)
 	msg.Metadata = make(message.Metadata, len(d.Headers)+4)
 	for k, v := range d.Headers {
-		if IsTransportHeader(k) || IsDelayMetadata(k) || k == MetadataPublishID || k == watermillUUIDHeader {
+		if contract.IsTransportHeader(k) || IsDelayMetadata(k) || k == MetadataPublishID || k == contract.WatermillUUIDHeader {
 			continue
 		}
-		msg.Metadata[k] = HeaderString(v)
+		msg.Metadata[k] = contract.HeaderString(v)
 	}
 	for _, p := range [...]struct{ key, value string }{
 		{MetadataContentType, d.ContentType},
@@ -224,45 +202,4 @@ func (m Marshaler) Unmarshal(d amqp.Delivery) (*message.Message, error) {
 		msg.Metadata[MetadataPriority] = strconv.Itoa(int(d.Priority))
 	}
 	return msg, nil
-}
-
-// DeliveryID is the message id (Watermill's UUID) that d carries, as Unmarshal reads it: the
-// message-id property, else watermill-amqp's _watermill_message_uuid header, where Marshal
-// puts an id longer than the property holds.
-func DeliveryID(d amqp.Delivery) string {
-	if d.MessageId != "" {
-		return d.MessageId
-	}
-	return HeaderString(d.Headers[watermillUUIDHeader])
-}
-
-// HeaderString converts an AMQP header value to the string kept in metadata.
-func HeaderString(v any) string {
-	switch v := v.(type) {
-	case nil:
-		return ""
-	case string:
-		return v
-	case []byte:
-		return base64.StdEncoding.EncodeToString(v)
-	case bool:
-		return strconv.FormatBool(v)
-	case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64, uint:
-		return fmt.Sprint(v)
-	case float32:
-		return strconv.FormatFloat(float64(v), 'g', -1, 32)
-	case float64:
-		return strconv.FormatFloat(v, 'g', -1, 64)
-	case time.Time:
-		return v.UTC().Format(time.RFC3339Nano)
-	case amqp.Decimal:
-		return fmt.Sprintf("%de-%d", v.Value, v.Scale)
-	default:
-		b, err := json.Marshal(v) // tables and arrays: x-death
-
-		if err != nil {
-			return fmt.Sprint(v)
-		}
-		return string(b)
-	}
 }

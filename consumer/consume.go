@@ -13,6 +13,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/consumerconns"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // consume consumes the queue on a channel of its own of conn, cc's connection, until closed,
@@ -190,7 +191,7 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 		return true, closed, channelLost(l.closedBy)
 	}
 	sub.recordLateness(d)
-	id, _ := d.Headers[warren.PublishIDHeader].(string)
+	id, _ := d.Headers[contract.PublishIDHeader].(string)
 	if !cs.dups.claim(id) {
 		s.logger.Info("Copy of a message handled already: acked", watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId})
 		cs.acks.settle(d.DeliveryTag, ack)

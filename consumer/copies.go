@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// seenIDs remembers, for seenFor at least, the publish ids (warren.PublishIDHeader) of the
+// seenIDs remembers, for seenFor at least, the publish ids (contract.PublishIDHeader) of the
 // deliveries a subscriber acked, that is handled for good (processed, retried or poisoned).
 // Two generations of a map: one lookup, no per-entry timers.
 type seenIDs struct {

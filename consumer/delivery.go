@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // message unmarshals d and gives it its context, which ends when done is called (once the
@@ -19,13 +20,13 @@ import (
 func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 	msg *message.Message, done context.CancelFunc, deadLetter *atomic.Bool) {
 	viaDelay := strings.HasPrefix(d.Exchange, sub.s.viaDelay)
-	info := warren.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
+	info := contract.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
 	info.PublishID = id
 	if viaDelay { // its destination: an exchange, or the queue through the default exchange
-		info.Exchange, _ = d.Headers[warren.DestExchangeHeader].(string)
+		info.Exchange, _ = d.Headers[contract.DestExchangeHeader].(string)
 	}
 	var err error
-	if why, unreadable := d.Headers[warren.UnreadableHeader].(string); unreadable {
+	if why, unreadable := d.Headers[contract.UnreadableHeader].(string); unreadable {
 		err = &unreadableError{why}
 	} else {
 		msg, err = sub.s.cfg.Marshaler.Unmarshal(d)
@@ -36,7 +37,7 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 	}
 	// warren's bookkeeping is believed only where warren put it: see Subscriber.
 	direct := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
-		(viaDelay && d.Headers[warren.DestQueueHeader] == sub.queue)
+		(viaDelay && d.Headers[contract.DestQueueHeader] == sub.queue)
 	retry := direct && msg.Metadata.Get(warren.RetryQueueKey) == sub.queue
 	for k := range msg.Metadata {
 		if k == warren.MetadataRedelivered || !retry && warren.IsAttemptBookkeeping(k) ||
@@ -45,7 +46,7 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 		}
 	}
 	deadLetter = new(atomic.Bool)
-	ctx, done := context.WithCancel(warren.WithDeadLetter(warren.WithDelivery(cs.hardStop, info), deadLetter))
+	ctx, done := context.WithCancel(contract.WithDeadLetter(contract.WithDelivery(cs.hardStop, info), deadLetter))
 	msg.SetContext(ctx)
 	if d.Redelivered {
 		msg.Metadata.Set(warren.MetadataRedelivered, "true")
@@ -54,9 +55,9 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 }
 
 // recordLateness records how late a delivery that came through the delay levels arrived
-// after the time it was due (warren.DueHeader).
+// after the time it was due (contract.DueHeader).
 func (sub *subscription) recordLateness(d amqp.Delivery) {
-	if due, ok := d.Headers[warren.DueHeader].(int64); ok && strings.HasPrefix(d.Exchange, sub.s.viaDelay) {
+	if due, ok := d.Headers[contract.DueHeader].(int64); ok && strings.HasPrefix(d.Exchange, sub.s.viaDelay) {
 		sub.s.metrics.Late(context.Background(), sub.lateness, time.UnixMicro(due), time.Now())
 	}
 }

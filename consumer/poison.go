@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -24,7 +25,7 @@ func (e *unreadableError) Error() string { return "the client cannot read its he
 // poisonUndecodable publishes d as it is to the poison queue, with the reason, and settles
 // it: acked once the poison copy is confirmed; rejected into the queue's dead-letter path if
 // the copy is too large to publish; else requeued after RequeueDelay. It is never dropped.
-func (sub *subscription) poisonUndecodable(d amqp.Delivery, info warren.Delivery, cause error,
+func (sub *subscription) poisonUndecodable(d amqp.Delivery, info contract.Delivery, cause error,
 	cs *channelState) {
 	s := sub.s
 	reason, failure := warren.PoisonReasonUndecoded, fmt.Errorf("unmarshal: %w", cause)
@@ -46,7 +47,7 @@ func (sub *subscription) poisonUndecodable(d amqp.Delivery, info warren.Delivery
 	}
 	now := time.Now()
 	warren.PoisonRecord{
-		Error: failure.Error(), ErrorType: warren.ErrorType(failure), Reason: reason, Handler: s.cfg.HandlerName,
+		Error: failure.Error(), ErrorType: contract.ErrorType(failure), Reason: reason, Handler: s.cfg.HandlerName,
 		Queue: sub.queue, Origin: &warren.Origin{Exchange: info.Exchange, RoutingKey: info.RoutingKey},
 		Attempts: 1, FirstFailure: now, LastFailure: now, TraceID: traceID(d.Headers), Expiration: d.Expiration,
 	}.EncodeTable(headers)

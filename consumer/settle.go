@@ -43,7 +43,7 @@ func (f *flights) done() {
 
 // settle acks the delivery once the handler has acked msg (and remembers its publish id, see
 // copies), and then ends msg's context. A nacked one goes back to the queue after
-// RequeueDelay (at once when the consumer stops), or, if warren.DeadLetter was called, is
+// RequeueDelay (at once when the consumer stops), or, if contract.DeadLetter was called, is
 // rejected into the queue's dead-letter path.
 func (sub *subscription) settle(cs *channelState, msg *message.Message, tag uint64, id string,
 	done context.CancelFunc, deadLetter *atomic.Bool) {

@@ -41,12 +41,12 @@ import (
 // consumer past its consumer timeout) takes every message unacked on it back to the queue:
 // the subscription consumes again, and the broker delivers them again.
 //
-// A copy of a message this subscriber acked in the last minutes (same warren.PublishIDHeader:
+// A copy of a message this subscriber acked in the last minutes (same contract.PublishIDHeader:
 // a publisher's re-send after a lost confirm, a redelivery after a lost ack) is acked at once
 // and not handed out again. Copies that reach different processes are recognised only by a
 // store the processes share: see router.Config.CopyStore.
 //
-// A message is handed out with warren.Delivery and warren.DeadLetter in its context. warren's
+// A message is handed out with warren.Delivery and contract.DeadLetter in its context. warren's
 // bookkeeping headers (see warren.IsBookkeeping) are believed only where warren put them:
 // the attempt bookkeeping (warren.IsAttemptBookkeeping) only on a retry of this queue,
 // that is a message that came straight to the queue through the default exchange, or through

@@ -9,6 +9,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -30,12 +31,12 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 	for k, v := range plan.Headers {
 		pub.Headers[k] = v
 	}
-	pub.Headers[warren.DueHeader] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
+	pub.Headers[contract.DueHeader] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
 	levelSafe(&pub)
 	if route.Exchange == "" {
-		pub.Headers[warren.DestQueueHeader] = route.RoutingKey
+		pub.Headers[contract.DestQueueHeader] = route.RoutingKey
 	} else {
-		pub.Headers[warren.DestExchangeHeader] = route.Exchange
+		pub.Headers[contract.DestExchangeHeader] = route.Exchange
 	}
 	return plan.Exchange, key, pub, nil
 }
@@ -48,8 +49,8 @@ func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
 		return err
 	}
 	if plan.Exchange != "" {
-		extra := amqp.Table{warren.DestQueueHeader: route.RoutingKey, warren.DestExchangeHeader: route.Exchange,
-			warren.DueHeader: int64(0)}
+		extra := amqp.Table{contract.DestQueueHeader: route.RoutingKey, contract.DestExchangeHeader: route.Exchange,
+			contract.DueHeader: int64(0)}
 		moved := amqp.Publishing{Headers: amqp.Table{}, Expiration: pub.Expiration, Priority: pub.Priority}
 		levelSafe(&moved)
 		for k, v := range moved.Headers {

@@ -12,7 +12,7 @@ import (
 // Parked returns how many delayed messages wait in the parking queue because their
 // destination did not exist when they arrived. The queue's name is
 // topology.Delay.ParkingQueue(); its messages keep their headers, including the
-// destination (warren.DestExchangeHeader or warren.DestQueueHeader).
+// destination (contract.DestExchangeHeader or contract.DestQueueHeader).
 func (p *Publisher) Parked(ctx context.Context) (int, error) {
 	var n int
 	err := amqpx.RetryLogged(ctx, p.cfg.Connection.ConnectTimeout, "dlx: count parked messages", p.logger, nil, func(ctx context.Context) error {

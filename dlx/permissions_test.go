@@ -15,6 +15,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -95,7 +96,7 @@ func TestPermissionRecipeKeepsApplicationsOutOfTheDelayLevels(t *testing.T) {
 	}
 
 	require.NoError(t, publish(exchange, "order.created", nil), "the application publishes to its work exchange")
-	forged := amqp.Table{"x-death": testenv.ForgedXDeath, warren.DestQueueHeader: queue}
+	forged := amqp.Table{"x-death": testenv.ForgedXDeath, contract.DestQueueHeader: queue}
 	err = publish("", d.LevelQueue(0, 1), forged)
 	refused(err)
 	t.Logf("straight into a level: %v", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/due"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
@@ -121,7 +122,7 @@ func (p *Publisher) marshal(msg *message.Message) (amqp.Publishing, error) {
 	if id == "" {
 		id = publishID()
 	}
-	pub.Headers[warren.PublishIDHeader] = id
+	pub.Headers[contract.PublishIDHeader] = id
 	return pub, nil
 }
 
@@ -199,7 +200,7 @@ func messagesContext(msgs []*message.Message) (context.Context, context.CancelFu
 	}
 }
 
-// publishID returns a new id for warren.PublishIDHeader: 64 random bits, in hex.
+// publishID returns a new id for contract.PublishIDHeader: 64 random bits, in hex.
 func publishID() string {
 	return strconv.FormatUint(rand.Uint64(), 16)
 }

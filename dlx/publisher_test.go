@@ -20,6 +20,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -252,7 +253,7 @@ func TestParkingWhenDestinationDeleted(t *testing.T) {
 
 	parked := consume(t, env, p.Delay().ParkingQueue(), 1)
 	assert.Equal(t, msg.UUID, parked[0].msg.UUID)
-	assert.Equal(t, gone, parked[0].d.Headers[warren.DestQueueHeader])
+	assert.Equal(t, gone, parked[0].d.Headers[contract.DestQueueHeader])
 	assert.Equal(t, "orphan", string(parked[0].msg.Payload))
 }
 
@@ -545,9 +546,9 @@ func withoutTimes(h amqp.Table) amqp.Table {
 	for k, v := range h {
 		switch {
 		case k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-"):
-		case k == warren.PublishIDHeader: // one per publish: replaced, never accumulated
+		case k == contract.PublishIDHeader: // one per publish: replaced, never accumulated
 			out[k] = v != ""
-		case k == warren.DueHeader: // when it is due: one per publish, replaced
+		case k == contract.DueHeader: // when it is due: one per publish, replaced
 			_, isTime := v.(int64)
 			out[k] = isTime
 		case strings.HasPrefix(k, "warren-dlx-p"):
@@ -623,5 +624,5 @@ func TestDelayPastTheLargestTTLWaitsInTheChain(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	assert.Equal(t, "in-sixty-days", d.MessageId)
-	assert.Equal(t, q, d.Headers[warren.DestQueueHeader])
+	assert.Equal(t, q, d.Headers[contract.DestQueueHeader])
 }

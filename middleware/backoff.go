@@ -250,7 +250,7 @@ func (b *Backoff) boundAttempt(msg *message.Message) {
 	msg.SetContext(context.WithValue(msg.Context(), attemptKey{}, 1))
 }
 
-// DerivedPublishID returns the publish id (see warren.PublishIDHeader) of a message published
+// DerivedPublishID returns the publish id (see contract.PublishIDHeader) of a message published
 // because of msg: the id of the publish msg came from, without what was derived for a retry,
 // followed by suffix; "" when msg did not come from warren's DLX publisher. Copies of msg then
 // lead to copies of what it causes, which warren's subscriber recognises.

@@ -13,14 +13,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 )
 
 func delivered(queue, publishID string) *message.Message {
 	msg := message.NewMessage("m1", nil)
-	msg.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{Queue: queue, PublishID: publishID}))
+	msg.SetContext(contract.WithDelivery(context.Background(), contract.Delivery{Queue: queue, PublishID: publishID}))
 	return msg
 }
 
@@ -172,7 +172,7 @@ func TestIdempotentRequeuesATwinAfterBusyWait(t *testing.T) {
 
 	stopping, stop := context.WithCancel(context.Background())
 	msg := delivered("q", "p")
-	msg.SetContext(warren.WithDelivery(stopping, warren.Delivery{Queue: "q", PublishID: "p"}))
+	msg.SetContext(contract.WithDelivery(stopping, contract.Delivery{Queue: "q", PublishID: "p"}))
 	stop()
 	slow, err := middleware.NewIdempotent(middleware.IdempotentConfig{Store: store, BusyWait: time.Hour}, nil)
 	require.NoError(t, err)

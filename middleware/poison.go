@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/topology"
 )
@@ -60,7 +61,7 @@ func (c PoisonConfig) Validate() error {
 // back to its queue: a RequeueError from inside (Backoff could not publish the retry), an
 // error while the message's context has ended (shutdown), and a poison copy the broker did
 // not take. A poison copy too large for a frame is never publishable: the message is then
-// rejected into its queue's dead-letter path (see warren.DeadLetter; a warren work queue's
+// rejected into its queue's dead-letter path (see contract.DeadLetter; a warren work queue's
 // leads to the same poison queue, with x-death saying "rejected"), and the reason logged.
 type Poison struct {
 	cfg     PoisonConfig
@@ -108,7 +109,7 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		fields := watermill.LogFields{"message_uuid": msg.UUID, "queue": queue, "reason": reason, "attempts": Attempt(msg)}
 		if perr := p.cfg.Publisher.Publish(p.cfg.Topic(queue), poison); perr != nil {
 			perr = fmt.Errorf("poison message %s: %w (handler error: %v)", msg.UUID, perr, err)
-			if errors.Is(perr, warren.ErrTooLarge) && warren.DeadLetter(msg.Context()) {
+			if errors.Is(perr, warren.ErrTooLarge) && contract.DeadLetter(msg.Context()) {
 				p.logger.Error("Message too large to poison: rejected into its queue's dead-letter path", perr, fields)
 				p.metrics.Poisoned(msg.Context(), queue, warren.PoisonReasonRejected)
 				return nil, perr
@@ -133,7 +134,7 @@ func setPoisonHeaders(msg *message.Message, err error, reason, queue string, now
 	attempts.RecordFailure(ctx, now)
 	attempts.Encode(md)
 	record := warren.PoisonRecord{
-		Error: err.Error(), ErrorType: warren.ErrorType(err), Reason: reason,
+		Error: err.Error(), ErrorType: contract.ErrorType(err), Reason: reason,
 		Handler: message.HandlerNameFromCtx(ctx), Queue: queue, Origin: attempts.Origin,
 		Attempts: Attempt(msg), FirstFailure: attempts.FirstFailure, LastFailure: now,
 		TraceID: TraceID(msg), Expiration: md[warren.MetadataExpiration],

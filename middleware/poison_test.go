@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -46,7 +47,7 @@ func TestSetPoisonHeaders(t *testing.T) {
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: traceID, SpanID: trace.SpanID{0, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, TraceFlags: trace.FlagsSampled,
 	}))
-	ctx = warren.WithDelivery(ctx, warren.Delivery{Queue: "orders.q", Exchange: "orders", RoutingKey: "order.created"})
+	ctx = contract.WithDelivery(ctx, contract.Delivery{Queue: "orders.q", Exchange: "orders", RoutingKey: "order.created"})
 	msg := message.NewMessage("m1", []byte("{"))
 	msg.Metadata = message.Metadata{
 		"app": "kept", warren.AttemptKey: "3",
@@ -93,7 +94,7 @@ func TestSetPoisonHeadersReplacesEarlierOnes(t *testing.T) {
 		"warren_poison_from_a_later_version": "x",
 	}
 	// Replayed by hand from the poison queue, through the default exchange.
-	msg.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{Queue: "orders.q", RoutingKey: "orders.q"}))
+	msg.SetContext(contract.WithDelivery(context.Background(), contract.Delivery{Queue: "orders.q", RoutingKey: "orders.q"}))
 
 	setPoisonHeaders(msg, errors.New("still failing"), warren.PoisonReasonExhausted, "orders.q", now)
 

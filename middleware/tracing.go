@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Attributes of warren's own, next to the messaging semantic conventions.
@@ -199,5 +200,5 @@ func TraceID(msg *message.Message) string {
 func setError(span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
-	span.SetAttributes(semconv.ErrorTypeKey.String(warren.ErrorType(err)))
+	span.SetAttributes(semconv.ErrorTypeKey.String(contract.ErrorType(err)))
 }

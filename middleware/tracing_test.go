@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -149,7 +150,7 @@ func TestTracingMiddlewareContinuesTrace(t *testing.T) {
 		in.Metadata.Set(k, v)
 	}
 	in.Metadata.Set(warren.AttemptKey, "3")
-	in.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{
+	in.SetContext(contract.WithDelivery(context.Background(), contract.Delivery{
 		Queue: "orders.q", Exchange: "orders", RoutingKey: "order.created",
 	}))
 
@@ -205,7 +206,7 @@ func TestTracingChainSharesTrace(t *testing.T) {
 		for k, v := range sent.Metadata {
 			in.Metadata.Set(k, v)
 		}
-		in.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{Queue: "work"}))
+		in.SetContext(contract.WithDelivery(context.Background(), contract.Delivery{Queue: "work"}))
 		_, err := tr.Middleware(h)(in)
 		require.NoError(t, err)
 	}

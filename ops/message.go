@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Message is a message of a poison or parking queue, as Poisoned and Parked read it.
@@ -20,7 +21,7 @@ type Message struct {
 	// Position in the queue: 1 is the head, the next to be delivered.
 	Position int `json:"position"`
 	// ID is the message id (Watermill's UUID): the AMQP message-id, or the header that
-	// carries an id too long for it (see warren.DeliveryID).
+	// carries an id too long for it (see contract.DeliveryID).
 	ID string `json:"id"`
 	// Reason says why it is there: a warren.PoisonReason* for a poison message;
 	// ParkedReasonGone or ParkedReasonUnroutable for a parked one.
@@ -61,21 +62,21 @@ const (
 // fromDelivery reads d, the message at position pos; queue is the work queue of a poison
 // queue, "" for the parking queue.
 func fromDelivery(pos int, d amqp.Delivery, queue string, withBody bool) Message {
-	m := Message{Position: pos, ID: warren.DeliveryID(d), ContentType: d.ContentType, Headers: make(map[string]string, len(d.Headers))}
+	m := Message{Position: pos, ID: contract.DeliveryID(d), ContentType: d.ContentType, Headers: make(map[string]string, len(d.Headers))}
 	for k, v := range d.Headers {
-		m.Headers[k] = warren.HeaderString(v)
+		m.Headers[k] = contract.HeaderString(v)
 	}
 	if withBody {
 		m.Body = d.Body
 	}
-	_, m.Unreadable = d.Headers[warren.UnreadableHeader]
+	_, m.Unreadable = d.Headers[contract.UnreadableHeader]
 	h := m.Headers
 	if queue == "" {
 		switch {
-		case h[warren.DestQueueHeader] != "":
-			m.Destination, m.Reason = h[warren.DestQueueHeader], ParkedReasonGone
-		case h[warren.DestExchangeHeader] != "":
-			m.Destination, m.Reason = "exchange "+h[warren.DestExchangeHeader], ParkedReasonGone
+		case h[contract.DestQueueHeader] != "":
+			m.Destination, m.Reason = h[contract.DestQueueHeader], ParkedReasonGone
+		case h[contract.DestExchangeHeader] != "":
+			m.Destination, m.Reason = "exchange "+h[contract.DestExchangeHeader], ParkedReasonGone
 		default:
 			m.Reason = ParkedReasonUnroutable
 		}
@@ -241,12 +242,12 @@ func replayHeaders(d amqp.Delivery) (amqp.Table, string) {
 		}
 		out[k] = v
 	}
-	n, _ := strconv.Atoi(warren.HeaderString(h[warren.ReplaysKey]))
+	n, _ := strconv.Atoi(contract.HeaderString(h[warren.ReplaysKey]))
 	out[warren.ReplaysKey] = strconv.Itoa(n + 1)
 	keepUserID(out, d)
 	expiration := d.Expiration
 	if kept := warren.DecodePoisonTable(h).Expiration; expiration == "" && kept != "" {
-		if warren.ValidExpiration(kept) {
+		if contract.ValidExpiration(kept) {
 			expiration = kept
 		} else {
 			out[warren.MetadataExpiration] = kept

@@ -11,8 +11,8 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -269,8 +269,8 @@ func routeOf(m Message, d amqp.Delivery, to string) (route, string) {
 		return route{}, "headers unreadable: it cannot be replayed as it was"
 	case to != "":
 		return route{key: to}, ""
-	case d.Headers[warren.DestExchangeHeader] != nil && m.Destination != "":
-		return route{exchange: warren.HeaderString(d.Headers[warren.DestExchangeHeader]), key: d.RoutingKey}, ""
+	case d.Headers[contract.DestExchangeHeader] != nil && m.Destination != "":
+		return route{exchange: contract.HeaderString(d.Headers[contract.DestExchangeHeader]), key: d.RoutingKey}, ""
 	case m.Destination != "":
 		if why := notDestination(m.Destination); why != "" {
 			return route{}, "queue " + m.Destination + " " + why

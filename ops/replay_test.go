@@ -19,6 +19,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
@@ -83,10 +84,10 @@ func TestReplayGroup(t *testing.T) {
 			assert.NotContains(t, k, "warren_poison_", "a poison header is left")
 		}
 		for k := range d.Headers { // a fresh round of attempts (the delivery's own: its publish id, its count in q)
-			own := k == warren.PublishIDHeader || k == "x-delivery-count"
+			own := k == contract.PublishIDHeader || k == "x-delivery-count"
 			assert.False(t, warren.IsBookkeeping(k) && !own, "bookkeeping %s left", k)
 		}
-		assert.NotEmpty(t, d.Headers[warren.PublishIDHeader], "a new publish id")
+		assert.NotEmpty(t, d.Headers[contract.PublishIDHeader], "a new publish id")
 	}
 	left := drain(t, env, topology.PoisonQueue(q))
 	require.Len(t, left, 20)
@@ -275,7 +276,7 @@ func TestReplayRefusesPoisonAndParkingQueues(t *testing.T) {
 	_, err := ch.QueueDeclare(delay.ParkingQueue(), true, false, false, false, nil)
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(ctx, "", delay.ParkingQueue(), true, false, amqp.Publishing{
-		MessageId: "to-poison", Headers: amqp.Table{warren.DestQueueHeader: topology.PoisonQueue(q)}}))
+		MessageId: "to-poison", Headers: amqp.Table{contract.DestQueueHeader: topology.PoisonQueue(q)}}))
 	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	res, err := o.ReplayParked(ctx, ops.ReplayOptions{})
 	require.NoError(t, err)

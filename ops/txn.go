@@ -15,6 +15,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/telemetry"
 )
 
@@ -37,7 +38,7 @@ type txn struct {
 // identity tells one message of a poison or parking queue from every other: its publish id
 // (warren's DLX publisher gives every publish its own), else its id, body and headers.
 func identity(d amqp.Delivery) string {
-	if id := warren.HeaderString(d.Headers[warren.PublishIDHeader]); id != "" {
+	if id := contract.HeaderString(d.Headers[contract.PublishIDHeader]); id != "" {
 		return "p:" + id
 	}
 	h := sha256.New()
@@ -45,7 +46,7 @@ func identity(d amqp.Delivery) string {
 	keys := slices.Sorted(maps.Keys(d.Headers))
 	for _, k := range keys {
 		if k != warren.XDeliveryCountHeader {
-			fmt.Fprintf(h, "%q=%q\x00", k, warren.HeaderString(d.Headers[k]))
+			fmt.Fprintf(h, "%q=%q\x00", k, contract.HeaderString(d.Headers[k]))
 		}
 	}
 	return "h:" + hex.EncodeToString(h.Sum(nil))
@@ -102,7 +103,7 @@ func (t *txn) exist(ctx context.Context, r route) (bool, error) {
 func (t *txn) send(ctx context.Context, r route, d amqp.Delivery) error {
 	id := strconv.FormatUint(rand.Uint64(), 16)
 	h, expiration := replayHeaders(d)
-	h[warren.PublishIDHeader] = id
+	h[contract.PublishIDHeader] = id
 	err := t.ch.PublishWithContext(ctx, r.exchange, r.key, true, false, amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent,
 		Priority: d.Priority, CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Expiration: expiration,
@@ -174,7 +175,7 @@ func (t *txn) commit(call callCtx, res *ReplayResult, progress func(ReplayResult
 // putBack publishes the original of a copy that the broker returned (its destination was
 // deleted between the check and the commit) to the tail of the queue it came from.
 func (t *txn) putBack(ctx context.Context, ret amqp.Return, res *ReplayResult) error {
-	d, ok := t.sent[warren.HeaderString(ret.Headers[warren.PublishIDHeader])]
+	d, ok := t.sent[contract.HeaderString(ret.Headers[contract.PublishIDHeader])]
 	if !ok {
 		return nil
 	}
@@ -187,7 +188,7 @@ func (t *txn) putBack(ctx context.Context, ret amqp.Return, res *ReplayResult) e
 		err = amqpx.Do(ctx, t.ch, t.ch.TxCommit)
 	}
 	if err != nil {
-		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", warren.DeliveryID(d), ret.ReplyText, err)
+		return fmt.Errorf("put back message %s, returned by the broker (%s): %w", contract.DeliveryID(d), ret.ReplyText, err)
 	}
 	res.Replayed--
 	t.used[route{exchange: ret.Exchange, key: ret.RoutingKey}]--

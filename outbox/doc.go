@@ -21,7 +21,7 @@
 //
 // What is guaranteed: a committed message is published at least once, and every copy (a
 // relay killed between the broker's confirm and its delete sends the rows again) carries
-// the same publish id (warren.PublishIDHeader), which warren's subscriber recognises; a
+// the same publish id (contract.PublishIDHeader), which warren's subscriber recognises; a
 // rolled-back one never is. A row the broker will never take is set aside with the reason
 // and holds up nothing behind it.
 //

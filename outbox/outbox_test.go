@@ -26,6 +26,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/outbox"
@@ -219,7 +220,7 @@ func TestCommittedArriveInOrderRolledBackNever(t *testing.T) {
 		assert.Equal(t, "payload "+want[i]+odd, string(a.msg.Payload))
 		assert.Equal(t, "acme"+odd, a.msg.Metadata.Get("tenant"))
 		assert.Equal(t, "text/plain", a.d.ContentType)
-		assert.NotEmpty(t, a.d.Headers[warren.PublishIDHeader])
+		assert.NotEmpty(t, a.d.Headers[contract.PublishIDHeader])
 	}
 	require.Eventually(t, func() bool { w, a := s.rows(t); return w == 0 && a == 0 },
 		testenv.Patience(), 50*time.Millisecond, "the relay deletes the rows it published")
@@ -281,9 +282,9 @@ func TestWhatTheBrokerNeverTakesIsSetAside(t *testing.T) {
 			order = append(order, a.msg.UUID)
 		}
 		if prev, ok := ids[a.msg.UUID]; ok {
-			assert.Equal(t, prev, a.d.Headers[warren.PublishIDHeader], "a copy has its message's publish id")
+			assert.Equal(t, prev, a.d.Headers[contract.PublishIDHeader], "a copy has its message's publish id")
 		}
-		ids[a.msg.UUID] = a.d.Headers[warren.PublishIDHeader]
+		ids[a.msg.UUID] = a.d.Headers[contract.PublishIDHeader]
 	}
 	assert.Equal(t, []string{"first", "second", "third"}, order)
 
@@ -331,9 +332,9 @@ func TestACopyHasItsMessagesPublishID(t *testing.T) {
 	got := consume(t, s.env, q, 4, time.Second)
 	require.Len(t, got, 4)
 	assert.Equal(t, []string{"one", "two", "one", "two"}, uuids(got))
-	assert.Equal(t, got[0].d.Headers[warren.PublishIDHeader], got[2].d.Headers[warren.PublishIDHeader])
-	assert.Equal(t, got[1].d.Headers[warren.PublishIDHeader], got[3].d.Headers[warren.PublishIDHeader])
-	assert.NotEqual(t, got[0].d.Headers[warren.PublishIDHeader], got[1].d.Headers[warren.PublishIDHeader])
+	assert.Equal(t, got[0].d.Headers[contract.PublishIDHeader], got[2].d.Headers[contract.PublishIDHeader])
+	assert.Equal(t, got[1].d.Headers[contract.PublishIDHeader], got[3].d.Headers[contract.PublishIDHeader])
+	assert.NotEqual(t, got[0].d.Headers[contract.PublishIDHeader], got[1].d.Headers[contract.PublishIDHeader])
 }
 
 // counting counts the messages a relay published.

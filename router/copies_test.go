@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/middleware/redisstore"
@@ -51,7 +51,7 @@ func TestCopyStoreRecognisesACopyHandledByAnotherProcess(t *testing.T) {
 	first := newRouter(t, env, func(c *router.Config) { c.CopyStore = stores[0] })
 	require.NoError(t, first.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	start(t, first)
-	copyOf := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p1"}}
+	copyOf := amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "p1"}}
 	publishRaw(t, env, "", queue, copyOf)
 	require.Eventually(t, func() bool { return n.get("m") == 1 }, testenv.Patience(), 10*time.Millisecond)
 	require.NoError(t, first.Close())
@@ -60,7 +60,7 @@ func TestCopyStoreRecognisesACopyHandledByAnotherProcess(t *testing.T) {
 	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: queue}, handler))
 	start(t, second)
 	publishRaw(t, env, "", queue, copyOf)
-	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "later", Headers: amqp.Table{warren.PublishIDHeader: "p2"}})
+	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "later", Headers: amqp.Table{contract.PublishIDHeader: "p2"}})
 	require.Eventually(t, func() bool { return n.get("later") == 1 }, testenv.Patience(), 10*time.Millisecond)
 	assert.Equal(t, 1, n.get("m"), "the copy is acked, not handled")
 	assert.Zero(t, env.Messages(queue))
@@ -88,7 +88,7 @@ func TestCopyStoreMakesOneChainAcrossProcesses(t *testing.T) {
 		}))
 		start(t, r)
 	}
-	twin := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "f1"}}
+	twin := amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "f1"}}
 	publishRaw(t, env, "", queue, twin)
 	publishRaw(t, env, "", queue, twin)
 	d := poisoned(t, env, queue, testenv.Patience())
@@ -137,8 +137,8 @@ func TestMessageIDGuardInHandlerMiddlewareLetsARetryThrough(t *testing.T) {
 		}))
 		start(t, r)
 	}
-	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p1"}})
-	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p2"}})
+	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "p1"}})
+	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "p2"}})
 	// Three deliveries: the failed first attempt, the other copy and the retry.
 	require.Eventually(t, func() bool {
 		mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
@@ -216,7 +217,7 @@ func TestReplyCarriesNoBookkeeping(t *testing.T) {
 func bookkeeping(h amqp.Table) []string {
 	var out []string
 	for k, v := range h {
-		if warren.IsBookkeeping(k) && k != warren.PublishIDHeader && k != "x-delivery-count" {
+		if warren.IsBookkeeping(k) && k != contract.PublishIDHeader && k != "x-delivery-count" {
 			out = append(out, fmt.Sprintf("%s=%v", k, v))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
@@ -429,7 +430,7 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 		warren.OriginalExchangeKey:   "forged-exchange",
 		warren.FirstFailureKey:       "1999-01-01T00:00:00Z",
 		warren.PoisonStackKey:        "forged stack",
-		warren.DestExchangeHeader:    "forged-dest",
+		contract.DestExchangeHeader:  "forged-dest",
 		warren.OriginalRoutingKeyKey: "forged-key",
 	}
 	publishRaw(t, env, events, "order.created", amqp.Publishing{MessageId: "via-exchange", Headers: forged})
@@ -455,7 +456,7 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 	assert.Equal(t, events, d.Headers[warren.PoisonExchangeKey])
 	assert.Equal(t, "order.created", d.Headers[warren.PoisonRoutingKeyKey])
 	for k := range d.Headers { // (its own publish id is warren's)
-		assert.False(t, warren.IsTransportHeader(k) && k != warren.PublishIDHeader, "transport header %s copied", k)
+		assert.False(t, contract.IsTransportHeader(k) && k != contract.PublishIDHeader, "transport header %s copied", k)
 	}
 }
 
@@ -538,11 +539,11 @@ func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
 		return nil
 	}))
 	start(t, r)
-	copyOf := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p1"}}
+	copyOf := amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "p1"}}
 	publishRaw(t, env, "", queue, copyOf)
 	require.Eventually(t, func() bool { return n.get("m") == 1 }, testenv.Patience(), 10*time.Millisecond)
-	publishRaw(t, env, "", queue, copyOf)                                                                             // a copy
-	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "p2"}}) // a new publish
+	publishRaw(t, env, "", queue, copyOf)                                                                               // a copy
+	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "p2"}}) // a new publish
 	pub := newPublisherFor(t, env)
 	require.NoError(t, pub.Publish(queue, message.NewMessage("fails-once", nil)))
 	require.Eventually(t, func() bool { return n.get("m") == 2 && n.get("fails-once") == 2 }, testenv.Patience(), 10*time.Millisecond)
@@ -570,7 +571,7 @@ func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
 		return errors.New("always fails")
 	}))
 	start(t, r)
-	twin := amqp.Publishing{MessageId: "m", Headers: amqp.Table{warren.PublishIDHeader: "f1"}}
+	twin := amqp.Publishing{MessageId: "m", Headers: amqp.Table{contract.PublishIDHeader: "f1"}}
 	publishRaw(t, env, "", queue, twin)
 	publishRaw(t, env, "", queue, twin)
 	d := poisoned(t, env, queue, testenv.Patience())

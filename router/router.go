@@ -158,7 +158,11 @@ func fresh(m *message.Message) *message.Message {
 		if warren.IsBookkeeping(k) {
 			c := m.Copy()
 			c.SetContext(m.Context())
-			warren.StripBookkeeping(c.Metadata)
+			for k := range c.Metadata {
+				if warren.IsBookkeeping(k) {
+					delete(c.Metadata, k)
+				}
+			}
 			return c
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Builder declares topologies: the delay levels, exchanges, work queues with their poison
@@ -222,13 +223,13 @@ func (b *Builder) delayObjects() []object {
 			args: amqp.Table{"alternate-exchange": d.ParkingExchange()}})
 	}
 	for p := 0; p < d.Levels; p++ {
-		zero := Binding{Exchange: d.LevelExchange(p), ToExchange: d.next(p), Headers: map[string]string{warren.DigitHeader(p): "0"}}
+		zero := Binding{Exchange: d.LevelExchange(p), ToExchange: d.next(p), Headers: map[string]string{contract.DigitHeader(p): "0"}}
 		objs = append(objs, object{what: "binding", name: zero.String(), binding: zero})
 		for digit := 1; digit < d.Radix; digit++ {
 			q := d.LevelQueue(p, digit)
 			objs = append(objs, object{what: "queue", name: q, args: d.levelArgs(d.TTL(p, digit).Milliseconds(), d.next(p)),
 				role: levelQueue, typ: d.QueueType})
-			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{warren.DigitHeader(p): fmt.Sprint(digit)}}
+			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{contract.DigitHeader(p): fmt.Sprint(digit)}}
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 		}
 	}
@@ -261,7 +262,7 @@ func (b *Builder) exchangeObjects(e Exchange) []object {
 	}
 	objs := []object{{what: "exchange", name: e.Name, kind: kind, internal: e.Internal, args: args}}
 	if !b.cfg.Delay.Disabled {
-		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), ToExchange: e.Name, Headers: map[string]string{warren.DestExchangeHeader: e.Name}}
+		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), ToExchange: e.Name, Headers: map[string]string{contract.DestExchangeHeader: e.Name}}
 		objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 	}
 	return objs
@@ -339,7 +340,7 @@ func (b *Builder) queueObjects(q Queue) []object {
 		{what: "exchange", name: KillExchange(q.Name), kind: Fanout},
 	}
 	if !b.cfg.Delay.Disabled {
-		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: q.Name, Headers: map[string]string{warren.DestQueueHeader: q.Name}}
+		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: q.Name, Headers: map[string]string{contract.DestQueueHeader: q.Name}}
 		objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 	}
 	return objs

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -52,7 +53,7 @@ func crashWhileDelayed(t *testing.T, cfg topology.Config, n int, at time.Duratio
 	for i := range n {
 		plan, err := b.Delay().Plan(time.Second + rand.N(7*time.Second))
 		require.NoError(t, err)
-		plan.Headers[warren.DestQueueHeader] = q
+		plan.Headers[contract.DestQueueHeader] = q
 		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), plan.Exchange, q, false, false, amqp.Publishing{
 			Headers: plan.Headers, Body: []byte(strconv.Itoa(i)), DeliveryMode: amqp.Persistent,
 		})

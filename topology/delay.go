@@ -10,8 +10,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // maxTTL is the largest x-message-ttl RabbitMQ accepts, in milliseconds.
@@ -398,7 +397,7 @@ func (d Delay) Plan(delay time.Duration) (Plan, error) {
 	for p := 0; units > 0 || p <= top; p++ {
 		digit := int(units % int64(d.Radix))
 		units /= int64(d.Radix)
-		plan.Headers[warren.DigitHeader(p)] = strconv.Itoa(digit)
+		plan.Headers[contract.DigitHeader(p)] = strconv.Itoa(digit)
 		if digit != 0 {
 			plan.Hops++
 		}

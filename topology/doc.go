@@ -52,7 +52,7 @@
 //     browsed, never consumed to completion: a limit would drop a message browsed that often);
 //   - Q.kill, a fanout exchange for the kill switch;
 //   - a binding from the delivery exchange of the delay levels to Q, by the header
-//     warren.DestQueueHeader, so that delayed messages can reach Q.
+//     contract.DestQueueHeader, so that delayed messages can reach Q.
 //
 // # Delay levels
 //

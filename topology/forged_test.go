@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -49,7 +50,7 @@ func TestForgedXDeathInALevel(t *testing.T) {
 	require.NoError(t, ch.Confirm(false))
 	plan, err := d.Plan(300 * time.Millisecond)
 	require.NoError(t, err)
-	plan.Headers[warren.DestQueueHeader] = dest
+	plan.Headers[contract.DestQueueHeader] = dest
 	dc, err := ch.PublishWithDeferredConfirmWithContext(t.Context(), plan.Exchange, dest, true, false, amqp.Publishing{
 		Headers: plan.Headers, Body: []byte("delayed"), DeliveryMode: amqp.Persistent,
 	})

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -187,7 +187,7 @@ func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
 	_, err = ch.QueueDeclare(old+".p0.d3", true, false, false, false, amqp.Table{
 		"x-queue-type": "classic", "x-queue-version": int32(2), "x-message-ttl": int64(300), "x-dead-letter-exchange": old + ".deliver"})
 	require.NoError(t, err)
-	require.NoError(t, ch.QueueBind(old+".p0.d3", "", old+".p0", false, amqp.Table{"x-match": "all", warren.DigitHeader(0): "3"}))
+	require.NoError(t, ch.QueueBind(old+".p0.d3", "", old+".p0", false, amqp.Table{"x-match": "all", contract.DigitHeader(0): "3"}))
 
 	// The new default (quorum) levels with the same prefix, unit and radix.
 	b, err := topology.NewBuilder(topology.Config{Delay: d}, env.Logger())
@@ -197,11 +197,11 @@ func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
 
 	// An old process had bound q to the old delivery exchange; a message waiting in the old
 	// level arrives, and so does one through the new levels.
-	require.NoError(t, ch.QueueBind(q, "", old+".deliver", false, amqp.Table{"x-match": "all", warren.DestQueueHeader: q}))
-	publish(t, ch, old+".p0", q, amqp.Table{warren.DigitHeader(0): "3", warren.DestQueueHeader: q}, "old")
+	require.NoError(t, ch.QueueBind(q, "", old+".deliver", false, amqp.Table{"x-match": "all", contract.DestQueueHeader: q}))
+	publish(t, ch, old+".p0", q, amqp.Table{contract.DigitHeader(0): "3", contract.DestQueueHeader: q}, "old")
 	plan, err := b.Delay().Plan(300 * time.Millisecond)
 	require.NoError(t, err)
-	plan.Headers[warren.DestQueueHeader] = q
+	plan.Headers[contract.DestQueueHeader] = q
 	publish(t, ch, plan.Exchange, q, plan.Headers, "new")
 	var got []string
 	require.Eventually(t, func() bool {
@@ -225,13 +225,13 @@ func TestLevelExchangesParkWhatTheyCannotRoute(t *testing.T) {
 	ch := env.Channel()
 	require.NoError(t, b.Declare(context.Background(), ch, topology.Topology{Queues: []topology.Queue{{Name: q}}}))
 	d := b.Delay()
-	p0, p1 := warren.DigitHeader(0), warren.DigitHeader(1)
+	p0, p1 := contract.DigitHeader(0), contract.DigitHeader(1)
 	sent := map[string]amqp.Table{
-		"bad digit":         {p1: "x", p0: "1", warren.DestQueueHeader: q},
-		"missing digit":     {p0: "1", warren.DestQueueHeader: q},
-		"bad digit below":   {p1: "0", p0: "x", warren.DestQueueHeader: q},
-		"missing below":     {p1: "0", warren.DestQueueHeader: q},
-		"digit out of base": {p1: "16", warren.DestQueueHeader: q},
+		"bad digit":         {p1: "x", p0: "1", contract.DestQueueHeader: q},
+		"missing digit":     {p0: "1", contract.DestQueueHeader: q},
+		"bad digit below":   {p1: "0", p0: "x", contract.DestQueueHeader: q},
+		"missing below":     {p1: "0", contract.DestQueueHeader: q},
+		"digit out of base": {p1: "16", contract.DestQueueHeader: q},
 		"foreign":           {"kind": "refund"},
 	}
 	for body, h := range sent {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -28,7 +29,7 @@ func TestPlanRoundsUpAndWritesDigits(t *testing.T) {
 	assert.Equal(t, 0x1204*time.Millisecond, plan.Delay)
 	assert.Equal(t, d.LevelExchange(3), plan.Exchange)
 	assert.Equal(t, amqp.Table{
-		warren.DigitHeader(0): "4", warren.DigitHeader(1): "0", warren.DigitHeader(2): "2", warren.DigitHeader(3): "1",
+		contract.DigitHeader(0): "4", contract.DigitHeader(1): "0", contract.DigitHeader(2): "2", contract.DigitHeader(3): "1",
 	}, plan.Headers)
 	assert.Equal(t, 3, plan.Hops)
 
@@ -65,7 +66,7 @@ func TestPlanThroughTheChain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 160*time.Millisecond, plan.Delay)
 	assert.Equal(t, d.ChainExchange(1), plan.Exchange)
-	assert.Equal(t, amqp.Table{warren.DigitHeader(0): "1", warren.DigitHeader(1): "0"}, plan.Headers, "the top digit, 0, too")
+	assert.Equal(t, amqp.Table{contract.DigitHeader(0): "1", contract.DigitHeader(1): "0"}, plan.Headers, "the top digit, 0, too")
 	assert.Equal(t, 2, plan.Hops)
 
 	plan, err = d.Plan(150 * time.Millisecond) // the levels' maximum: no chain
@@ -75,7 +76,7 @@ func TestPlanThroughTheChain(t *testing.T) {
 	plan, err = d.Plan(d.Max())
 	require.NoError(t, err)
 	assert.Equal(t, d.ChainExchange(13), plan.Exchange)
-	assert.Equal(t, amqp.Table{warren.DigitHeader(0): "3", warren.DigitHeader(1): "3"}, plan.Headers)
+	assert.Equal(t, amqp.Table{contract.DigitHeader(0): "3", contract.DigitHeader(1): "3"}, plan.Headers)
 	_, err = d.Plan(d.Max() + time.Nanosecond)
 	assert.ErrorIs(t, err, topology.ErrDelayTooLong)
 }
@@ -101,7 +102,7 @@ func TestPlanArithmeticUpToTheLimit(t *testing.T) {
 		var total time.Duration
 		hops := 0
 		for p := range d.Levels {
-			s, ok := plan.Headers[warren.DigitHeader(p)].(string)
+			s, ok := plan.Headers[contract.DigitHeader(p)].(string)
 			if !ok {
 				continue
 			}
@@ -384,7 +385,7 @@ func TestDelayLevelsDeliver(t *testing.T) {
 			plan, err := b.Delay().Plan(333 * time.Millisecond) // 333 = 11031 in base 4: four hops
 			require.NoError(t, err)
 			require.Equal(t, 4, plan.Hops)
-			plan.Headers[warren.DestQueueHeader] = q
+			plan.Headers[contract.DestQueueHeader] = q
 			start := time.Now()
 			publish(t, ch, plan.Exchange, q, plan.Headers, "late")
 			var d amqp.Delivery

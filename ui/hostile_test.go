@@ -21,6 +21,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ledger"
@@ -134,7 +135,7 @@ func newHostileEnv(t *testing.T) *hostileEnv {
 	// parking queue).
 	for _, id := range []string{idNUL, idHostile} {
 		publish(e.delay.ParkingQueue(), amqp.Publishing{MessageId: id, Body: []byte(controls + markup),
-			Headers: amqp.Table{warren.DestQueueHeader: "gone" + controls + markup}})
+			Headers: amqp.Table{contract.DestQueueHeader: "gone" + controls + markup}})
 	}
 	return e
 }
@@ -366,6 +367,6 @@ func (e *hostileEnv) takeIDs(t *testing.T, queue string) []string {
 		if !ok {
 			return ids
 		}
-		ids = append(ids, warren.DeliveryID(d))
+		ids = append(ids, contract.DeliveryID(d))
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
@@ -592,7 +593,7 @@ func TestParkedPage(t *testing.T) {
 	for i := range 3 {
 		require.NoError(t, env.Channel().PublishWithContext(context.Background(), "", delay.ParkingQueue(), false, false,
 			amqp.Publishing{MessageId: "p" + strconv.Itoa(i), Body: []byte("due"), DeliveryMode: amqp.Persistent,
-				Headers: amqp.Table{warren.DestQueueHeader: dest}}))
+				Headers: amqp.Table{contract.DestQueueHeader: dest}}))
 	}
 	require.Eventually(t, func() bool { return depth(t, env, delay.ParkingQueue()) == 3 }, testenv.Patience(), 10*time.Millisecond)
 	o, err := ops.New(ops.Config{Connection: env.Connection(), Delay: delay}, nil)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/topology"
 )
@@ -37,7 +37,7 @@ func TestExitCodes(t *testing.T) {
 			ch := env.Channel()
 			require.NoError(t, ch.Confirm(false))
 			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", d.ParkingQueue(), true, false,
-				amqp.Publishing{MessageId: "parked-" + dest, Headers: amqp.Table{warren.DestQueueHeader: dest}})
+				amqp.Publishing{MessageId: "parked-" + dest, Headers: amqp.Table{contract.DestQueueHeader: dest}})
 			require.NoError(t, err)
 			require.True(t, dc.Wait(), "parked message nacked")
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/visible"
 	"github.com/warrenmq/warren/ops"
@@ -146,7 +147,7 @@ func TestPoisonIDsThatAreNotText(t *testing.T) {
 		d, ok, err := env.Channel().Get(q, true)
 		require.NoError(t, err)
 		require.True(t, ok)
-		ids = append(ids, warren.DeliveryID(d))
+		ids = append(ids, contract.DeliveryID(d))
 	}
 	assert.Equal(t, []string{"pay\xff", "pay\x00"}, ids)
 	var left []ops.Message

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
@@ -98,7 +99,7 @@ func hostileValuesAreShownEscaped(t *testing.T, url string) {
 	_, err := ch.QueueDeclare(delay.ParkingQueue(), true, false, false, false, nil)
 	require.NoError(t, err)
 	require.NoError(t, ch.PublishWithContext(context.Background(), "", delay.ParkingQueue(), true, false, amqp.Publishing{
-		MessageId: hostile, ContentType: hostile, Headers: amqp.Table{warren.DestQueueHeader: hostile}}))
+		MessageId: hostile, ContentType: hostile, Headers: amqp.Table{contract.DestQueueHeader: hostile}}))
 	require.Eventually(t, func() bool { return env.Messages(delay.ParkingQueue()) == 1 }, testenv.Patience(), 10*time.Millisecond)
 	out := text(append([]string{"parked", "list"}, delayFlags...)...)
 	assert.Contains(t, out, hostileShown[:36])

@@ -7,7 +7,7 @@ import (
 	"math"
 	"net"
 
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // Limits of amqp091-go's frame reader (read.go): beyond them it fails the whole connection.
@@ -27,7 +27,7 @@ const (
 // header frame larger than the negotiated frame_max minus 8 bytes (the broker accepts up to
 // frame_max). amqp091-go then closes the connection; the message is delivered again on the
 // next one, for ever on a classic queue. GuardConn reads the frames before amqp091-go does and
-// replaces such a header table with the single header warren.UnreadableHeader, so that the
+// replaces such a header table with the single header contract.UnreadableHeader, so that the
 // delivery arrives and the subscriber can poison it. Everything else passes through unchanged.
 //
 // frameMax is the frame size the client asks for (0: no limit); the broker's own, read from
@@ -158,8 +158,8 @@ func (g *guardConn) guard(frame []byte) []byte {
 		return frame // readable, or not even its class and flags are there (amqp091-go fails alike)
 	}
 	table := make([]byte, 0, 64+len(why))
-	table = append(table, 0, 0, 0, 0, byte(len(warren.UnreadableHeader)))
-	table = append(table, warren.UnreadableHeader...)
+	table = append(table, 0, 0, 0, 0, byte(len(contract.UnreadableHeader)))
+	table = append(table, contract.UnreadableHeader...)
 	table = append(table, 'S', 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(table[len(table)-4:], uint32(len(why)))
 	table = append(table, why...)

@@ -11,8 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // enc encodes AMQP field tables the way amqp091-go's writer does, for the few types the
@@ -151,7 +150,7 @@ func TestGuardConnReplacesUnreadableHeaders(t *testing.T) {
 			p := parseProperties(hf[7 : len(hf)-1])
 			require.Empty(t, p.err, "the new frame is readable")
 			assert.Less(t, len(hf), 1024, "the new header frame is small")
-			assert.True(t, bytes.Contains(hf, []byte(warren.UnreadableHeader)), "marker header")
+			assert.True(t, bytes.Contains(hf, []byte(contract.UnreadableHeader)), "marker header")
 			assert.True(t, bytes.Contains(hf, []byte(tc.why)), "reason %q", tc.why)
 			assert.True(t, bytes.Contains(hf, []byte("text/plain")), "properties before the table kept")
 			assert.True(t, bytes.HasSuffix(hf, []byte{2, 'm', '1', 0xCE}), "properties after the table kept")

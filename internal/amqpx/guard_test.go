@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -38,7 +38,7 @@ func publishRaw(t *testing.T, env *testenv.Env, queue string, headers amqp.Table
 	require.True(t, ok, "broker confirmed %s", id)
 }
 
-// Every hostile header reaches a guarded consumer as a delivery with warren.UnreadableHeader
+// Every hostile header reaches a guarded consumer as a delivery with contract.UnreadableHeader
 // and its body and message id, and the connection stays open for the messages behind it; an
 // unguarded amqp091-go connection is closed by the same message.
 func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
@@ -84,8 +84,8 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			require.True(t, ok)
 			assert.Equal(t, "hostile", d.MessageId)
 			assert.Equal(t, name, string(d.Body))
-			assert.NotEmpty(t, d.Headers[warren.UnreadableHeader])
-			t.Logf("%s: %s", name, d.Headers[warren.UnreadableHeader])
+			assert.NotEmpty(t, d.Headers[contract.UnreadableHeader])
+			t.Logf("%s: %s", name, d.Headers[contract.UnreadableHeader])
 			require.NoError(t, d.Ack(false))
 
 			d, ok, err = ch.Get(queue, false)
@@ -120,7 +120,7 @@ func TestGuardedConnectionKeepsReadableHeaders(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, strconv.Itoa(i), d.MessageId)
-		assert.NotContains(t, d.Headers, warren.UnreadableHeader)
+		assert.NotContains(t, d.Headers, contract.UnreadableHeader)
 		assert.Equal(t, len(want), len(d.Headers))
 	}
 }

@@ -18,13 +18,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warrenmq/warren/internal/contract"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/semconv/v1.40.0/messagingconv"
-
-	"github.com/warrenmq/warren"
 )
 
 // ScopeName is the instrumentation scope of every instrument warren creates.
@@ -172,7 +171,7 @@ func (i *Instruments) Published(ctx context.Context, p *Publish, start time.Time
 		i.operation.Record(ctx, elapsed, p.operation...)
 		return
 	}
-	e := semconv.ErrorTypeKey.String(warren.ErrorType(err))
+	e := semconv.ErrorTypeKey.String(contract.ErrorType(err))
 	if failed > 0 {
 		i.sent.Add(ctx, int64(failed), metric.WithAttributes(with(p.attrs, e)...))
 	}
@@ -217,7 +216,7 @@ func (i *Instruments) Processed(ctx context.Context, c *Consume, start time.Time
 		i.process.Record(ctx, elapsed, c.process...)
 		return
 	}
-	i.process.Record(ctx, elapsed, metric.WithAttributes(with(c.attrs, semconv.ErrorTypeKey.String(warren.ErrorType(err)))...))
+	i.process.Record(ctx, elapsed, metric.WithAttributes(with(c.attrs, semconv.ErrorTypeKey.String(contract.ErrorType(err)))...))
 }
 
 // Consumes caches the Consume of each (queue, exchange); safe for concurrent use.

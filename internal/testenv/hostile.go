@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // HostileHeaders returns header tables that RabbitMQ accepts from a publisher and amqp091-go
@@ -95,7 +96,7 @@ func (e *Env) InjectHostile(queue string, only ...string) []string {
 var ForgedXDeath = []any{"forged", warren.XDeathHeader}
 
 // BreakDeadLettering publishes one persistent message with ForgedXDeath into queue q of the
-// node, straight through the default exchange, confirmed, with warren.DestQueueHeader set
+// node, straight through the default exchange, confirmed, with contract.DestQueueHeader set
 // to dest; q is a delay level whose short TTL dead-letters it at once towards dest (such as
 // LevelQueue(0, 1)), and dest an empty queue. It then waits, for up to a minute, until
 // either the node refuses to declare a quorum queue that dead-letters at least once (541
@@ -119,7 +120,7 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 	}
 	dc, err := ch.PublishWithDeferredConfirm("", q, true, false, amqp.Publishing{
 		MessageId: "forged", Body: []byte("forged x-death"), DeliveryMode: amqp.Persistent,
-		Headers: amqp.Table{warren.XDeathHeader: ForgedXDeath, warren.DestQueueHeader: dest},
+		Headers: amqp.Table{warren.XDeathHeader: ForgedXDeath, contract.DestQueueHeader: dest},
 	})
 	if err != nil {
 		n.t.Fatalf("forge into %s: %v", q, err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/middleware/redisstore"
@@ -555,6 +556,6 @@ func TestAClaimOfAProcessKilledWhileProcessingEndsWithItsLease(t *testing.T) {
 // withQueue returns a copy of msg as if it was consumed from queue.
 func withQueue(msg *message.Message, queue string) *message.Message {
 	m := msg.Copy()
-	m.SetContext(warren.WithDelivery(context.Background(), warren.Delivery{Queue: queue}))
+	m.SetContext(contract.WithDelivery(context.Background(), contract.Delivery{Queue: queue}))
 	return m
 }

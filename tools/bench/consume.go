@@ -18,6 +18,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/middleware/redisstore"
@@ -134,7 +135,7 @@ func deleteKeys(rdb *redis.Client, prefix string) {
 }
 
 // fill publishes *consume messages to queue (declared by declare) with pipelined confirms,
-// each with a publish id (warren.PublishIDHeader) as warren's publisher gives it.
+// each with a publish id (contract.PublishIDHeader) as warren's publisher gives it.
 func fill(queue string, declare func(ch *amqp.Channel) error) error {
 	return fillN(queue, *consume, declare)
 }
@@ -152,7 +153,7 @@ func fillN(queue string, n int, declare func(ch *amqp.Channel) error) error {
 		id := watermill.NewUUID()
 		last, err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", queue, false, false, amqp.Publishing{
 			Body: body, DeliveryMode: amqp.Persistent, MessageId: id,
-			Headers: amqp.Table{warren.PublishIDHeader: id},
+			Headers: amqp.Table{contract.PublishIDHeader: id},
 		})
 		if err != nil {
 			return err
