@@ -344,7 +344,7 @@ func (p *Publisher) retire(conf *amqpx.Confirmer) {
 	conf.Retire()
 }
 
-var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", warren.ErrClosed))
+var errPublisherClosed = amqpx.GiveUp(fmt.Errorf("dlx: publisher is %w", warren.ErrClosed))
 
 // current returns the open confirm channel, or nil if there is none; the error is set once
 // the publisher is closed.
@@ -383,7 +383,7 @@ func (p *Publisher) withDeclareChannel(ctx context.Context, fn func(ch *amqp.Cha
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer ch.Close()
-	return amqpx.PermanentIfRefused(fn(ch))
+	return amqpx.GiveUpIfRefused(fn(ch))
 }
 
 // declare declares route's destination once per connection: nothing published before the
@@ -684,7 +684,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 		}
 		exchange, key, pub, err := p.prepare(route, o)
 		if err != nil {
-			sendErr = amqpx.Permanent(err)
+			sendErr = amqpx.GiveUp(err)
 			break
 		}
 		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
@@ -704,7 +704,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 			out[s.i].confirmed = true
 		case errors.As(err, &ret):
 			if final == nil {
-				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
+				final = amqpx.GiveUp(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
 			}
 		case errors.Is(err, ErrNacked):
 			// Published again after a backoff, until the time limit, on a fresh channel: the
@@ -791,7 +791,7 @@ func levelSafe(pub *amqp.Publishing) {
 func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) error {
 	exchange, key, pub, err := p.prepare(route, o)
 	if err != nil {
-		return amqpx.Permanent(err)
+		return amqpx.GiveUp(err)
 	}
 	return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
 		conf, err := amqpx.NewConfirmer(ch)
@@ -803,7 +803,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 			err = f.Wait(ctx)
 		}
 		if isPermanent(err) {
-			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
+			return amqpx.GiveUp(fmt.Errorf("message %s: %w", pub.MessageId, err))
 		}
 		return err
 	})

@@ -139,7 +139,7 @@ func (k *Killer) Send(ctx context.Context, queue string, action Action) (Result,
 	err := amqpx.RetryLogged(ctx, k.cfg.PublishTimeout, what, k.logger, nil, func(ctx context.Context) error {
 		var err error
 		out, err = k.deliver(ctx, queue, action, &res)
-		return amqpx.PermanentIfRefused(err)
+		return amqpx.GiveUpIfRefused(err)
 	})
 	if err != nil {
 		return res, err
@@ -206,7 +206,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 	switch {
 	case amqpx.IsNotFound(err):
 		if !k.cfg.Force {
-			return nil, amqpx.Permanent(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
+			return nil, amqpx.GiveUp(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
 		}
 	case err != nil:
 		return nil, fmt.Errorf("check %s: %w", queue, err)
@@ -280,7 +280,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 		// state's copy carries no reply address: it is never answered.
 		cmd = k.command(queue, action)
 		if body, err = json.Marshal(cmd); err != nil {
-			return nil, amqpx.Permanent(err)
+			return nil, amqpx.GiveUp(err)
 		}
 		err := publish("", state, amqp.Publishing{Body: body, Timestamp: cmd.At})
 		if err == nil {
@@ -304,7 +304,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 			cmd.SignReply(k.cfg.Secret, out.replyTo, out.correlationID)
 		}
 		if live.Body, err = json.Marshal(cmd); err != nil {
-			return nil, amqpx.Permanent(err)
+			return nil, amqpx.GiveUp(err)
 		}
 		live.ReplyTo, live.CorrelationId = out.replyTo, out.correlationID
 	}

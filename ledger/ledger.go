@@ -480,7 +480,7 @@ func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 			case <-ready:
 				return errors.New("connecting") // retried with the new connection
 			case <-l.done:
-				return amqpx.Permanent(warren.ErrClosed)
+				return amqpx.GiveUp(warren.ErrClosed)
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -325,7 +325,7 @@ func passive(ctx context.Context, ch *amqp.Channel, queue string) (amqp.Queue, e
 		return err
 	})
 	if amqpx.IsNotFound(err) {
-		return q, amqpx.Permanent(fmt.Errorf("%w: %s", ErrNoQueue, queue))
+		return q, amqpx.GiveUp(fmt.Errorf("%w: %s", ErrNoQueue, queue))
 	}
 	return q, err
 }
@@ -715,7 +715,7 @@ func (t *txn) commit(callCtx func() (context.Context, context.CancelFunc), res *
 			return err
 		}
 		if !ok {
-			return amqpx.Permanent(fmt.Errorf("%s was deleted during the replay; the %d messages of this transaction are left in %s", r, len(t.sent), t.src.queue))
+			return amqpx.GiveUp(fmt.Errorf("%s was deleted during the replay; the %d messages of this transaction are left in %s", r, len(t.sent), t.src.queue))
 		}
 	}
 	if err := amqpx.Do(ctx, t.ch, t.ch.TxCommit); err != nil {

@@ -28,15 +28,16 @@ import (
 	"github.com/warrenmq/warren/internal/amqpurl"
 )
 
-// Permanent marks err as not worth retrying: Retry returns it at once.
-func Permanent(err error) error {
+// GiveUp marks err as not worth retrying: Retry returns it at once, unwrapped. It is about one
+// broker call; warren.Permanent, about one message (its handler is not run again), is another thing.
+func GiveUp(err error) error {
 	if err == nil {
 		return nil
 	}
 	return backoff.Permanent(err)
 }
 
-// Retry runs op until it succeeds, returns a Permanent error, ctx ends or limit has elapsed,
+// Retry runs op until it succeeds, returns an error marked by GiveUp, ctx ends or limit has elapsed,
 // and keeps that limit exactly: every attempt gets a context that ends at the deadline,
 // transient failures are retried with exponential backoff (each wait clamped to the time
 // left), and Retry returns at the deadline, not before, with an error that says what was
@@ -218,7 +219,7 @@ const DialTimeout = 30 * time.Second
 // Permanent error. A handshake that the time limit cut short before the broker sent a single
 // byte ends with NoAnswerHint, the likely causes and how to check them.
 //
-// A refusal that trying again cannot change is a Permanent error too, wrapping the reason (an
+// A refusal that trying again cannot change is an error marked by GiveUp too, wrapping the reason (an
 // *amqp.Error, amqp.ErrCredentials, a *tls.CertificateVerificationError, ...): the broker
 // refuses the user or password (403; RabbitMQ closes the connection without a word after the
 // login, which amqp091-go reports as amqp.ErrCredentials), the vhost (530 NOT_ALLOWED: not
@@ -241,7 +242,7 @@ func Dial(ctx context.Context, c warren.Connection, name string) (conn *amqp.Con
 // the same way, and a Dialer that has connected before retries it (see Dialer.Dial).
 func dial(ctx context.Context, c warren.Connection, name string, silentCloseRefuses bool) (conn *amqp.Connection, node string, err error) {
 	if err := amqpurl.Check(c.URL); err != nil {
-		return nil, "", Permanent(err)
+		return nil, "", GiveUp(err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
@@ -250,7 +251,7 @@ func dial(ctx context.Context, c warren.Connection, name string, silentCloseRefu
 		conn, node, err := dialOne(ctx, c, urls[0], name)
 		if err != nil {
 			r := refusalOf(err, silentCloseRefuses)
-			return nil, "", permanentIf(r, named(urls[0], err, r))
+			return nil, "", giveUpIf(r, named(urls[0], err, r))
 		}
 		return conn, node, nil
 	}
@@ -267,7 +268,7 @@ func dial(ctx context.Context, c warren.Connection, name string, silentCloseRefu
 		}
 		r := refusalOf(err, silentCloseRefuses)
 		if r == brokerRefused {
-			return nil, "", Permanent(named(urls[n], err, r))
+			return nil, "", GiveUp(named(urls[n], err, r))
 		}
 		errs = append(errs, named(urls[n], err, r))
 		everyNodeRefused = everyNodeRefused && r == nodeRefused
@@ -277,7 +278,7 @@ func dial(ctx context.Context, c warren.Connection, name string, silentCloseRefu
 	}
 	err = fmt.Errorf("no node of %d answered: %w", len(urls), errors.Join(errs...))
 	if everyNodeRefused && len(errs) == len(urls) {
-		return nil, "", Permanent(err)
+		return nil, "", GiveUp(err)
 	}
 	return nil, "", err
 }
@@ -340,12 +341,12 @@ func named(url string, err error, r refusal) error {
 	return fmt.Errorf("%s: %w", amqpurl.Redact(url), err)
 }
 
-// permanentIf returns err, Permanent when r is a refusal.
-func permanentIf(r refusal, err error) error {
+// giveUpIf returns err, marked by GiveUp when r is a refusal.
+func giveUpIf(r refusal, err error) error {
 	if r == transient {
 		return err
 	}
-	return Permanent(err)
+	return GiveUp(err)
 }
 
 // dialOne is Dial for one URL; ctx has a deadline.
@@ -353,7 +354,7 @@ func dialOne(ctx context.Context, c warren.Connection, url, name string) (*amqp.
 	deadline, _ := ctx.Deadline()
 	uri, err := amqp.ParseURI(url)
 	if err != nil {
-		return nil, "", Permanent(amqpurl.RedactError(url, err))
+		return nil, "", GiveUp(amqpurl.RedactError(url, err))
 	}
 	cfg := c.AMQP
 	cfg.Properties = amqp.Table{}
@@ -380,7 +381,7 @@ func dialOne(ctx context.Context, c warren.Connection, url, name string) (*amqp.
 		}
 		u, err := neturl.Parse(url) // checked: it parses
 		if err != nil {
-			return nil, "", Permanent(amqpurl.RedactError(url, err))
+			return nil, "", GiveUp(amqpurl.RedactError(url, err))
 		}
 		u.Scheme, u.Host = "amqp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
 		url = u.String()
@@ -512,11 +513,11 @@ func Do(ctx context.Context, ch *amqp.Channel, op func() error) error {
 	}
 }
 
-// PermanentIfRefused marks err Permanent when it is a broker refusal that retrying cannot
+// GiveUpIfRefused marks err by GiveUp when it is a broker refusal that retrying cannot
 // change (see IsPermanentBrokerError), and returns it unchanged otherwise.
-func PermanentIfRefused(err error) error {
+func GiveUpIfRefused(err error) error {
 	if IsPermanentBrokerError(err) {
-		return Permanent(err)
+		return GiveUp(err)
 	}
 	return err
 }
