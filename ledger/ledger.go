@@ -250,6 +250,7 @@ type Ledger struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
 	queue  string
+	dialer *amqpx.Dialer
 
 	mu      sync.Mutex
 	ids     map[string]*idState
@@ -276,7 +277,9 @@ func New(config Config, logger watermill.LoggerAdapter) (*Ledger, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Ledger{cfg: config, logger: logger, queue: config.Delay.LedgerQueue(), waiters: map[string]chan outcome{},
-		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+		ready: make(chan struct{}), cancel: cancel, done: make(chan struct{}),
+		// The reader logs each lost connection itself (run), and OnEvent is told of it.
+		dialer: amqpx.NewDialer(config.Connection, "warren ledger", logger).OwnerReportsLoss()}
 	go l.run(ctx)
 	return l, nil
 }
@@ -292,13 +295,14 @@ func (l *Ledger) Close() error {
 // connection is lost.
 func (l *Ledger) run(ctx context.Context) {
 	defer close(l.done)
-	amqpx.Reconnect(ctx, l.logger, "Ledger lost its connection; connecting again", watermill.LogFields{"ledger": l.queue}, l.follow)
+	_ = amqpx.Reconnect(ctx, amqpx.HeldConnection, func(ctx context.Context, _ func()) error { return l.follow(ctx) },
+		amqpx.LogEach(l.logger, "Ledger lost its connection; connecting again", watermill.LogFields{"ledger": l.queue}))
 }
 
 // follow connects, declares the stream and reads it from the start until the connection
 // ends or ctx does.
 func (l *Ledger) follow(ctx context.Context) error {
-	conn, _, err := amqpx.Dial(ctx, l.cfg.Connection, "warren ledger")
+	conn, err := l.dialer.Dial(ctx)
 	if err != nil {
 		return err
 	}
