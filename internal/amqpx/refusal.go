@@ -92,8 +92,7 @@ func GiveUpIfRefused(err error) error {
 // A durable queue reported absent ("home node ... is down or inaccessible") is not
 // permanent: in a cluster its node may come back, and on a single node RabbitMQ (3.x)
 // gives that reply for a moment while another connection declares or deletes the same
-// queue (it reads its two queue tables outside a transaction). Seen in CI when parallel
-// publishers declared the same delay levels at once.
+// queue (it reads its two queue tables outside a transaction; docs/decisions.md).
 func IsPermanentBrokerError(err error) bool {
 	var ae *amqp.Error
 	if !errors.As(err, &ae) {
