@@ -10,7 +10,8 @@ import (
 )
 
 // Backoff says how long Reconnect waits between two sessions: Initial after the first
-// failure, then twice as long each time (±50% jitter) up to Max. The waits start over after
+// failure, then half as long again each time (backoff's default multiplier, 1.5; each wait
+// ±50% at random) up to Max. The waits start over after
 // a session that called its steady function, or that lasted ResetAfter (0: never by time).
 type Backoff struct {
 	Initial, Max time.Duration
@@ -59,7 +60,7 @@ func Reconnect(ctx context.Context, b Backoff, session func(ctx context.Context,
 }
 
 // HeldConnection is the Backoff of a component that holds a broker connection for as long as
-// it runs (a scheduler, a ledger reader): 100 ms, doubling up to 5 s, back to 100 ms after a
+// it runs (a scheduler, a ledger reader): from 100 ms up to 5 s, back to 100 ms after a
 // session that lasted a minute.
 var HeldConnection = Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, ResetAfter: time.Minute}
 
