@@ -65,10 +65,10 @@ type Connection struct {
 	// refuses a login, or a wrong password is cut short and retried as a node that does not
 	// answer.
 	ConnectTimeout time.Duration
-	// OnEvent, when set, is told when a connection is made, lost, or made again to another
-	// node (see ConnectionEvent), so that an application can alert; not of the connections
-	// of a ledger.Ledger and of a scheduler.Scheduler's leading, which only log a loss. It
-	// is called from warren's goroutines and must not block. The same events are logged.
+	// OnEvent, when set, is told when a connection of any warren component is made, lost,
+	// or made again to another node (see ConnectionEvent), so that an application can
+	// alert. It is called from warren's goroutines and must not block. The same events are
+	// logged.
 	OnEvent func(ConnectionEvent)
 }
 
@@ -114,7 +114,8 @@ const (
 	// Connected: a connection was opened, the first of its kind or again to the same node.
 	Connected ConnectionState = "connected"
 	// Reconnecting: a connection was lost (Err says why); warren opens it again, on any
-	// node, when it is next needed: a subscriber at once, a publisher at its next publish.
+	// node, when it is next needed: a subscriber, a ledger.Ledger and a scheduler.Scheduler
+	// at once (after a backoff), a publisher at its next publish.
 	Reconnecting ConnectionState = "reconnecting"
 	// FailedOver: a connection was opened again, to another node than the last one.
 	FailedOver ConnectionState = "failed over"
@@ -126,7 +127,8 @@ type ConnectionEvent struct {
 	// Name of the connection, as the broker's connection list shows it: a Router's "warren
 	// subscriber", "warren publisher" and "warren subscriber (isolated)", "warren dlx
 	// publisher", "warren subscriber <handler>" (a Subscriber of its own), "warren killer",
-	// "warren rpc client", "warren ops", "warren topology".
+	// "warren rpc client", "warren ops", "warren topology", "warren ledger", "warren
+	// scheduler <name>" (the group's lock).
 	Name string
 	// Node is the address (host:port) connected to, or the one lost.
 	Node string

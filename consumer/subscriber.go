@@ -102,7 +102,7 @@ type Subscriber struct {
 
 // errSubscriberClosed is the error of a call on a closed Subscriber: permanent, so that no
 // retry waits for the time limit.
-var errSubscriberClosed = amqpx.Permanent(fmt.Errorf("consumer: subscriber is %w", warren.ErrClosed))
+var errSubscriberClosed = amqpx.GiveUp(fmt.Errorf("consumer: subscriber is %w", warren.ErrClosed))
 
 // errShutdownTimeout ends the context of the messages still in flight when ShutdownTimeout
 // has passed.
@@ -221,7 +221,7 @@ func (s *Subscriber) SubscribeInitialize(queue string) error {
 		// What the queue's arguments may be depends on the broker's version (see
 		// topology.Topology.ValidateFor).
 		b := s.builder.ForServer(amqpx.ServerVersion(conn))
-		return amqpx.PermanentIfRefused(b.DeclareQueue(ctx, ch, s.queue(queue)))
+		return amqpx.GiveUpIfRefused(b.DeclareQueue(ctx, ch, s.queue(queue)))
 	})
 }
 

@@ -46,7 +46,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 		}
 		exchange, key, pub, err := p.prepare(route, o)
 		if err != nil {
-			sendErr = amqpx.Permanent(err)
+			sendErr = amqpx.GiveUp(err)
 			break
 		}
 		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
@@ -66,7 +66,7 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 			out[s.i].confirmed = true
 		case errors.As(err, &ret):
 			if final == nil {
-				final = amqpx.Permanent(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
+				final = amqpx.GiveUp(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
 			}
 		case errors.Is(err, ErrNacked):
 			// Published again after a backoff, until the time limit, on a fresh channel: the
@@ -105,7 +105,7 @@ func nackHint(route Route) string {
 func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) error {
 	exchange, key, pub, err := p.prepare(route, o)
 	if err != nil {
-		return amqpx.Permanent(err)
+		return amqpx.GiveUp(err)
 	}
 	return p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
 		conf, err := amqpx.NewConfirmer(ch)
@@ -117,7 +117,7 @@ func (p *Publisher) publishAlone(ctx context.Context, route Route, o outgoing) e
 			err = f.Wait(ctx)
 		}
 		if isPermanent(err) {
-			return amqpx.Permanent(fmt.Errorf("message %s: %w", pub.MessageId, err))
+			return amqpx.GiveUp(fmt.Errorf("message %s: %w", pub.MessageId, err))
 		}
 		return err
 	})

@@ -63,7 +63,7 @@ func (p *Publisher) withDeclareChannel(ctx context.Context, fn func(ch *amqp.Cha
 		return fmt.Errorf("open channel: %w", err)
 	}
 	defer ch.Close()
-	return amqpx.PermanentIfRefused(fn(ch))
+	return amqpx.GiveUpIfRefused(fn(ch))
 }
 
 // declare declares route's destination once per connection: nothing published before the

@@ -202,7 +202,7 @@ func (p *Publisher) retire(conf *amqpx.Confirmer) {
 	conf.Retire()
 }
 
-var errPublisherClosed = amqpx.Permanent(fmt.Errorf("dlx: publisher is %w", warren.ErrClosed))
+var errPublisherClosed = amqpx.GiveUp(fmt.Errorf("dlx: publisher is %w", warren.ErrClosed))
 
 // current returns the open confirm channel, or nil if there is none; the error is set once
 // the publisher is closed.

@@ -139,7 +139,7 @@ func (k *Killer) Send(ctx context.Context, queue string, action Action) (Result,
 	err := amqpx.RetryLogged(ctx, k.cfg.PublishTimeout, what, k.logger, nil, func(ctx context.Context) error {
 		var err error
 		out, err = k.deliver(ctx, queue, action, &res)
-		return amqpx.PermanentIfRefused(err)
+		return amqpx.GiveUpIfRefused(err)
 	})
 	if err != nil {
 		return res, err
@@ -247,7 +247,7 @@ func (k *Killer) checkQueue(conn *amqp.Connection, queue string, res *Result) er
 	switch {
 	case amqpx.IsNotFound(err):
 		if !k.cfg.Force {
-			return amqpx.Permanent(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
+			return amqpx.GiveUp(fmt.Errorf("%w (nothing was declared or sent)", ErrNoQueue))
 		}
 	case err != nil:
 		return fmt.Errorf("check %s: %w", queue, err)
@@ -321,7 +321,7 @@ func (k *Killer) writeState(ctx context.Context, ch *amqp.Channel, publish publi
 		cmd := k.command(queue, action)
 		body, err := json.Marshal(cmd)
 		if err != nil {
-			return Command{}, nil, amqpx.Permanent(err)
+			return Command{}, nil, amqpx.GiveUp(err)
 		}
 		err = publish("", state, amqp.Publishing{Body: body, Timestamp: cmd.At})
 		if err == nil {
@@ -352,7 +352,7 @@ func (k *Killer) announce(publish publishFunc, exchange string, cmd Command, bod
 		}
 		var err error
 		if live.Body, err = json.Marshal(cmd); err != nil {
-			return amqpx.Permanent(err)
+			return amqpx.GiveUp(err)
 		}
 		live.ReplyTo, live.CorrelationId = out.replyTo, out.correlationID
 	}

@@ -391,3 +391,40 @@ func TestLongestIDsAreKeptExactly(t *testing.T) {
 	assert.Equal(t, []string{"b"}, handled())
 	assert.ErrorIs(t, f.l.Cancel(ctx, kept), ledger.ErrDelivered)
 }
+
+// The ledger's connection is reported as every component's is: Connection.OnEvent hears it
+// connected, lost (reconnecting) and connected again, and the ledger works on the new one.
+func TestLedgerConnectionIsReported(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	events := make(chan warren.ConnectionEvent, 64)
+	conn := warren.Connection{URL: url, OnEvent: func(e warren.ConnectionEvent) {
+		select {
+		case events <- e:
+		default: // the test has what it needs
+		}
+	}}
+	l, err := ledger.New(ledger.Config{Connection: conn, Delay: env.Delay(topology.Delay{})}, env.Logger())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	expect := func(state warren.ConnectionState) {
+		t.Helper()
+		select {
+		case e := <-events:
+			assert.Equal(t, state, e.State, "%+v", e)
+			assert.Equal(t, "warren ledger", e.Name)
+			assert.Equal(t, proxy.Addr(), e.Node)
+		case <-time.After(testenv.Patience()):
+			t.Fatalf("no %s event", state)
+		}
+	}
+	expect(warren.Connected)
+	_, err = l.List(t.Context(), ledger.Filter{})
+	require.NoError(t, err)
+	proxy.Drop()
+	expect(warren.Reconnecting)
+	expect(warren.Connected)
+	_, err = l.List(t.Context(), ledger.Filter{})
+	require.NoError(t, err, "the ledger works on its new connection")
+}

@@ -204,7 +204,7 @@ func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context
 	return amqpx.RetryLogged(ctx, o.cfg.Timeout, what, o.logger, nil, func(ctx context.Context) error {
 		conn, err := o.connection(ctx)
 		if err != nil {
-			return amqpx.Permanent(err) // connection retried already
+			return amqpx.GiveUp(err) // connection retried already
 		}
 		stop := amqpx.Watch(ctx, conn)
 		defer stop()
@@ -213,7 +213,7 @@ func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context
 			return err
 		}
 		defer func() { _ = ch.Close() }()
-		return amqpx.PermanentIfRefused(op(ctx, ch))
+		return amqpx.GiveUpIfRefused(op(ctx, ch))
 	})
 }
 

@@ -58,7 +58,7 @@ func passive(ctx context.Context, ch *amqp.Channel, queue string) (amqp.Queue, e
 		return err
 	})
 	if amqpx.IsNotFound(err) {
-		return q, amqpx.Permanent(fmt.Errorf("%w: %s", ErrNoQueue, queue))
+		return q, amqpx.GiveUp(fmt.Errorf("%w: %s", ErrNoQueue, queue))
 	}
 	return q, err
 }

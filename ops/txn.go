@@ -133,7 +133,7 @@ func (t *txn) commit(call callCtx, res *ReplayResult, progress func(ReplayResult
 			return err
 		}
 		if !ok {
-			return amqpx.Permanent(fmt.Errorf("%s was deleted during the replay; the %d messages of this transaction are left in %s", r, len(t.sent), t.src.queue))
+			return amqpx.GiveUp(fmt.Errorf("%s was deleted during the replay; the %d messages of this transaction are left in %s", r, len(t.sent), t.src.queue))
 		}
 	}
 	if err := amqpx.Do(ctx, t.ch, t.ch.TxCommit); err != nil {

@@ -12,12 +12,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -196,18 +196,18 @@ var errHandled = errors.New("outbox: inbox: handled already")
 func (i *Inbox) begin(ctx context.Context, key string) (tx pgx.Tx, release func(), err error) {
 	bctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
 	defer cancel()
-	if tx, release, err = i.beginOnce(bctx, key); err == nil || !unreachable(err) {
-		return tx, release, err
-	}
-	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0)), bctx)
-	_ = backoff.Retry(func() error { // err holds the last try's error, which is what to report
-		tx, release, err = i.beginOnce(bctx, key)
-		if err != nil && unreachable(err) && bctx.Err() == nil {
+	// err holds the last try's error, which is what to report.
+	_ = amqpx.Reconnect(bctx, amqpx.Backoff{Initial: 50 * time.Millisecond, Max: time.Second},
+		func(ctx context.Context, _ func()) error {
+			tx, release, err = i.beginOnce(ctx, key)
 			return err
-		}
-		return nil
-	}, b)
+		},
+		func(err error, _ time.Duration) error {
+			if !unreachable(err) {
+				return err // refused: trying again cannot help
+			}
+			return nil
+		})
 	return tx, release, err
 }
 

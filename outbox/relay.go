@@ -8,13 +8,12 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/cenkalti/backoff/v4"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 
-	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/internal/visible"
 )
@@ -153,33 +152,33 @@ func NewRelay(config RelayConfig, logger watermill.LoggerAdapter) (*Relay, error
 // failure repeats (a database down for a minute logs one error and a few lines that say it
 // still is).
 func (r *Relay) Run(ctx context.Context) error {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(r.cfg.MaxBackoff), backoff.WithMaxElapsedTime(0))
-	var last string // the failure logged last
-	repeats := 0
-	for {
-		err := r.lead(ctx, b)
-		if ctx.Err() != nil {
+	var log failureLog
+	return amqpx.Reconnect(ctx, amqpx.Backoff{Initial: 100 * time.Millisecond, Max: r.cfg.MaxBackoff}, r.lead,
+		func(err error, wait time.Duration) error {
+			if isUndefinedTable(err) {
+				return fmt.Errorf("outbox: relay: %w (run outbox.Migrate)", err)
+			}
+			log.failed(r.logger, err, wait)
 			return nil
-		}
-		if isUndefinedTable(err) {
-			return fmt.Errorf("outbox: relay: %w (run outbox.Migrate)", err)
-		}
-		wait := b.NextBackOff()
-		if err.Error() == last {
-			repeats++
-			r.logger.Info("outbox: relay still failing, trying again", watermill.LogFields{"wait": wait.String(),
-				"repeats": repeats, "error": visible.String(last)})
-		} else {
-			last, repeats = err.Error(), 0
-			r.logger.Error("outbox: relay failed, trying again", err, watermill.LogFields{"wait": wait.String()})
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
+		})
+}
+
+// failureLog logs the relay's failures: a failure as an error, the same failure again at info
+// level with a count.
+type failureLog struct {
+	last    string // the failure logged last
+	repeats int
+}
+
+func (l *failureLog) failed(logger watermill.LoggerAdapter, err error, wait time.Duration) {
+	if err.Error() == l.last {
+		l.repeats++
+		logger.Info("outbox: relay still failing, trying again", watermill.LogFields{"wait": wait.String(),
+			"repeats": l.repeats, "error": visible.String(l.last)})
+		return
 	}
+	l.last, l.repeats = err.Error(), 0
+	logger.Error("outbox: relay failed, trying again", err, watermill.LogFields{"wait": wait.String()})
 }
 
 // isUndefinedTable tells whether err is PostgreSQL's "relation does not exist".
@@ -189,14 +188,65 @@ func isUndefinedTable(err error) bool {
 }
 
 // lead connects, waits for the outbox's lock and relays until ctx ends or something fails;
-// b is reset once rows moved.
+// it calls steady once rows moved.
 //
 // The database's work overlaps the broker's: while a batch is in flight (published, its
 // confirms awaited), the relay deletes the batch before it and reads the one after, in one
 // statement. A batch is published only once the one before it is confirmed, so the broker
 // gets the rows in the order they were read.
-func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
+func (r *Relay) lead(ctx context.Context, steady func()) error {
+	conn, err := r.connect(ctx)
+	if err != nil {
+		return err
+	}
+	var p pipeline
+	defer r.release(ctx, conn, &p)
+	if err := r.lock(ctx, conn); err != nil {
+		return err
+	}
+	r.logger.Info("outbox: relay holds the outbox", nil)
+	if _, err := r.exec(ctx, conn, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
+		return err
+	}
+	for {
+		batch, err := r.read(ctx, conn, p.gone, p.flying)
+		if err != nil {
+			return err
+		}
+		if p.gone != nil {
+			r.metrics.Relayed(ctx, p.gone.written(), p.gone.at)
+			p.gone = nil
+		}
+		if p.flying != nil {
+			if err := r.land(ctx, conn, &p); err != nil {
+				return err // release deletes what was confirmed
+			}
+			steady()
+		}
+		if len(batch) > 0 {
+			p.flying = r.fly(ctx, batch)
+			continue
+		}
+		if p.gone != nil {
+			continue // the next read deletes it, and finds what came meanwhile
+		}
+		if err := r.awaitRows(ctx, conn); err != nil {
+			return err
+		}
+	}
+}
+
+// pipeline is the lead's batches between the database and the broker.
+type pipeline struct {
+	flying *flight // the batch in flight
+	gone   *flight // the batch confirmed last, to delete
+}
+
+// connect opens the relay's connection to the database: the pool's settings, named for
+// ReadStats, with keepalives and planner settings of its own.
+func (r *Relay) connect(ctx context.Context) (*pgx.Conn, error) {
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
 	cfg := r.cfg.Pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = relayApplicationName(r.cfg.Schema) // ReadStats counts relays by it
 	// The server probes the connection after 10 s of silence, every 5 s, 3 times: a relay
@@ -214,79 +264,59 @@ func (r *Relay) lead(ctx context.Context, b backoff.BackOff) error {
 	cfg.RuntimeParams["enable_seqscan"] = "off"
 	cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	conn, err := pgx.ConnectConfig(cctx, cfg)
-	cancel()
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	var (
-		flying *flight // the batch in flight
-		gone   *flight // the batch confirmed last, to delete
-	)
-	defer func() {
-		// What the broker confirmed goes, if the connection still works, even when ctx
-		// ended: a relay that stops leaves no copies to send.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
-		defer cancel()
-		if flying != nil {
-			<-flying.done
-		}
-		for _, f := range []*flight{gone, flying} {
-			if f != nil && len(f.confirmed) > 0 {
-				if _, err := conn.Exec(dctx, "DELETE FROM "+r.table+" WHERE id = ANY($1)", f.ids()); err == nil {
-					r.metrics.Relayed(ctx, f.written(), f.at)
-				}
+	return conn, nil
+}
+
+// release ends a lead: what the broker confirmed goes, if the connection still works, even
+// when ctx ended (a relay that stops leaves no copies to send), and the connection is closed,
+// which releases the lock.
+func (r *Relay) release(ctx context.Context, conn *pgx.Conn, p *pipeline) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Timeout)
+	defer cancel()
+	if p.flying != nil {
+		<-p.flying.done
+	}
+	for _, f := range []*flight{p.gone, p.flying} {
+		if f != nil && len(f.confirmed) > 0 {
+			if _, err := conn.Exec(dctx, "DELETE FROM "+r.table+" WHERE id = ANY($1)", f.ids()); err == nil {
+				r.metrics.Relayed(ctx, f.written(), f.at)
 			}
 		}
-		_ = conn.Close(dctx) // releases the lock
-	}()
-	if err := r.lock(ctx, conn); err != nil {
-		return err
 	}
-	r.logger.Info("outbox: relay holds the outbox", nil)
-	if _, err := r.exec(ctx, conn, "LISTEN "+pgx.Identifier{r.channel}.Sanitize()); err != nil {
-		return err
-	}
-	for {
-		batch, err := r.read(ctx, conn, gone, flying)
-		if err != nil {
+	_ = conn.Close(dctx)
+}
+
+// land waits for the batch in flight, sets aside the rows the broker will never take, and
+// makes it the batch to delete; it returns the flight's failure, if any (the rows after the
+// failed one wait for the next lead).
+func (r *Relay) land(ctx context.Context, conn *pgx.Conn, p *pipeline) error {
+	f := p.flying
+	<-f.done
+	p.flying = nil
+	for _, a := range f.aside {
+		if err := r.setAside(ctx, conn, a.id, a.reason); err != nil {
 			return err
 		}
-		if gone != nil {
-			r.metrics.Relayed(ctx, gone.written(), gone.at)
-			gone = nil
-		}
-		if flying != nil {
-			<-flying.done
-			f := flying
-			flying = nil
-			for _, a := range f.aside {
-				if err := r.setAside(ctx, conn, a.id, a.reason); err != nil {
-					return err
-				}
-			}
-			gone = f
-			if f.err != nil {
-				return f.err // the deferred function deletes what was confirmed
-			}
-			b.Reset()
-		}
-		if len(batch) > 0 {
-			flying = r.fly(ctx, batch)
-			continue
-		}
-		if gone != nil {
-			continue // the next read deletes it, and finds what came meanwhile
-		}
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
-		_, err = conn.WaitForNotification(wctx)
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("wait for a notification: %w", err)
-		}
 	}
+	p.gone = f
+	return f.err
+}
+
+// awaitRows waits for a notification of a commit, or PollInterval, whichever comes first.
+func (r *Relay) awaitRows(ctx context.Context, conn *pgx.Conn) error {
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
+	_, err := conn.WaitForNotification(wctx)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("wait for a notification: %w", err)
+	}
+	return nil
 }
 
 // lock waits until conn holds the outbox's advisory lock (another relay may hold it),
@@ -361,123 +391,6 @@ func (r *Relay) read(ctx context.Context, conn *pgx.Conn, gone, flying *flight) 
 		return nil, fmt.Errorf("read the outbox: %w", err)
 	}
 	return batch, nil
-}
-
-// flight is a batch of rows being published, and, once done is closed, what became of them.
-type flight struct {
-	rows []row
-	done chan struct{}
-
-	confirmed []row      // the rows the broker confirmed
-	at        time.Time  // when it confirmed the last of them
-	aside     []setAside // the rows the broker will never take
-	err       error      // a failure that publishing again may cure: the rows after it wait
-}
-
-// setAside is a row to set aside and the reason.
-type setAside struct {
-	id     int64
-	reason error
-}
-
-func (f *flight) ids() []int64 {
-	ids := make([]int64, len(f.confirmed))
-	for i, w := range f.confirmed {
-		ids[i] = w.id
-	}
-	return ids
-}
-
-func (f *flight) written() []time.Time {
-	t := make([]time.Time, len(f.confirmed))
-	for i, w := range f.confirmed {
-		t[i] = w.written
-	}
-	return t
-}
-
-// fly publishes batch in the background, in order, a run of rows to one topic per Publish
-// call; a failure that publishing again may cure ends it, so that nothing overtakes the
-// failed rows.
-func (r *Relay) fly(ctx context.Context, batch []row) *flight {
-	f := &flight{rows: batch, done: make(chan struct{})}
-	go func() {
-		defer close(f.done)
-		for start := 0; start < len(batch) && f.err == nil; {
-			end := start + 1
-			for end < len(batch) && string(batch[end].topic) == string(batch[start].topic) {
-				end++
-			}
-			r.publish(ctx, f, batch[start:end])
-			start = end
-		}
-		f.at = time.Now()
-	}()
-	return f
-}
-
-// publish publishes rows (all to one topic) in one call, and notes in f those the broker
-// confirmed. When the call fails with a permanent error, it publishes them one at a time
-// (the ones confirmed before go again, with their publish ids) and notes each row that fails
-// so to be set aside.
-func (r *Relay) publish(ctx context.Context, f *flight, rows []row) {
-	topic := string(rows[0].topic)
-	var msgs []*message.Message
-	var keep []row
-	now := time.Now()
-	for _, w := range rows {
-		msg, err := r.message(ctx, w, now)
-		if err != nil {
-			f.aside = append(f.aside, setAside{w.id, err})
-			continue
-		}
-		msgs, keep = append(msgs, msg), append(keep, w)
-	}
-	if len(msgs) == 0 {
-		return
-	}
-	err := r.cfg.Publisher.Publish(topic, msgs...)
-	switch {
-	case err == nil:
-		f.confirmed = append(f.confirmed, keep...)
-		return
-	case !warren.IsPermanent(err):
-		f.err = fmt.Errorf("publish %d message(s) to %q: %w", len(msgs), topic, err)
-		return
-	case len(msgs) == 1:
-		f.aside = append(f.aside, setAside{keep[0].id, err})
-		return
-	}
-	for i, msg := range msgs {
-		err := r.cfg.Publisher.Publish(topic, msg)
-		switch {
-		case err == nil:
-			f.confirmed = append(f.confirmed, keep[i])
-		case warren.IsPermanent(err):
-			f.aside = append(f.aside, setAside{keep[i].id, err})
-		default:
-			f.err = fmt.Errorf("publish a message to %q: %w", topic, err)
-			return
-		}
-	}
-}
-
-// message makes the Watermill message of w, due when w says (at once if that has passed),
-// with its publish id and the trace context of the transaction that wrote it.
-func (r *Relay) message(ctx context.Context, w row, now time.Time) (*message.Message, error) {
-	md, err := decodeMetadata(w.metadata)
-	if err != nil {
-		return nil, err
-	}
-	md[warren.MetadataPublishID] = w.publishID
-	if w.due != nil && w.due.After(now) {
-		md[warren.MetadataDeliverAt] = w.due.UTC().Format(time.RFC3339Nano)
-	}
-	msg := message.NewMessage(string(w.uuid), w.payload)
-	msg.Metadata = md
-	// The relay's context: a relay that stops ends its publish, and the rows wait for the next.
-	msg.SetContext(r.cfg.Propagator.Extract(ctx, propagation.MapCarrier(md)))
-	return msg, nil
 }
 
 // setAside marks the row id as one the broker will never take, with the reason.

@@ -81,7 +81,7 @@ func (c *Client) roundTrip(parent context.Context, topic string, msg *message.Me
 			}
 			var ret *dlx.ReturnedError
 			if errors.As(err, &ret) {
-				return amqpx.Permanent(err)
+				return amqpx.GiveUp(err)
 			}
 			return err
 		})

@@ -30,7 +30,7 @@ func (c *Client) open(ctx context.Context) (*session, error) {
 	s, err := c.setUp(ctx, conn)
 	if err != nil {
 		_ = amqpx.Close(conn)
-		return nil, amqpx.PermanentIfRefused(err)
+		return nil, amqpx.GiveUpIfRefused(err)
 	}
 	return s, nil
 }
@@ -71,7 +71,7 @@ func (c *Client) setUp(ctx context.Context, conn *amqp.Connection) (*session, er
 			return nil, fmt.Errorf("inspect reply queue %q: %w", source, err)
 		}
 		if q.Consumers > 1 {
-			return nil, amqpx.Permanent(fmt.Errorf("%w: reply queue %q has %d consumers: another client uses it "+
+			return nil, amqpx.GiveUp(fmt.Errorf("%w: reply queue %q has %d consumers: another client uses it "+
 				"(each client needs a reply queue of its own)", errReplyQueueTaken, source, q.Consumers))
 		}
 	}
@@ -191,7 +191,7 @@ func (c *Client) current(ctx context.Context) (*session, error) {
 		c.mu.Unlock()
 		switch {
 		case closed:
-			return nil, amqpx.Permanent(fmt.Errorf("rpc: client is %w", warren.ErrClosed))
+			return nil, amqpx.GiveUp(fmt.Errorf("rpc: client is %w", warren.ErrClosed))
 		case s != nil:
 			return s, nil
 		}

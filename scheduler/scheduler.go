@@ -188,6 +188,7 @@ type Scheduler struct {
 	logger watermill.LoggerAdapter
 	specs  map[string]spec
 	pub    *dlx.Publisher
+	dialer *amqpx.Dialer // the lock's connection
 
 	active  atomic.Bool
 	mu      sync.Mutex
@@ -207,6 +208,8 @@ func New(config Config, logger watermill.LoggerAdapter) (*Scheduler, error) {
 		logger = watermill.NopLogger{}
 	}
 	s := &Scheduler{cfg: config, logger: logger.With(watermill.LogFields{"scheduler": config.Name}), specs: map[string]spec{}}
+	// Run logs each lost connection itself, and OnEvent is told of it.
+	s.dialer = amqpx.NewDialer(config.Connection, "warren scheduler "+config.Name, s.logger).OwnerReportsLoss()
 	for _, j := range config.Jobs {
 		s.specs[j.Name], _ = parseSpec(j.Schedule, config.Location)
 	}
@@ -239,7 +242,8 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer close(s.running)
 
-	amqpx.Reconnect(ctx, s.logger, "Scheduler lost its connection; connecting again", nil, s.session)
+	_ = amqpx.Reconnect(ctx, amqpx.HeldConnection, func(ctx context.Context, _ func()) error { return s.session(ctx) },
+		amqpx.LogEach(s.logger, "Scheduler lost its connection; connecting again", nil))
 	return nil
 }
 
@@ -264,7 +268,7 @@ func (s *Scheduler) Close() error {
 // session connects, joins the group and leads it while the broker says so, until the
 // connection is lost or ctx ends.
 func (s *Scheduler) session(ctx context.Context) error {
-	conn, _, err := amqpx.Dial(ctx, s.cfg.Connection, "warren scheduler "+s.cfg.Name)
+	conn, err := s.dialer.Dial(ctx)
 	if err != nil {
 		return err
 	}

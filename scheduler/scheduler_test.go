@@ -249,3 +249,43 @@ func TestAStateAheadOfTheClockIsDropped(t *testing.T) {
 	require.Eventually(t, func() bool { return len(ticks()) >= n+3 }, testenv.Patience(), 10*time.Millisecond,
 		"ticks go on after a takeover that read the forged state")
 }
+
+// The scheduler's connection (the lock's) is reported as every component's is:
+// Connection.OnEvent hears it connected, lost (reconnecting) and connected again, and the
+// scheduler is active again on the new one.
+func TestSchedulerConnectionIsReported(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("ticks")
+	name := env.Name("group")
+	env.Remove([]string{scheduler.LockQueue(scheduler.DefaultPrefix, name), scheduler.StateQueue(scheduler.DefaultPrefix, name)}, nil)
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	events := make(chan warren.ConnectionEvent, 64)
+	conn := warren.Connection{URL: url, OnEvent: func(e warren.ConnectionEvent) {
+		if e.Name != "warren scheduler "+name { // its publisher's are reported too
+			return
+		}
+		select {
+		case events <- e:
+		default: // the test has what it needs
+		}
+	}}
+	s := runScheduler(t, env, scheduler.Config{Connection: conn, Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
+		Name: name, Jobs: []scheduler.Job{{Name: "hourly", Schedule: "@hourly", Topic: q}}})
+	expect := func(state warren.ConnectionState) {
+		t.Helper()
+		select {
+		case e := <-events:
+			assert.Equal(t, state, e.State, "%+v", e)
+			assert.Equal(t, proxy.Addr(), e.Node)
+		case <-time.After(testenv.Patience()):
+			t.Fatalf("no %s event", state)
+		}
+	}
+	expect(warren.Connected)
+	require.Eventually(t, s.Active, testenv.Patience(), 10*time.Millisecond)
+	proxy.Drop()
+	expect(warren.Reconnecting)
+	expect(warren.Connected)
+	require.Eventually(t, s.Active, testenv.Patience(), 10*time.Millisecond, "active again on the new connection")
+}

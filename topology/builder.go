@@ -80,7 +80,7 @@ const (
 // queue with other arguments gives a *MismatchError naming it and the argument.
 func (b *Builder) Declare(ctx context.Context, ch *amqp.Channel, t Topology) error {
 	if err := t.ValidateFor(b.cfg, b.server); err != nil {
-		return amqpx.Permanent(err) // retrying cannot change it
+		return amqpx.GiveUp(err) // retrying cannot change it
 	}
 	return b.declare(ctx, ch, append(b.delayObjects(), b.objects(t)...))
 }
@@ -90,7 +90,7 @@ func (b *Builder) Declare(ctx context.Context, ch *amqp.Channel, t Topology) err
 // when the levels were declared already.
 func (b *Builder) DeclareTopology(ctx context.Context, ch *amqp.Channel, t Topology) error {
 	if err := t.ValidateFor(b.cfg, b.server); err != nil {
-		return amqpx.Permanent(err) // retrying cannot change it
+		return amqpx.GiveUp(err) // retrying cannot change it
 	}
 	return b.declare(ctx, ch, append(b.deliveryObjects(), b.objects(t)...))
 }
@@ -144,14 +144,14 @@ func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology)
 	return dialer.Run(ctx, max(conn.ConnectTimeout, b.cfg.Timeout), "topology: apply", func(ctx context.Context, conn *amqp.Connection) error {
 		b := b.ForServer(amqpx.ServerVersion(conn))
 		if err := t.ValidateFor(b.cfg, b.server); err != nil {
-			return amqpx.Permanent(err)
+			return amqpx.GiveUp(err)
 		}
 		missing, err := b.unresolved(ctx, conn, t)
 		if err != nil {
 			return err
 		}
 		if len(missing) > 0 {
-			return amqpx.Permanent(fmt.Errorf("topology: nothing declared: %s", strings.Join(missing, "; ")))
+			return amqpx.GiveUp(fmt.Errorf("topology: nothing declared: %s", strings.Join(missing, "; ")))
 		}
 		ch, err := conn.Channel()
 		if err != nil {

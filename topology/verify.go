@@ -89,7 +89,7 @@ func (b *Builder) Verify(ctx context.Context, conn warren.Connection, t Topology
 // verify is Verify on conn.
 func (b *Builder) verify(ctx context.Context, conn *amqp.Connection, t Topology) (Report, error) {
 	if err := t.ValidateFor(b.cfg, amqpx.ServerVersion(conn)); err != nil {
-		return Report{}, amqpx.Permanent(err)
+		return Report{}, amqpx.GiveUp(err)
 	}
 	var r Report
 	objs := append(b.delayObjects(), b.objects(t)...)

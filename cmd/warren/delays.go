@@ -307,7 +307,7 @@ func removeDelays(ctx context.Context, conn *amqp.Connection, d topology.Delay, 
 		if total == 1 {
 			wait = "1 message waits"
 		}
-		return r, amqpx.Permanent(fmt.Errorf("refused: %s in delay levels %s (%s) and would be lost: let them be delivered (or move the parked ones), or --force",
+		return r, amqpx.GiveUp(fmt.Errorf("refused: %s in delay levels %s (%s) and would be lost: let them be delivered (or move the parked ones), or --force",
 			wait, d.Name(), strings.Join(waiting, ", ")))
 	}
 	if ch.IsClosed() {

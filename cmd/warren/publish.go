@@ -233,7 +233,7 @@ func exists(ctx context.Context, conn *amqp.Connection, route dlx.Route, d topol
 		err = amqpx.Do(ctx, ch, func() error { return passive(ch) })
 		var ae *amqp.Error
 		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
-			return amqpx.Permanent(&exitError{exitNoQueue, fmt.Sprintf("%s %q does not exist (warren publish declares nothing)%s", what, name, hint), nil})
+			return amqpx.GiveUp(&exitError{exitNoQueue, fmt.Sprintf("%s %q does not exist (warren publish declares nothing)%s", what, name, hint), nil})
 		}
 		return err
 	}

@@ -34,7 +34,7 @@ func TestRetryClassifiesBrokerReplies(t *testing.T) {
 			err := amqpx.Retry(context.Background(), 10*time.Second, "declare", func(context.Context) error {
 				calls++
 				if calls == 1 {
-					return amqpx.PermanentIfRefused(fmt.Errorf("topology: declare queue: %w", tc.reply))
+					return amqpx.GiveUpIfRefused(fmt.Errorf("topology: declare queue: %w", tc.reply))
 				}
 				return nil
 			})

@@ -35,10 +35,10 @@ func NewDialer(c warren.Connection, name string, logger watermill.LoggerAdapter)
 }
 
 // Dial opens a connection (see the function Dial) and reports it; once it is lost other
-// than by being closed, that is reported too. A refusal is a Permanent error, as Dial says,
+// than by being closed, that is reported too. A refusal is an error marked by GiveUp, as Dial says,
 // with one exception: once the Dialer has connected, a connection closed without a word
 // after the login (amqp.ErrCredentials) is taken for a node that went down during the
-// handshake, not for a changed password, and is not Permanent. The first
+// handshake, not for a changed password, and is not marked by GiveUp. The first
 // connection of the process to a broker of a version that DeadLetterWarning warns about
 // logs the warning (Info).
 func (d *Dialer) Dial(ctx context.Context) (*amqp.Connection, error) {
@@ -108,7 +108,7 @@ func (d *Dialer) Connect(ctx context.Context) (conn *amqp.Connection, err error)
 
 // ConnectWithin opens a connection for a call that RetryLogged with limit retries (ctx is its
 // attempt's): when the Connection's ConnectTimeout is shorter than limit, it retries a failure
-// to connect itself (see Connect) and marks its error Permanent, retried already; otherwise
+// to connect itself (see Connect) and marks its error by GiveUp, retried already; otherwise
 // it dials once (see Dialer.Dial), and limit bounds connecting too.
 func (d *Dialer) ConnectWithin(ctx context.Context, limit time.Duration) (*amqp.Connection, error) {
 	if d.conn.ConnectTimeout >= limit {
@@ -116,7 +116,7 @@ func (d *Dialer) ConnectWithin(ctx context.Context, limit time.Duration) (*amqp.
 	}
 	conn, err := d.Connect(ctx)
 	if err != nil {
-		return nil, Permanent(err)
+		return nil, GiveUp(err)
 	}
 	return conn, nil
 }
@@ -133,6 +133,6 @@ func (d *Dialer) Run(ctx context.Context, limit time.Duration, what string, op f
 		defer func() { _ = Close(conn) }()
 		stop := Watch(ctx, conn)
 		defer stop()
-		return PermanentIfRefused(op(ctx, conn))
+		return GiveUpIfRefused(op(ctx, conn))
 	})
 }

@@ -56,7 +56,7 @@ func TestRetryLoggedSaysItGaveUp(t *testing.T) {
 	quiet := watermill.NewCaptureLogger()
 	require.NoError(t, amqpx.RetryLogged(context.Background(), time.Second, "x", quiet, nil, func(context.Context) error { return nil }))
 	require.Error(t, amqpx.RetryLogged(context.Background(), time.Second, "x", quiet, nil, func(context.Context) error {
-		return amqpx.Permanent(errors.New("access refused"))
+		return amqpx.GiveUp(errors.New("access refused"))
 	}))
 	assert.Empty(t, quiet.Captured())
 }

@@ -73,7 +73,7 @@ func TestRetryReturnsAPermanentErrorAtOnce(t *testing.T) {
 	refused := errors.New("access refused")
 	err := amqpx.Retry(context.Background(), 5*time.Second, "op", func(context.Context) error {
 		calls++
-		return amqpx.Permanent(refused)
+		return amqpx.GiveUp(refused)
 	})
 	assert.Less(t, time.Since(start), 100*time.Millisecond)
 	assert.Equal(t, 1, calls)

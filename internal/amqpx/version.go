@@ -27,13 +27,11 @@ func ServerVersion(conn *amqp.Connection) string {
 // that is not affected (or a version it cannot read).
 //
 // The rule: RabbitMQ 3.10 (which brought at-least-once dead-lettering from quorum queues)
-// up to, not including, 4.0. Measured on throwaway nodes (docs/decisions.md): on 3.10.8 a
-// message whose x-death header is an array of strings, published straight into a quorum
-// delay level, crashes the node's dead-letter worker until its supervisor gives up; from
-// then on no quorum queue dead-letters at least once (delayed messages stop in their
-// level) and declaring one is refused with 541; a restart alone does not mend it, the level
-// queue that holds the message must be deleted too (docs/dead-lettering.md). 4.0.5 parks the
-// message and carries on. 3.11 to 3.13 were not measured and are warned about.
+// up to, not including, 4.0: on those versions a message whose x-death header is malformed,
+// published straight into a quorum queue that dead-letters, stops at-least-once
+// dead-lettering on the node until that queue is deleted and the node restarted; from 4.0
+// the message is parked. Versions that were not checked are warned about (what was measured
+// on which version: docs/decisions.md; what to do: docs/dead-lettering.md).
 func DeadLetterWarning(version string) string {
 	major, minor, ok := majorMinor(version)
 	if !ok || major != 3 || minor < 10 {
