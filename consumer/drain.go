@@ -8,7 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
@@ -47,7 +47,7 @@ func (sub *subscription) awaitDeletion(ctx context.Context, conn *amqp.Connectio
 }
 
 func inspect(conn *amqp.Connection, queue string) (q amqp.Queue, err error) {
-	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+	err = statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err
 	})
@@ -65,7 +65,7 @@ var errNotIdle = errors.New("the queue is in use or holds messages")
 // that is logged, with the count. Stop publishing to a queue before deleting it.
 func (sub *subscription) deleteIfIdle(conn *amqp.Connection, queue string, unused bool) error {
 	if sub.s.builder.QueueType(sub.s.queue(sub.queue)) != topology.Quorum {
-		return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+		return statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 			_, err := ch.QueueDelete(queue, unused, true, false)
 			return err
 		})
@@ -77,7 +77,7 @@ func (sub *subscription) deleteIfIdle(conn *amqp.Connection, queue string, unuse
 	case st.Messages > 0 || unused && st.Consumers > 0:
 		return errNotIdle
 	}
-	return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+	return statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 		n, err := ch.QueueDelete(queue, false, false, false)
 		if n > 0 {
 			sub.s.logger.Error("Messages published while the queue was deleted were deleted with it", nil,
@@ -102,7 +102,7 @@ func (sub *subscription) removeKilled() {
 				return err
 			},
 		} {
-			_ = killstate.OnChannel(conn, op)
+			_ = statequeue.OnChannel(conn, op)
 		}
 	}
 	sub.event("deleted", amqp.Delivery{}, nil)

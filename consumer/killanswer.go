@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/kill"
 )
 
@@ -73,7 +73,7 @@ func (sub *subscription) answer(d amqp.Delivery, before, now mode, refusal error
 		defer cancel()
 		conn, err := s.conns.Publish.Get(ctx) // a router's publishing connection: see consumerconns.Conns
 		if err == nil {
-			err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+			err = statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 				return ch.PublishWithContext(ctx, "", replyTo, false, false, amqp.Publishing{
 					ContentType: "application/json", CorrelationId: correlationID, Body: body, Timestamp: time.Now(),
 				})
@@ -94,5 +94,5 @@ type process struct {
 
 var self = sync.OnceValue(func() process {
 	host, _ := os.Hostname()
-	return process{host: host, pid: os.Getpid(), id: killstate.NewID()}
+	return process{host: host, pid: os.Getpid(), id: statequeue.NewID()}
 })

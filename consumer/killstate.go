@@ -11,7 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/kill"
 )
 
@@ -49,9 +49,9 @@ const (
 )
 
 // readState returns the newest valid command of the kill state queue and its JSON, and
-// removes the valid commands it supersedes (see newest and killstate.Settle), holding the
-// state's lock (killstate.Lock). It reads once no command of the queue is out (see
-// killstate.Read: a reader that lost its connection gives the lock back before the broker
+// removes the valid commands it supersedes (see newest and statequeue.Settle), holding the
+// state's lock (statequeue.Lock). It reads once no command of the queue is out (see
+// statequeue.Read: a reader that lost its connection gives the lock back before the broker
 // returns what it held). A state queue that exists holds a command; if it looks empty, it is
 // read again, for up to ConnectTimeout.
 func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (c kill.Command, body []byte, found stateFound, err error) {
@@ -66,20 +66,20 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 		err := func() error {
 			opCtx, cancel := context.WithTimeout(ctx, s.cfg.Connection.ConnectTimeout)
 			defer cancel()
-			unlock, err := killstate.Lock(opCtx, conn, kill.LockQueue(sub.queue))
+			unlock, err := statequeue.Lock(opCtx, conn, kill.LockQueue(sub.queue))
 			if err != nil {
 				return err
 			}
 			defer unlock()
-			return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-				ds, err := killstate.Read(opCtx, ch, name, killstate.ReadMax)
+			return statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
+				ds, err := statequeue.Read(opCtx, ch, name, statequeue.ReadMax)
 				if err != nil || len(ds) == 0 {
 					return err
 				}
 				got = true
 				var stale []amqp.Delivery
 				c, body, found, stale = sub.newest(ds)
-				return killstate.Settle(opCtx, ch, name, ds, stale, body)
+				return statequeue.Settle(opCtx, ch, name, ds, stale, body)
 			})
 		}()
 		switch {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/internal/telemetry"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
@@ -23,7 +23,7 @@ import (
 
 // Consumers that start while a Killer writes the state (8 readers, reading without pause,
 // while 30 commands are sent) never read a command older than the last one whose send had
-// returned when they began to read. Without the state's lock (killstate.Lock), a command
+// returned when they began to read. Without the state's lock (statequeue.Lock), a command
 // written while another reader held the previous one can stay out of a reader's sight, and
 // the test fails (see docs/decisions.md).
 //
@@ -138,7 +138,7 @@ func TestKillStateIsNotReadOrWrittenWhileLocked(t *testing.T) {
 	held, err := amqp.Dial(env.URL)
 	require.NoError(t, err)
 	defer held.Close()
-	unlock, err := killstate.Lock(context.Background(), held, kill.LockQueue(queue))
+	unlock, err := statequeue.Lock(context.Background(), held, kill.LockQueue(queue))
 	require.NoError(t, err)
 	var sent, read atomic.Bool
 	var wg sync.WaitGroup

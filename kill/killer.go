@@ -13,7 +13,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -220,7 +220,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return nil, err
 	}
-	unlock, err := killstate.Lock(ctx, conn, LockQueue(queue))
+	unlock, err := statequeue.Lock(ctx, conn, LockQueue(queue))
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +239,7 @@ func (k *Killer) deliver(ctx context.Context, queue string, action Action, res *
 // exist is a permanent ErrNoQueue unless Config.Force. On a channel of its own: a passive
 // declare of a queue that does not exist closes it.
 func (k *Killer) checkQueue(conn *amqp.Connection, queue string, res *Result) error {
-	err := killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+	err := statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		res.QueueExists, res.QueueConsumers = err == nil, q.Consumers
 		return err
@@ -260,7 +260,7 @@ func (k *Killer) checkQueue(conn *amqp.Connection, queue string, res *Result) er
 // hears it. Best effort: none counted (no listener queue: no subscription, or only those of
 // an earlier warren) only makes Send wait for all of Wait.
 func (k *Killer) countListeners(conn *amqp.Connection, queue string, res *Result) {
-	err := killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+	err := statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(ListenerQueue(queue), true, true, false, false, nil)
 		res.Listeners = q.Consumers
 		return err
@@ -297,7 +297,7 @@ func (s *sent) listen(ch *amqp.Channel) error {
 	if s.replies, err = ch.Consume(q.Name, "", true, true, false, false, nil); err != nil {
 		return fmt.Errorf("consume the reply queue: %w", err)
 	}
-	s.replyTo, s.correlationID = q.Name, killstate.NewID()
+	s.replyTo, s.correlationID = q.Name, statequeue.NewID()
 	return nil
 }
 
@@ -312,7 +312,7 @@ func (k *Killer) writeState(ctx context.Context, ch *amqp.Channel, publish publi
 		// The purge removes what is ready, not what is out (got by a reader that lost its
 		// connection, and not yet returned): that comes back later, beside the new command
 		// and older, and readers take the newest. The Killer does not wait for it as readers
-		// do (killstate.Read): a kill never waits on a reader.
+		// do (statequeue.Read): a kill never waits on a reader.
 		if _, err := ch.QueuePurge(state, false); err != nil {
 			return Command{}, nil, err
 		}

@@ -13,7 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -64,19 +64,19 @@ var stateArgs = amqp.Table{
 // valid command of its kill state queue (StateQueue, named with secret), and whether there
 // is one (none when the queue was never killed, or its state queue is gone). It reads under
 // the state's lock, as consumers and Killers do, once no command of the state is out (see
-// killstate.Read; waited for as long as ctx lasts), and puts every command back as it found
+// statequeue.Read; waited for as long as ctx lasts), and puts every command back as it found
 // it. A Resume command means the queue is not killed.
 func ReadState(ctx context.Context, conn *amqp.Connection, queue string, secret []byte) (Command, bool, error) {
 	name := StateQueue(queue, secret)
-	unlock, err := killstate.Lock(ctx, conn, LockQueue(queue))
+	unlock, err := statequeue.Lock(ctx, conn, LockQueue(queue))
 	if err != nil {
 		return Command{}, false, fmt.Errorf("kill: state of %s: %w", queue, err)
 	}
 	defer unlock()
 	var newest Command
 	found := false
-	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
-		ds, err := killstate.Read(ctx, ch, name, killstate.ReadMax)
+	err = statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
+		ds, err := statequeue.Read(ctx, ch, name, statequeue.ReadMax)
 		if len(ds) > 0 {
 			last := ds[len(ds)-1].DeliveryTag
 			defer func() { _ = ch.Nack(last, true, true) }()

@@ -75,3 +75,10 @@ func TestReadStateWaitsForACommandThatIsOut(t *testing.T) {
 	require.True(t, found)
 	assert.Equal(t, kill.Resume, c.Action, "the newest command, once back")
 }
+
+// The tests' cleanup (testenv.WorkQueueNames) names the kill state queue that a work queue's
+// kill without a secret leaves.
+func TestCleanupNamesTheStateQueue(t *testing.T) {
+	queues, _ := testenv.WorkQueueNames("orders")
+	assert.Contains(t, queues, kill.StateQueue("orders", nil))
+}

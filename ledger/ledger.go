@@ -37,7 +37,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/internal/msjson"
 	"github.com/warrenmq/warren/topology"
 )
@@ -145,7 +145,7 @@ func (l *Ledger) Close() error {
 func (l *Ledger) append(ctx context.Context, op, id string) (outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
-	token := killstate.NewID()
+	token := statequeue.NewID()
 	found := make(chan outcome, 1)
 	l.mu.Lock()
 	l.waiters[token] = found

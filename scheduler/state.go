@@ -10,7 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 )
 
 // State is what the active scheduler of a group records after each tick it publishes.
@@ -49,7 +49,7 @@ func (s *Scheduler) readState(ctx context.Context, ch *amqp.Channel) (State, err
 // newest state among them; an empty State if there is none.
 func newestState(ctx context.Context, ch *amqp.Channel, queue string) (State, error) {
 	st := State{Jobs: map[string]JobState{}}
-	ds, err := killstate.Get(ctx, ch, queue, killstate.ReadMax)
+	ds, err := statequeue.Get(ctx, ch, queue, statequeue.ReadMax)
 	if len(ds) > 0 {
 		last := ds[len(ds)-1].DeliveryTag
 		defer func() { _ = ch.Nack(last, true, true) }()
@@ -98,7 +98,7 @@ type Group struct {
 // ReadGroup returns the state of group name (queues named with prefix) on conn, without
 // taking part in it: found is false when the group has no lock queue.
 func ReadGroup(ctx context.Context, conn *amqp.Connection, prefix, name string) (g Group, found bool, err error) {
-	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+	err = statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 		return amqpx.Do(ctx, ch, func() error {
 			q, err := ch.QueueDeclarePassive(LockQueue(prefix, name), true, false, false, false, nil)
 			g.Schedulers = q.Consumers
@@ -111,7 +111,7 @@ func ReadGroup(ctx context.Context, conn *amqp.Connection, prefix, name string) 
 	if err != nil {
 		return g, false, err
 	}
-	err = killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+	err = statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 		g.State, err = newestState(ctx, ch, StateQueue(prefix, name))
 		return err
 	})

@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -153,7 +153,7 @@ func newDelaysApply(g *globals) *cobra.Command {
 			}
 			if ledger {
 				err := g.onBroker(cmd, "declare the ledger", func(ctx context.Context, conn *amqp.Connection) error {
-					return killstate.OnChannel(conn, func(ch *amqp.Channel) error {
+					return statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 						return amqpx.Do(ctx, ch, func() error { return topology.DeclareLedger(ch, b.Delay()) })
 					})
 				})

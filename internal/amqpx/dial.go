@@ -231,11 +231,11 @@ func (s *socket) settle(ctx context.Context, deadline time.Time, conn *amqp.Conn
 	if s.stop == nil { // no socket was connected
 		return conn, err
 	}
-	cut := !s.stop()
-	if cut && err == nil {
+	short := !s.stop()
+	if short && err == nil {
 		_ = conn.Close()
 	}
-	if !cut && (err == nil || time.Now().Before(deadline)) {
+	if !short && (err == nil || time.Now().Before(deadline)) {
 		return conn, err
 	}
 	cause := context.Cause(ctx)

@@ -24,7 +24,6 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -295,9 +294,9 @@ func DeleteAt(url string, queues, exchanges []string) error {
 
 // WorkQueueNames lists what declaring and killing the work queue q makes, besides its
 // bindings: q, its poison queue, its kill exchange and its kill state queue (the name used
-// without a kill secret).
+// without a kill secret, kill.StateQueue(q, nil): kill's tests check that it is this one).
 func WorkQueueNames(q string) (queues, exchanges []string) {
-	return []string{q, topology.PoisonQueue(q), kill.StateQueue(q, nil)}, []string{topology.KillExchange(q)}
+	return []string{q, topology.PoisonQueue(q), topology.KillExchange(q) + ".state"}, []string{topology.KillExchange(q)}
 }
 
 func deleteAll(conn *amqp.Connection, queues, exchanges []string) error {

@@ -1,10 +1,12 @@
-// Package killstate is the broker plumbing of a work queue's kill state queue that the
-// kill package (its Killer writes the state, ReadState reads it) and router's consumers
-// (which read it when they start) share: the lock that readers and writers take turns
-// with, getting the commands it holds, and putting back what was read. The names of the
-// queues are the kill package's (kill.StateQueue, kill.LockQueue); what a command means is
-// too.
-package killstate
+// Package statequeue is the broker plumbing of a state queue: a short durable queue whose
+// newest message is a component's state, read and written by processes that take turns
+// through a lock (an exclusive consumer of a lock queue of its own). A reader gets the
+// messages, takes the newest and puts them back; a writer replaces them. The kill switch keeps
+// a work queue's last command so (package kill writes it, package consumer's subscriptions
+// read it when they start), and the scheduler keeps its state so; NewID makes the ids that
+// the ledger and the scheduler write. The queues' names, and what a message means, are the
+// using package's (kill.StateQueue and kill.LockQueue, say).
+package statequeue
 
 import (
 	"bytes"
@@ -22,13 +24,13 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
-// Lock takes the lock of a kill state queue, which readers and Killers hold while they read
+// Lock takes the lock of a state queue, which readers and writers hold while they read
 // or write it, and returns the function that releases it. The lock is an exclusive consumer
 // of lockQueue, a queue of its own (auto-deleted, and expiring in case its holder dies
 // between declaring and consuming it: x-expires counts only time without a consumer, so it
 // never ends a lock that is held; its name does not match the state's, so that
 // permissions can keep apart who may declare which), on a channel that releasing closes, as
-// losing the connection does. Without it, a reader can miss a command written while another
+// losing the connection does. Without it, a reader can miss a state written while another
 // reader holds the previous one, and read only older ones (measured: docs/decisions.md). A
 // holder's messages are not all back when the lock is released: see Read. Contention is
 // waited out, for as long as ctx lasts.
@@ -66,12 +68,12 @@ func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock 
 	}
 }
 
-// ReadMax bounds the messages read from a kill state queue at once. It holds one, but the
-// commands a reader held come back when its connection is lost, maybe after a Killer wrote
+// ReadMax bounds the messages read from a state queue at once. It holds one, but the
+// commands a reader held come back when its connection is lost, maybe after a writer wrote
 // a newer one.
 const ReadMax = 8
 
-// Read gets up to n messages of the kill state queue, without acking them (see Get), once
+// Read gets up to n messages of the state queue, without acking them (see Get), once
 // none of its messages is out: got and not yet settled on some channel. The lock does not
 // see to that. A holder that loses its connection (or whose get outlives its time limit, so
 // that its channel is closed) lets go of the lock and of the messages it got separately:
@@ -80,7 +82,7 @@ const ReadMax = 8
 // holder can take the lock in between (measured: see docs/decisions.md), and read an older
 // command (returned already, or never taken) while the newest is still out. Read waits for
 // them: a quorum queue counts each get not yet settled as a consumer of its own (RabbitMQ
-// 3.10 and 4.0; nothing else consumes a kill state queue), and returns a lost holder's
+// 3.10 and 4.0; nothing else consumes a state queue), and returns a lost holder's
 // messages and drops its count in one step of its log. A holder cut off from the queue's
 // leader by a partition is not counted (the queue suspects it down) and keeps what it got
 // until it is back. The wait lasts as long as ctx: it ends with an error that says how
@@ -127,11 +129,11 @@ func Get(ctx context.Context, ch *amqp.Channel, queue string, n int) (ds []amqp.
 	return ds, nil
 }
 
-// Settle puts the newest command (body, if any) back into the kill state queue name as a
+// Settle puts the newest state (body, if any) back into the state queue name as a
 // new message, published on ch and confirmed, then removes the messages read (ds, got on
 // ch) but the refused ones, which it requeues: the stale ones, and those with the newest's
 // body once the copy is in, are acked. It does not requeue the newest: while a reader held
-// a command a Killer wrote the next one, and the reader requeued what it held, a get of the
+// a state a writer wrote the next one, and the reader requeued what it held, a get of the
 // next reader could return the requeued command and then "empty", the newer one out of its
 // sight (seen on RabbitMQ 3.10.8). If the broker refuses the copy (a nack), the newest is
 // requeued instead.

@@ -1,4 +1,4 @@
-package killstate_test
+package statequeue_test
 
 import (
 	"context"
@@ -8,19 +8,19 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/internal/killstate"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // BenchmarkLockAfterALostHolder measures how often the lock of a kill state queue is free
 // again while a message that its lost holder got is still out (out/op, from 0 to 1: the
-// window that killstate.Read waits out). Each round, a holder takes the lock and gets the
+// window that statequeue.Read waits out). Each round, a holder takes the lock and gets the
 // state's one message on a connection through a proxy, the proxy drops the connection, and
 // another connection takes the lock as soon as it can (without Lock's pauses) and asks the
 // state queue's counts; it then waits for the message to be back. docs/decisions.md gives
 // the figures and the load they were measured under:
 //
-//	go test -run '^$' -bench LockAfterALostHolder -benchtime 300x ./internal/killstate/
+//	go test -run '^$' -bench LockAfterALostHolder -benchtime 300x ./internal/statequeue/
 func BenchmarkLockAfterALostHolder(b *testing.B) {
 	env := testenv.New(b)
 	state, lock := env.Queue("state"), env.Queue("lock")
@@ -29,7 +29,7 @@ func BenchmarkLockAfterALostHolder(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer direct.Close()
-	err = killstate.OnChannel(direct, func(ch *amqp.Channel) error {
+	err = statequeue.OnChannel(direct, func(ch *amqp.Channel) error {
 		if _, err := ch.QueueDeclare(state, true, false, false, false, amqp.Table{
 			amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": int64(math.MaxInt32), // as kill's state queues
 		}); err != nil {
@@ -50,14 +50,14 @@ func BenchmarkLockAfterALostHolder(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := killstate.Lock(ctx, holder, lock); err != nil {
+		if _, err := statequeue.Lock(ctx, holder, lock); err != nil {
 			b.Fatal(err)
 		}
 		ch, err := holder.Channel()
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ds, err := killstate.Get(ctx, ch, state, 1); err != nil || len(ds) != 1 {
+		if ds, err := statequeue.Get(ctx, ch, state, 1); err != nil || len(ds) != 1 {
 			b.Fatalf("get: %d messages, %v", len(ds), err)
 		}
 		proxy.Drop()
@@ -78,7 +78,7 @@ func BenchmarkLockAfterALostHolder(b *testing.B) {
 	b.ReportMetric(float64(out)/float64(b.N), "out/op")
 }
 
-// lockAtOnce takes the lock as killstate.Lock does, but tries again at once when it is held.
+// lockAtOnce takes the lock as statequeue.Lock does, but tries again at once when it is held.
 func lockAtOnce(ctx context.Context, b *testing.B, conn *amqp.Connection, lock string) (unlock func()) {
 	for ctx.Err() == nil {
 		ch, err := conn.Channel()
@@ -99,7 +99,7 @@ func lockAtOnce(ctx context.Context, b *testing.B, conn *amqp.Connection, lock s
 }
 
 func inspect(b *testing.B, conn *amqp.Connection, queue string) (q amqp.Queue) {
-	err := killstate.OnChannel(conn, func(ch *amqp.Channel) (err error) {
+	err := statequeue.OnChannel(conn, func(ch *amqp.Channel) (err error) {
 		q, err = ch.QueueDeclarePassive(queue, true, false, false, false, nil)
 		return err
 	})
