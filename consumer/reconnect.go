@@ -7,61 +7,69 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
+// consumerBackoff is the wait between a subscription's sessions: at most 1 s (±50%), so that
+// consuming resumes soon after the broker is back however long it was gone, starting over
+// only after a session that consumed (or was paused by a kill): one that the broker refuses
+// every time (541 for a quorum queue that is down, say) backs off.
+var consumerBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+
+// run runs the subscription's sessions until it is closed, its context ends or its queue is
+// gone, with warren's one reconnect loop. Each failure is logged once, here: the Dialer leaves
+// a lost connection to this line.
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
 	defer s.subs.Done()
 	defer close(sub.out)
 	defer sub.markReady() // ended: nobody waits for it any more
 	fields := watermill.LogFields{"queue": sub.queue}
-
-	// At most 1s (±50%) between tries: once the broker is back, consuming resumes within
-	// about 1.5s, however long it was gone (with 5s, make faults saw 2.05s after a kill -9).
-	// The wait starts over only after a session that consumed (or was paused by a kill): one
-	// that the broker refuses every time (541 for a quorum queue that is down, say) backs off.
-	// Each failure is logged once, here: the Dialer leaves a lost connection to this line.
-	retry := backoff.NewExponentialBackOff()
-	retry.InitialInterval = 100 * time.Millisecond
-	retry.MaxInterval = time.Second
-	retry.MaxElapsedTime = 0 // until closed
-	retry.Reset()            // the first wait is InitialInterval, not the default's 500ms
-	for {
+	// Closing ends the waits between sessions, as ctx does; a session itself hears closing on
+	// its own (it lets the handlers in flight finish), so it runs on ctx.
+	waits, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-waits.Done():
+		}
+	}()
+	_ = amqpx.Reconnect(waits, consumerBackoff, func(_ context.Context, steady func()) error {
 		err := sub.session(ctx)
-		switch {
-		case err == nil: // closed
-			return
-		case errors.Is(err, errQueueGone) && sub.mode == draining:
-			sub.removeKilled()
-			return
-		case errors.Is(err, errQueueGone), errors.Is(err, errRefused):
-			// Deleted, or refused for good (access refused): retrying cannot help.
-			s.logger.Error("Consumer stopped for good", err, fields)
-			s.goneMu.Lock()
-			s.gone = append(s.gone, fmt.Errorf("consumer: queue %q: %w", sub.queue, err))
-			s.goneMu.Unlock()
-			return
+		if err == nil || sub.ended(err, fields) {
+			return nil
 		}
 		if sub.steady {
-			retry.Reset()
+			steady()
+			if sub.onIsolated { // consumed there: back to the main connection
+				sub.isolated = false
+			}
 		}
-		if sub.steady && sub.onIsolated { // consumed there: back to the main connection
-			sub.isolated = false
-		}
-		wait := retry.NextBackOff()
-		s.logger.Error("Consumer lost its channel, reconnecting", err, fields.Add(watermill.LogFields{"in": wait}))
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return
-		case <-s.closing:
-			return
-		}
+		return err
+	}, amqpx.LogEach(s.logger, "Consumer lost its channel, reconnecting", fields))
+}
+
+// ended reports whether err, a session's, ends the subscription for good: its queue was
+// deleted (a drained queue's kill state goes with it) or the broker refused it in a way that
+// retrying cannot help (access refused).
+func (sub *subscription) ended(err error, fields watermill.LogFields) bool {
+	s := sub.s
+	switch {
+	case errors.Is(err, errQueueGone) && sub.mode == draining:
+		sub.removeKilled()
+		return true
+	case errors.Is(err, errQueueGone), errors.Is(err, errRefused):
+		s.logger.Error("Consumer stopped for good", err, fields)
+		s.goneMu.Lock()
+		s.gone = append(s.gone, fmt.Errorf("consumer: queue %q: %w", sub.queue, err))
+		s.goneMu.Unlock()
+		return true
 	}
+	return false
 }
 
 // connection returns the open main consuming connection, dialling when there is none (see
