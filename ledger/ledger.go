@@ -37,8 +37,8 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/internal/msjson"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/topology"
 )
 
