@@ -128,28 +128,28 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 	if !dc.Wait() {
 		n.t.Fatalf("forge into %s: nacked", q)
 	}
-	probe := "warren.probe." + newCookie()[:8]
+	canary := "warren.probe." + newCookie()[:8]
 	deadline := time.Now().Add(Patience())
 	for time.Now().Before(deadline) {
 		ch, err := conn.Channel()
 		if err != nil {
 			n.t.Fatal(err)
 		}
-		_, err = ch.QueueDeclare(probe, true, false, false, false, amqp.Table{
+		_, err = ch.QueueDeclare(canary, true, false, false, false, amqp.Table{
 			amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-dead-letter-exchange": "",
 			"x-dead-letter-strategy": "at-least-once", amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish,
 		})
 		var ae *amqp.Error
 		switch {
 		case errors.As(err, &ae) && ae.Code == amqp.InternalError:
-			n.deleteQueue(probe) // left down
+			n.deleteQueue(canary) // left down
 			return true
 		case err != nil:
-			n.t.Fatalf("node %s: declare %s: %v", n.name, probe, err)
+			n.t.Fatalf("node %s: declare %s: %v", n.name, canary, err)
 		}
 		// The worker may stop between the declare and the delete, which the broker then
 		// refuses (and closes ch): the next turn's declare tells.
-		_, _ = ch.QueueDelete(probe, false, false, false)
+		_, _ = ch.QueueDelete(canary, false, false, false)
 		_ = ch.Close()
 		if ch, err = conn.Channel(); err != nil {
 			n.t.Fatal(err)
