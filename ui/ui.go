@@ -95,8 +95,7 @@ type Config struct {
 	// Timeout bounds what one page asks of the broker. Default 10s.
 	Timeout time.Duration
 	// CountTimeout bounds the count that a replay or a delete shows before it is confirmed,
-	// which reads the whole queue: about 3 s for 100,000 messages, 7 s once they have been
-	// handed back before (docs/dashboard.md). Default 2m. The replays and deletes themselves
+	// which reads the whole queue (docs/dashboard.md has how long that takes). Default 2m. The replays and deletes themselves
 	// run until they end or Close.
 	CountTimeout time.Duration
 	// CSRFKey signs the forms' CSRF tokens: give every replica behind one address the same

@@ -60,8 +60,8 @@ const (
 // duration histograms, in seconds.
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
-// latenessBuckets resolve lateness from a millisecond (a delay level hop costs about 1.5 ms)
-// to minutes (a quorum level's dead-letter worker resends after 180 s by default).
+// latenessBuckets resolve lateness from a millisecond (a delay level hop costs about that:
+// docs/decisions.md) to minutes (a quorum level's dead-letter worker resends after 180 s by default).
 var latenessBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 180, 600}
 
 // Instruments are warren's instruments, created from one MeterProvider.
