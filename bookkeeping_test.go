@@ -2,9 +2,6 @@ package warren_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -181,10 +178,4 @@ func TestIsBookkeeping(t *testing.T) {
 	} {
 		assert.False(t, warren.IsBookkeeping(k), k)
 	}
-}
-
-// The error type is the Go type of the innermost error of the chain.
-func TestErrorTypeIsTheInnermost(t *testing.T) {
-	assert.Equal(t, "*fs.PathError", contract.ErrorType(fmt.Errorf("load: %w", &fs.PathError{Op: "open", Path: "x"})))
-	assert.Equal(t, "*errors.errorString", contract.ErrorType(fmt.Errorf("load: %w", &fs.PathError{Err: errors.New("x")})))
 }

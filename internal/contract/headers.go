@@ -20,7 +20,7 @@ const TransportHeaderPrefix = "warren-dlx-"
 // PublishIDHeader carries the id the DLX publisher gives each message of a Publish call. It is
 // the same on every copy of that publish (a re-send after a lost confirm, a redelivery after a
 // lost ack) and new on every other publish (a replay, a new message): warren's subscriber
-// recognises copies by it. A publish may ask for its id with MetadataPublishID: warren derives
+// recognises copies by it. A publish may ask for its id with warren.MetadataPublishID: warren derives
 // the ids of retries and of a handler's outputs from the message they come from, so that
 // copies of a message make copies of its retry and outputs, which are recognised in turn. A
 // transport header: dropped on unmarshal, never published again.
