@@ -19,6 +19,7 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
+// Router runs handlers on RabbitMQ queues on top of Watermill's message.Router, with warren's
 // default middleware chain on every handler, in this order (outermost first):
 //
 //  0. with Config.CopyStore only, middleware.Idempotent keyed by middleware.CopyKey: a copy
