@@ -143,44 +143,52 @@ func (c *Client) setSession(s *session) bool {
 	return true
 }
 
-// run opens the connection again whenever it is lost, until Close.
+// run opens the connection again whenever it is lost, until Close, in warren's one reconnect
+// loop: s is the session open now; a round of reconnection (RetryLogged, within
+// ConnectTimeout) that fails (a refusal: the reply queue's consumer taken) is tried again
+// after a pause that grows to reconnectPause.
 func (c *Client) run(s *session) {
 	defer c.wg.Done()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-s.done:
-		}
-		c.mu.Lock()
-		if c.sess == s {
-			c.sess, c.ready = nil, make(chan struct{})
-		}
-		c.mu.Unlock()
-		_ = amqpx.Close(s.conn)
-		c.logger.Info("rpc: reconnecting", watermill.LogFields{"cause": s.conf.Closed()})
-		for {
-			err := amqpx.RetryLogged(c.ctx, c.cfg.Connection.ConnectTimeout, "rpc: reconnect", c.logger, nil,
-				func(ctx context.Context) (err error) {
-					s, err = c.open(ctx)
+	_ = amqpx.Reconnect(c.ctx, amqpx.Backoff{Initial: 100 * time.Millisecond, Max: reconnectPause},
+		func(ctx context.Context, steady func()) error {
+			if s == nil {
+				err := amqpx.RetryLogged(ctx, c.cfg.Connection.ConnectTimeout, "rpc: reconnect", c.logger, nil,
+					func(ctx context.Context) (err error) {
+						s, err = c.open(ctx)
+						return err
+					})
+				if err != nil {
 					return err
-				})
-			if err == nil {
-				break
+				}
+				if !c.setSession(s) {
+					return nil
+				}
 			}
-			select { // a refusal (the reply queue's consumer taken) is tried again after a pause
+			steady()
+			select {
 			case <-c.done:
-				return
-			case <-time.After(reconnectPause):
+				return nil
+			case <-s.done:
 			}
-		}
-		if !c.setSession(s) {
-			return
-		}
-	}
+			cause := s.conf.Closed()
+			c.drop(s)
+			s = nil
+			return fmt.Errorf("rpc: connection lost: %v", cause)
+		}, nil)
 }
 
-// reconnectPause separates two rounds of reconnection that both failed.
+// drop forgets s, whose connection was lost, and closes it: calls wait for the next session.
+func (c *Client) drop(s *session) {
+	c.mu.Lock()
+	if c.sess == s {
+		c.sess, c.ready = nil, make(chan struct{})
+	}
+	c.mu.Unlock()
+	_ = amqpx.Close(s.conn)
+	c.logger.Info("rpc: reconnecting", watermill.LogFields{"cause": s.conf.Closed()})
+}
+
+// reconnectPause is the longest pause between two rounds of reconnection that both failed.
 const reconnectPause = 2 * time.Second
 
 // current returns the open session, waiting for a reconnection until ctx ends.
