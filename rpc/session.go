@@ -170,12 +170,14 @@ func (c *Client) run(s *session) {
 				return nil
 			case <-s.done:
 			}
-			cause := s.conf.Closed()
 			c.drop(s)
 			s = nil
-			return fmt.Errorf("rpc: connection lost: %v", cause)
+			return errConnectionLost // drop logged why
 		}, nil)
 }
+
+// errConnectionLost ends a session of run whose connection was lost.
+var errConnectionLost = errors.New("rpc: connection lost")
 
 // drop forgets s, whose connection was lost, and closes it: calls wait for the next session.
 func (c *Client) drop(s *session) {
