@@ -10,7 +10,7 @@ FAULTS_TIMEOUT ?= 30m
 TEST_PARALLEL ?= 8
 TEST_PACKAGES ?= 4
 
-.PHONY: all broker broker4 redis postgres chromium demo demos demo-ui screenshots unit lint test test-rabbitmq4 faults cluster bench vet fmt
+.PHONY: all broker broker4 redis postgres chromium demo demos demo-ui screenshots unit lint test test-rabbitmq4 faults cluster bench bench-cpu vet fmt
 
 all: lint test
 
@@ -122,6 +122,12 @@ endif
 ## (tools/bench)
 bench: broker redis postgres
 	cd tools && $(GO) run ./bench
+
+## bench-cpu: instructions, allocations and bytes per message, counted by valgrind's callgrind in
+## the client process, side by side with raw amqp091-go and watermill-amqp (tools/bench -cpu)
+bench-cpu: broker redis
+	@command -v valgrind >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind)
+	cd tools && $(GO) run ./bench -cpu
 
 ## vet: go vet on the root module, and on tools/ with each build tag of its fault suite (so that
 ## make test, which runs none of tools/, still compiles all of it); then gofmt on both

@@ -222,6 +222,7 @@ type warrenOptions struct {
 	copies     middleware.IdempotencyStore // router.Config.CopyStore
 	mp         metric.MeterProvider        // router.Config.MeterProvider
 	middleware []message.HandlerMiddleware // router.HandlerConfig.Middleware
+	noTracer   bool                        // no router.Config.TracerProvider: the global one, a no-op
 }
 
 func consumeWarren(queue string, delay topology.Delay, opts warrenOptions) (time.Duration, error) {
@@ -235,11 +236,13 @@ func consumeWarren(queue string, delay topology.Delay, opts warrenOptions) (time
 	}); err != nil {
 		return 0, err
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	r, err := router.New(router.Config{
-		Connection: warren.Connection{URL: *url}, Topology: tcfg, TracerProvider: tp, CopyStore: opts.copies, MeterProvider: opts.mp,
-	}, nil)
+	rcfg := router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg, CopyStore: opts.copies, MeterProvider: opts.mp}
+	if !opts.noTracer {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		rcfg.TracerProvider = tp
+	}
+	r, err := router.New(rcfg, nil)
 	if err != nil {
 		return 0, err
 	}

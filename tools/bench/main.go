@@ -62,6 +62,10 @@ func result(name string, format string, v any) {
 
 func main() {
 	flag.Parse()
+	if *cpuChild != "" {
+		runCPUChild()
+		return
+	}
 	if *killChildMode {
 		killChild()
 		return
@@ -78,6 +82,11 @@ func main() {
 		must(os.MkdirAll(*profileDir, 0o755))
 	}
 
+	if *cpuMode {
+		benchCPU()
+		printResults()
+		return
+	}
 	run := func(section string) bool { return *only == "" || strings.Contains(","+*only+",", ","+section+",") }
 	if run("publish") {
 		benchPublish()
@@ -103,6 +112,11 @@ func main() {
 	if run("outbox") {
 		benchOutbox()
 	}
+	printResults()
+}
+
+// printResults prints the machine-readable lines, after a blank line.
+func printResults() {
 	fmt.Println()
 	for _, r := range results {
 		fmt.Println(r)
