@@ -158,14 +158,13 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if key == "" {
 			return h(msg)
 		}
-		fields := watermill.LogFields{"message_uuid": msg.UUID, "key": key}
 		state, err := i.claim(msg, key)
 		switch {
 		case err != nil:
-			i.logger.Error("Idempotency store failed: the message is handled without it", err, fields)
+			i.logger.Error("Idempotency store failed: the message is handled without it", err, logFields(msg, key))
 			return h(msg)
 		case state == Processed:
-			i.logger.Info("Message processed already: acked", fields)
+			i.logger.Info("Message processed already: acked", logFields(msg, key))
 			return nil, nil
 		case state == Busy:
 			return nil, &RequeueError{Err: fmt.Errorf("key %q is being processed by another holder (waited up to %s)", key, i.cfg.BusyWait)}
@@ -173,21 +172,32 @@ func (i *Idempotent) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		settled := false
 		defer func() {
 			if !settled { // the handler panicked: the key is given up, and the panic goes on
-				i.release(msg, key, fields)
+				i.release(msg, key)
 			}
 		}()
 		out, herr := h(msg)
 		settled = true
 		if herr != nil {
-			i.release(msg, key, fields)
+			i.release(msg, key)
 			return out, herr
 		}
-		ctx, cancel := i.storeContext(msg)
-		defer cancel()
-		if err := i.cfg.Store.Done(ctx, key, i.cfg.Retention); err != nil {
-			i.logger.Error("Idempotency store cannot record a processed key: a copy may be handled again", err, fields)
-		}
+		i.done(msg, key)
 		return out, nil
+	}
+}
+
+// logFields are the fields of a log line about msg and its key, made only when a line is
+// written.
+func logFields(msg *message.Message, key string) watermill.LogFields {
+	return watermill.LogFields{"message_uuid": msg.UUID, "key": key}
+}
+
+// done records key as processed.
+func (i *Idempotent) done(msg *message.Message, key string) {
+	ctx, cancel := i.storeContext(msg)
+	defer cancel()
+	if err := i.cfg.Store.Done(ctx, key, i.cfg.Retention); err != nil {
+		i.logger.Error("Idempotency store cannot record a processed key: a copy may be handled again", err, logFields(msg, key))
 	}
 }
 
@@ -231,11 +241,11 @@ func (i *Idempotent) claim(msg *message.Message, key string) (ClaimState, error)
 }
 
 // release gives key up after a failure, so that a retry or a copy may take it.
-func (i *Idempotent) release(msg *message.Message, key string, fields watermill.LogFields) {
+func (i *Idempotent) release(msg *message.Message, key string) {
 	ctx, cancel := i.storeContext(msg)
 	defer cancel()
 	if err := i.cfg.Store.Release(ctx, key); err != nil {
-		i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, fields)
+		i.logger.Error("Idempotency store cannot release a key: it is free once its lease ends", err, logFields(msg, key))
 	}
 }
 

@@ -145,16 +145,19 @@ func (s *Store) Claim(ctx context.Context, key string) (middleware.ClaimState, e
 	if s.closed() {
 		return 0, errClosed
 	}
-	req := claimReq{key: s.cfg.Prefix + key, reply: make(chan claimReply, 1)}
+	req := claimReq{key: s.cfg.Prefix + key, reply: replies.Get().(chan claimReply)}
 	select {
 	case s.claims <- req:
 	case <-ctx.Done():
+		replies.Put(req.reply)
 		return 0, fmt.Errorf("redisstore: claim: %w", context.Cause(ctx))
 	case <-s.stop:
+		replies.Put(req.reply)
 		return 0, errClosed
 	}
 	select {
 	case r := <-req.reply:
+		replies.Put(req.reply)
 		if r.state == middleware.Claimed {
 			s.mu.Lock()
 			s.held[req.key] = struct{}{} // renewed from now on, until done or released
@@ -162,9 +165,12 @@ func (s *Store) Claim(ctx context.Context, key string) (middleware.ClaimState, e
 		}
 		return r.state, r.err
 	case <-ctx.Done(): // a claim taken meanwhile is not renewed: it ends with its lease
-		return 0, fmt.Errorf("redisstore: claim: %w", context.Cause(ctx))
+		return 0, fmt.Errorf("redisstore: claim: %w", context.Cause(ctx)) // its reply channel is left to its late answer
 	}
 }
+
+// replies are the reply channels of claims, used again once their reply is read.
+var replies = sync.Pool{New: func() any { return make(chan claimReply, 1) }}
 
 // Done implements middleware.IdempotencyStore. It returns once the write is queued; the key
 // stays claimed until it is made.
