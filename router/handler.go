@@ -111,13 +111,12 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	for i := len(chain) - 1; i >= 0; i-- {
 		handle = chain[i](handle)
 	}
-	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, func(msg *message.Message) error {
-		_, err := handle(msg)
-		return err
-	})
+	pool := newWorkers(concurrency, handle)
+	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, pool.handle)
 
 	r.names[h.Name] = true
 	r.subs = append(r.subs, sub)
+	r.workers = append(r.workers, pool)
 	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
 	if h.Exchange != "" {
 		r.topo.Exchanges = append(r.topo.Exchanges, r.exchange(h.Exchange))

@@ -59,8 +59,8 @@ var cpuPaths = []cpuPath{
 		_, err := publishWarrenBatches(q, make([]byte, 256), d)
 		return err
 	}},
-	{"publish-delayed", "warren dlx.Publisher, 256 goroutines, each message delayed by an hour", func(q string, d topology.Delay) error {
-		_, err := publishWarrenDelayed(q, make([]byte, 256), d, time.Hour)
+	{"publish-delayed", "warren dlx.Publisher, 256 goroutines, each message delayed by 200 ms (two levels)", func(q string, d topology.Delay) error {
+		_, err := publishWarrenDelayed(q, make([]byte, 256), d, 200*time.Millisecond)
 		return err
 	}},
 	{"publish-watermill", "watermill-amqp v3 publisher, 256 goroutines, confirms on", func(q string, _ topology.Delay) error {
@@ -261,7 +261,11 @@ func runCPUChild() {
 			continue
 		}
 		q := name("cpu")
-		delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
+		levels := 1 // delays up to 15 ms: the paths publish none but publish-delayed
+		if p.name == "publish-delayed" {
+			levels = 2
+		}
+		delay := config(topology.Delay{Prefix: name("delay"), Levels: levels}).Delay
 		err := p.run(q, delay)
 		cleanupDelay(delay)
 		cleanup(testenv.WorkQueueNames(q))
