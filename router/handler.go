@@ -8,6 +8,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
@@ -111,10 +112,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	for i := len(chain) - 1; i >= 0; i-- {
 		handle = chain[i](handle)
 	}
-	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, func(msg *message.Message) error {
-		_, err := handle(msg)
-		return err
-	})
+	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, settling(handle))
 
 	r.names[h.Name] = true
 	r.subs = append(r.subs, sub)
@@ -152,4 +150,24 @@ func (r *Router) exchange(name string) topology.Exchange {
 		}
 	}
 	return topology.Exchange{Name: name}
+}
+
+// settling runs handle on a message of a handler's Subscriber and settles it (see
+// consumer.NewSubscriberOn): acked when handle succeeded, nacked when it failed or panicked
+// (the panic goes on to Watermill's handler), unless the chain acked or nacked it already, as
+// Watermill's handler would.
+func settling(handle message.HandlerFunc) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) (err error) {
+		returned := false
+		defer func() {
+			acked := returned && err == nil && msg.Ack()
+			if !acked {
+				acked = !msg.Nack() // false when acked before
+			}
+			contract.Settle(msg.Context(), acked)
+		}()
+		_, err = handle(msg)
+		returned = true
+		return err
+	}
 }
