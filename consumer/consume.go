@@ -104,7 +104,7 @@ func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
 	s := sub.s
 	cs := &channelState{
 		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
-		dups:     &copies{seen: &s.seen, live: map[string]int{}},
+		dups:     &copies{seen: &s.seen, live: map[uint64]int{}},
 		stopping: make(chan struct{}),
 		slots:    make(chan struct{}, s.cfg.Concurrency),
 	}
