@@ -10,7 +10,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/consumerconns"
 	"github.com/warrenmq/warren/internal/contract"
@@ -105,7 +104,7 @@ func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
 	s := sub.s
 	cs := &channelState{
 		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
-		dups:     &copies{seen: &s.seen, live: map[string]int{}},
+		dups:     &copies{seen: &s.seen, live: map[uint64]int{}},
 		stopping: make(chan struct{}),
 		slots:    make(chan struct{}, s.cfg.Concurrency),
 	}
@@ -118,6 +117,13 @@ func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
 // rest of the prefetch waits, and commands, closing and the context are still heard.
 func (l *consumeLoop) run() (outcome, error) {
 	for {
+		if !l.slot { // a free slot is taken at once, without waiting on every source
+			select {
+			case l.cs.slots <- struct{}{}:
+				l.slot = true
+			default:
+			}
+		}
 		in, take := l.deliveries, (chan<- struct{})(nil)
 		if !l.slot {
 			in, take = nil, l.cs.slots
@@ -197,24 +203,26 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 		cs.acks.settle(d.DeliveryTag, ack)
 		return false, closed, nil
 	}
-	msg, done, deadLetter := sub.message(d, id, cs)
-	if msg == nil {
+	h := sub.message(d, id, cs)
+	if h == nil {
 		cs.dups.release(id, false) // poisoned, or put back: never taken for done
 		return false, closed, nil
 	}
-	info, _ := warren.DeliveryFrom(msg.Context()) // read before the handler owns msg
-	consumed := s.consumes.Get(sub.queue, info.Exchange)
+	consumed := s.consumes.Get(sub.queue, h.Delivery.Exchange)
+	cs.inflight.add() // before the receiver can settle it
 	select {
-	case sub.out <- msg:
-		l.slot = false // settle frees it
+	case sub.out <- h.msg:
+		l.slot = false // settling frees it
 		s.metrics.Consumed(context.Background(), consumed)
-		cs.inflight.add()
-		go sub.settle(cs, msg, d.DeliveryTag, id, done, deadLetter)
+		if h.Settler == nil {
+			go h.await()
+		}
 		return false, closed, nil
 	case <-l.ctx.Done():
 	case <-s.closing:
 	}
-	done() // not handed out: back to the queue when the channel closes
+	cs.inflight.done()
+	h.done() // not handed out: back to the queue when the channel closes
 	cs.dups.release(id, false)
 	l.stop()
 	return true, closed, nil

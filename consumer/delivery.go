@@ -3,7 +3,6 @@ package consumer
 import (
 	"context"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -13,19 +12,21 @@ import (
 	"github.com/warrenmq/warren/internal/contract"
 )
 
-// message unmarshals d and gives it its context, which ends when done is called (once the
-// message is settled), or when the subscriber has closed. A delivery that cannot be
-// unmarshaled, or whose headers the client could not read, goes to the poison queue and nil
-// is returned.
-func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
-	msg *message.Message, done context.CancelFunc, deadLetter *atomic.Bool) {
+// message unmarshals d and readies it to be handed out: its context carries the handout (see
+// contract.Handling) and ends once the message is settled, or when the subscriber has closed.
+// A delivery that cannot be unmarshaled, or whose headers the client could not read, goes to
+// the poison queue and nil is returned.
+func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) *handout {
 	viaDelay := strings.HasPrefix(d.Exchange, sub.s.viaDelay)
 	info := contract.Delivery{Queue: sub.queue, Exchange: d.Exchange, RoutingKey: d.RoutingKey, Redelivered: d.Redelivered}
 	info.PublishID = id
 	if viaDelay { // its destination: an exchange, or the queue through the default exchange
 		info.Exchange, _ = d.Headers[contract.DestExchangeHeader].(string)
 	}
-	var err error
+	var (
+		msg *message.Message
+		err error
+	)
 	if why, unreadable := d.Headers[contract.UnreadableHeader].(string); unreadable {
 		err = &unreadableError{why}
 	} else {
@@ -33,7 +34,7 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 	}
 	if err != nil {
 		sub.poisonUndecodable(d, info, err, cs)
-		return nil, nil, nil
+		return nil
 	}
 	// warren's bookkeeping is believed only where warren put it: see Subscriber.
 	direct := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
@@ -45,13 +46,18 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) (
 			delete(msg.Metadata, k)
 		}
 	}
-	deadLetter = new(atomic.Bool)
-	ctx, done := context.WithCancel(contract.WithDeadLetter(contract.WithDelivery(cs.hardStop, info), deadLetter))
+	h := &handout{sub: sub, cs: cs, msg: msg, tag: d.DeliveryTag, id: id}
+	h.Delivery, h.DeadLetters = info, true
+	if sub.s.callerSettles {
+		h.Settler = h
+	}
+	var ctx context.Context
+	ctx, h.done = context.WithCancel(contract.WithHandling(cs.hardStop, &h.Handling))
 	msg.SetContext(ctx)
 	if d.Redelivered {
 		msg.Metadata.Set(warren.MetadataRedelivered, "true")
 	}
-	return msg, done, deadLetter
+	return h
 }
 
 // recordLateness records how late a delivery that came through the delay levels arrived

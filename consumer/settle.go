@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // channelState is what one consume channel's deliveries share: the acker, the messages
@@ -41,27 +43,62 @@ func (f *flights) done() {
 	f.Done()
 }
 
-// settle acks the delivery once the handler has acked msg (and remembers its publish id, see
-// copies), and then ends msg's context. A nacked one goes back to the queue after
-// RequeueDelay (at once when the consumer stops), or, if contract.DeadLetter was called, is
-// rejected into the queue's dead-letter path.
-func (sub *subscription) settle(cs *channelState, msg *message.Message, tag uint64, id string,
-	done context.CancelFunc, deadLetter *atomic.Bool) {
+// handout is a message handed out and not settled yet: the value of its context (see
+// contract.Handling), and what settles its delivery.
+type handout struct {
+	contract.Handling
+	sub     *subscription
+	cs      *channelState
+	msg     *message.Message
+	tag     uint64
+	id      string // publish id
+	done    context.CancelFunc
+	settled atomic.Bool
+}
+
+// await settles the delivery once the receiver of the message has acked or nacked it.
+func (h *handout) await() {
+	select {
+	case <-h.msg.Acked():
+		h.settle(true)
+	case <-h.msg.Nacked():
+		h.settle(false)
+	}
+}
+
+// Settle settles the delivery as the receiver of the message says, once (see
+// contract.Settler): a requeue, which waits, on a goroutine of its own.
+func (h *handout) Settle(acked bool) {
+	if h.settled.Swap(true) {
+		return
+	}
+	if acked || h.DeadLetterRequested() {
+		h.settle(acked)
+		return
+	}
+	go h.settle(false)
+}
+
+// settle acks the delivery of a message acked (and remembers its publish id, see copies), and
+// then ends the message's context. A nacked one goes back to the queue after RequeueDelay (at
+// once when the consumer stops), or, if contract.DeadLetter was called, is rejected into the
+// queue's dead-letter path.
+func (h *handout) settle(acked bool) {
+	cs := h.cs
 	defer cs.inflight.done()
 	defer func() { <-cs.slots }()
-	defer done()
-	select {
-	case <-msg.Acked():
-		cs.dups.release(id, true)
-		cs.acks.settle(tag, ack)
-	case <-msg.Nacked():
-		cs.dups.release(id, false) // a reject lost with its channel must be handled again
-		if deadLetter.Load() {
-			cs.acks.settle(tag, reject)
-			return
-		}
-		sub.requeueLater(tag, cs)
+	defer h.done()
+	if acked {
+		cs.dups.release(h.id, true)
+		cs.acks.settle(h.tag, ack)
+		return
 	}
+	cs.dups.release(h.id, false) // a reject lost with its channel must be handled again
+	if h.DeadLetterRequested() {
+		cs.acks.settle(h.tag, reject)
+		return
+	}
+	h.sub.requeueLater(h.tag, cs)
 }
 
 // requeueLater returns the delivery to the queue after RequeueDelay, or at once when the

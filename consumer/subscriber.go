@@ -78,6 +78,9 @@ type Subscriber struct {
 	// viaDelay starts the name of every delay level exchange: a delivery from one came
 	// through the delay levels.
 	viaDelay string
+	// callerSettles: the receiver of the messages settles each (contract.Settle) once it has
+	// acked or nacked it; else a goroutine per message waits for that.
+	callerSettles bool
 
 	mu     sync.Mutex
 	closed bool
@@ -117,11 +120,18 @@ func NewSubscriber(config Config, logger watermill.LoggerAdapter) (*Subscriber, 
 }
 
 // NewSubscriberOn returns a Subscriber of config that consumes on conns, which it never
-// closes: their owner closes them once every Subscriber on them is closed. A router builds its
-// handlers' Subscribers so, on the connections they share; conns's type is internal, so only
-// warren's own packages call it.
+// closes: their owner closes them once every Subscriber on them is closed. Its caller settles
+// every message it receives from it: once it has acked or nacked one, it calls
+// contract.Settle with the message's context (a message's ack alone settles nothing). A
+// router builds its handlers' Subscribers so, on the connections they share; conns's type is
+// internal, so only warren's own packages call it.
 func NewSubscriberOn(conns *consumerconns.Conns, config Config, logger watermill.LoggerAdapter) (*Subscriber, error) {
-	return newSubscriber(config, logger, conns)
+	s, err := newSubscriber(config, logger, conns)
+	if err != nil {
+		return nil, err
+	}
+	s.callerSettles = true
+	return s, nil
 }
 
 // newSubscriber is NewSubscriber on conns, which the Subscriber does not close, or, when

@@ -1,6 +1,9 @@
 package middleware
 
 import (
+	"context"
+	"reflect"
+
 	"github.com/ThreeDotsLabs/watermill/message"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -8,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/contract"
@@ -46,8 +50,16 @@ func (c TracingConfig) WithDefaults() TracingConfig {
 // every message processed by Middleware. The trace context travels in the message metadata,
 // so one trace follows a message through publish, delay levels, retries and poisoning,
 // across processes.
+//
+// With a provider that records nothing (a noop.TracerProvider, or otel's global provider
+// while no other is set with otel.SetTracerProvider) no span is made: the trace context the
+// metadata carries still goes into the message's context and on into what is published, at
+// no allocation.
 type Tracing struct {
 	tracer     trace.Tracer
+	provider   trace.TracerProvider
+	silent     bool // provider records nothing
+	global     bool // provider is otel's default global one: silent until another is set
 	propagator propagation.TextMapPropagator
 	fields     []string // the propagator's Fields, which a composite one builds on every call
 }
@@ -56,11 +68,29 @@ type Tracing struct {
 // and there for the day a field can be invalid.
 func NewTracing(config TracingConfig) (*Tracing, error) {
 	config = config.WithDefaults()
+	tp := config.TracerProvider
+	_, silent := tp.(noop.TracerProvider)
 	return &Tracing{
-		tracer:     config.TracerProvider.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL)),
+		tracer:     tp.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL)),
+		provider:   tp,
+		silent:     silent,
+		global:     reflect.TypeOf(tp).String() == defaultGlobalType,
 		propagator: config.Propagator,
 		fields:     config.Propagator.Fields(),
 	}, nil
+}
+
+// defaultGlobalType is the type of otel's default global TracerProvider, which makes spans
+// that record nothing until otel.SetTracerProvider gives it a delegate (otel.GetTracerProvider
+// then returns that one). Should otel rename it, every provider is taken as recording.
+const defaultGlobalType = "*global.tracerProvider"
+
+// records reports whether the spans of t's tracer may record.
+func (t *Tracing) records() bool {
+	if t.global {
+		return otel.GetTracerProvider() != t.provider
+	}
+	return !t.silent
 }
 
 // Middleware is a plain message.HandlerMiddleware: a consumer span around processing.
@@ -71,53 +101,77 @@ func NewTracing(config TracingConfig) (*Tracing, error) {
 // or panic marks the span as failed; the panic goes on.
 func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		destination := "unknown"
-		attrs := []attribute.KeyValue{
-			semconv.MessagingSystemRabbitMQ,
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("process"),
+		if !t.records() {
+			return t.untraced(h, msg)
 		}
-		d, _ := warren.DeliveryFrom(msg.Context())
-		if d.Queue != "" {
-			destination = d.Queue
-		} else if topic := message.SubscribeTopicFromCtx(msg.Context()); topic != "" {
-			destination = topic
-		}
-		if d.RoutingKey != "" {
-			attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
-		}
-		attrs = append(attrs,
-			semconv.MessagingDestinationName(destination),
-			semconv.MessagingMessageID(msg.UUID),
-			semconv.MessagingMessageBodySize(len(msg.Payload)),
-			attemptAttr.Int(Attempt(msg)),
-		)
+		return t.traced(h, msg)
+	}
+}
 
-		ctx := t.propagator.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
-		ctx, span := t.tracer.Start(ctx, "process "+destination,
-			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
-		msg.SetContext(ctx)
-
-		defer func() {
-			if r := recover(); r != nil {
-				setError(span, &PanicError{Value: r})
-				span.End()
-				panic(r)
-			}
-			span.End()
-		}()
-		msgs, err := h(msg)
-		if err != nil {
-			setError(span, err)
-		}
-		// Messages the handler returns without a trace of their own continue this one.
+// untraced runs h without a span, in the trace context that msg's metadata carries, if any:
+// the messages the handler returns without a trace of their own, and what it publishes in
+// msg's context, continue that trace.
+func (t *Tracing) untraced(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	msg.SetContext(t.propagator.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata)))
+	msgs, err := h(msg)
+	if sc := trace.SpanContextFromContext(msg.Context()); sc.IsValid() {
 		for _, out := range msgs {
 			if !trace.SpanContextFromContext(out.Context()).IsValid() {
-				out.SetContext(trace.ContextWithSpan(out.Context(), span))
+				out.SetContext(trace.ContextWithSpanContext(out.Context(), sc))
 			}
 		}
-		return msgs, err
 	}
+	return msgs, err
+}
+
+// traced runs h inside a consumer span.
+func (t *Tracing) traced(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	destination := "unknown"
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemRabbitMQ,
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+	}
+	d, _ := warren.DeliveryFrom(msg.Context())
+	if d.Queue != "" {
+		destination = d.Queue
+	} else if topic := message.SubscribeTopicFromCtx(msg.Context()); topic != "" {
+		destination = topic
+	}
+	if d.RoutingKey != "" {
+		attrs = append(attrs, semconv.MessagingRabbitMQDestinationRoutingKey(d.RoutingKey))
+	}
+	attrs = append(attrs,
+		semconv.MessagingDestinationName(destination),
+		semconv.MessagingMessageID(msg.UUID),
+		semconv.MessagingMessageBodySize(len(msg.Payload)),
+		attemptAttr.Int(Attempt(msg)),
+	)
+
+	ctx := t.propagator.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata))
+	ctx, span := t.tracer.Start(ctx, "process "+destination,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	msg.SetContext(ctx)
+
+	defer func() {
+		if r := recover(); r != nil {
+			setError(span, &PanicError{Value: r})
+			span.End()
+			panic(r)
+		}
+		span.End()
+	}()
+	msgs, err := h(msg)
+	if err != nil {
+		setError(span, err)
+	}
+	// Messages the handler returns without a trace of their own continue this one.
+	for _, out := range msgs {
+		if !trace.SpanContextFromContext(out.Context()).IsValid() {
+			out.SetContext(trace.ContextWithSpan(out.Context(), span))
+		}
+	}
+	return msgs, err
 }
 
 // Publisher decorates pub: a producer span per message, trace context injected into metadata.
@@ -143,6 +197,12 @@ type tracingPublisher struct {
 }
 
 func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if !p.t.records() {
+		for _, msg := range msgs {
+			p.inject(msg.Context(), msg)
+		}
+		return p.pub.Publish(topic, msgs...)
+	}
 	spans := make([]trace.Span, len(msgs))
 	for i, msg := range msgs {
 		attrs := []attribute.KeyValue{
@@ -164,14 +224,7 @@ func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error
 		ctx, span := p.t.tracer.Start(msg.Context(), "send "+topic,
 			trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
 		spans[i] = span
-
-		if msg.Metadata == nil {
-			msg.Metadata = message.Metadata{}
-		}
-		for _, field := range p.t.fields {
-			delete(msg.Metadata, field)
-		}
-		p.t.propagator.Inject(ctx, propagation.MapCarrier(msg.Metadata))
+		p.inject(ctx, msg)
 	}
 
 	err := p.pub.Publish(topic, msgs...)
@@ -182,6 +235,17 @@ func (p *tracingPublisher) Publish(topic string, msgs ...*message.Message) error
 		span.End()
 	}
 	return err
+}
+
+// inject replaces the trace context in msg's metadata with ctx's.
+func (p *tracingPublisher) inject(ctx context.Context, msg *message.Message) {
+	if msg.Metadata == nil {
+		msg.Metadata = message.Metadata{}
+	}
+	for _, field := range p.t.fields {
+		delete(msg.Metadata, field)
+	}
+	p.t.propagator.Inject(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
 func (p *tracingPublisher) Close() error { return p.pub.Close() }

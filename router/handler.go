@@ -8,6 +8,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
 )
@@ -111,12 +112,10 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	for i := len(chain) - 1; i >= 0; i-- {
 		handle = chain[i](handle)
 	}
-	pool := newWorkers(concurrency, handle)
-	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, pool.handle)
+	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, settling(handle))
 
 	r.names[h.Name] = true
 	r.subs = append(r.subs, sub)
-	r.workers = append(r.workers, pool)
 	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
 	if h.Exchange != "" {
 		r.topo.Exchanges = append(r.topo.Exchanges, r.exchange(h.Exchange))
@@ -152,3 +151,40 @@ func (r *Router) exchange(name string) topology.Exchange {
 	}
 	return topology.Exchange{Name: name}
 }
+
+// settling runs handle on a message of a handler's Subscriber and settles it (see
+// consumer.NewSubscriberOn): acked when handle succeeded, nacked when it failed or panicked
+// (the panic goes on to Watermill's handler), unless the chain acked or nacked it already, as
+// Watermill's handler would.
+func settling(handle message.HandlerFunc) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) (err error) {
+		growStack()
+		ctx := msg.Context() // the subscriber's: the chain may give msg a context of its own
+		returned := false
+		defer func() {
+			acked := returned && err == nil && msg.Ack()
+			if !acked {
+				acked = !msg.Nack() // false when acked before
+			}
+			contract.Settle(ctx, acked)
+		}()
+		_, err = handle(msg)
+		returned = true
+		return err
+	}
+}
+
+// growStack grows the stack of the goroutine that calls it to 8 KB while it is shallow.
+// Watermill's router handles every message on a goroutine of its own, which starts on 2 KB;
+// the default chain needs more, and a stack that grows deep in the chain has every frame on it
+// copied and adjusted (about 10,000 instructions a message, see docs/decisions.md): grown
+// here, only the two frames below this one are.
+//
+//go:noinline
+func growStack() byte {
+	var frame [4 << 10]byte
+	return frame[stackProbe]
+}
+
+// stackProbe is 0: read, not known to the compiler, so that growStack's frame is kept.
+var stackProbe = 0

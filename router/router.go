@@ -74,7 +74,6 @@ type Router struct {
 	topo      topology.Topology // the handlers' queues, exchanges and bindings
 	names     map[string]bool
 	subs      []*consumer.Subscriber
-	workers   []*workers    // each handler's (see workers)
 	runDone   chan struct{} // made by Run, closed when Watermill's Run has returned
 	running   chan struct{} // closed once every handler consumes (see Running)
 	closed    bool

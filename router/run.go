@@ -105,7 +105,7 @@ func (r *Router) Close() error {
 	r.closeOnce.Do(func() {
 		r.mu.Lock()
 		r.closed = true
-		runDone, subs, pools := r.runDone, r.subs, r.workers
+		runDone, subs := r.runDone, r.subs
 		r.mu.Unlock()
 		close(r.closing)
 
@@ -116,9 +116,6 @@ func (r *Router) Close() error {
 			for _, sub := range subs {
 				err = errors.Join(err, sub.Close())
 			}
-		}
-		for _, pool := range pools {
-			pool.stop(err == nil) // with an error, a handler may still run: its worker ends after it
 		}
 		// The subscribers are closed: their connections go, then the publishers' one.
 		r.closeErr = errors.Join(err, r.subConns.Close(), r.out.Close(), r.retries.Close(), r.direct.Close(), r.pubConn.Close())

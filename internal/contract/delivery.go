@@ -19,27 +19,52 @@ type Delivery struct {
 	Redelivered bool
 	PublishID   string
 }
-type deliveryKey struct{}
 
-// WithDelivery returns ctx carrying d.
+// Handling is what a subscriber puts in the context of a message it hands out, as one value:
+// where the message came from, a handler's request to dead-letter it (DeadLetter), and, for a
+// receiver that settles the messages it handles (see Settle), what settles it.
+type Handling struct {
+	Delivery Delivery
+	// DeadLetters is set when the subscriber rejects the message into its queue's dead-letter
+	// path if it is nacked after DeadLetter was called.
+	DeadLetters bool
+	// Settler settles the message when its receiver calls Settle; nil when the subscriber
+	// watches the message's ack and nack itself.
+	Settler    Settler
+	deadLetter atomic.Bool
+}
+
+// Settler settles a message handed out: acked, or nacked (requeued, or rejected when
+// DeadLetter was called). A Settler settles once; later calls do nothing.
+type Settler interface {
+	Settle(acked bool)
+}
+
+type handlingKey struct{}
+
+// WithHandling returns ctx carrying h.
+func WithHandling(ctx context.Context, h *Handling) context.Context {
+	return context.WithValue(ctx, handlingKey{}, h)
+}
+
+// HandlingFrom returns the Handling in ctx, or nil.
+func HandlingFrom(ctx context.Context) *Handling {
+	h, _ := ctx.Value(handlingKey{}).(*Handling)
+	return h
+}
+
+// WithDelivery returns ctx carrying d, and nothing that can dead-letter or settle it.
 func WithDelivery(ctx context.Context, d Delivery) context.Context {
-	return context.WithValue(ctx, deliveryKey{}, d)
+	return WithHandling(ctx, &Handling{Delivery: d})
 }
 
 // DeliveryFrom returns the Delivery in ctx, and whether there is one (warren.DeliveryFrom
 // returns it to users).
 func DeliveryFrom(ctx context.Context) (Delivery, bool) {
-	d, ok := ctx.Value(deliveryKey{}).(Delivery)
-	return d, ok
-}
-
-type deadLetterKey struct{}
-
-// WithDeadLetter returns ctx in which DeadLetter records its request in requested. A
-// subscriber that can reject a message into its queue's dead-letter path puts it in the
-// context of every message it hands out, and rejects a nacked message whose flag is set.
-func WithDeadLetter(ctx context.Context, requested *atomic.Bool) context.Context {
-	return context.WithValue(ctx, deadLetterKey{}, requested)
+	if h := HandlingFrom(ctx); h != nil {
+		return h.Delivery, true
+	}
+	return Delivery{}, false
 }
 
 // DeadLetter asks the subscriber that delivered the message whose context is ctx to reject
@@ -49,9 +74,25 @@ func WithDeadLetter(ctx context.Context, requested *atomic.Bool) context.Context
 // frame once the poison headers are added). It reports whether the subscriber can do it; if
 // not, the message is requeued as usual.
 func DeadLetter(ctx context.Context) bool {
-	requested, ok := ctx.Value(deadLetterKey{}).(*atomic.Bool)
-	if ok {
-		requested.Store(true)
+	h := HandlingFrom(ctx)
+	if h == nil || !h.DeadLetters {
+		return false
 	}
-	return ok
+	h.deadLetter.Store(true)
+	return true
+}
+
+// DeadLetterRequested reports whether DeadLetter was called in the message's context.
+func (h *Handling) DeadLetterRequested() bool { return h.deadLetter.Load() }
+
+// Settle has the message whose context is ctx settled, acked or nacked, by its Settler, when
+// it has one: a receiver that handles messages calls it once it is done with one (a router's
+// handler, once the chain returned). It reports whether there was a Settler.
+func Settle(ctx context.Context, acked bool) bool {
+	h := HandlingFrom(ctx)
+	if h == nil || h.Settler == nil {
+		return false
+	}
+	h.Settler.Settle(acked)
+	return true
 }
