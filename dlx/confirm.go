@@ -36,7 +36,7 @@ func isPermanent(err error) bool {
 func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route Route, out []outgoing) error {
 	type sent struct {
 		i int
-		f *amqpx.Inflight
+		f amqpx.Inflight
 	}
 	flights := make([]sent, 0, len(out))
 	var sendErr error
