@@ -24,9 +24,14 @@ type ReturnedError = amqpx.ReturnedError
 // takes it) or a refusal by the broker (access refused, a missing exchange). Publish marks
 // these warren.Permanent. Other errors (a lost connection, a nack, the time limit) may pass.
 func isPermanent(err error) bool {
-	var ret *ReturnedError
-	return errors.Is(err, warren.ErrTooLarge) || errors.Is(err, warren.ErrInvalidDelay) || errors.As(err, &ret) ||
+	return errors.Is(err, warren.ErrTooLarge) || errors.Is(err, warren.ErrInvalidDelay) || isReturned(err) ||
 		amqpx.IsPermanentBrokerError(err)
+}
+
+// isReturned reports whether err is a *ReturnedError.
+func isReturned(err error) bool {
+	var ret *ReturnedError
+	return errors.As(err, &ret)
 }
 
 // publishAll sends every message not yet confirmed, then waits for all of them. A return is
@@ -34,39 +39,39 @@ func isPermanent(err error) bool {
 // the channel (access refused, a message size over the broker's limit) cannot be told apart
 // from the messages in flight with it: those are marked suspect and sent alone next time.
 func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route Route, out []outgoing) error {
-	type sent struct {
-		i int
-		f *amqpx.Inflight
-	}
-	flights := make([]sent, 0, len(out))
 	var sendErr error
-	for i, o := range out {
+	sent := out[:0:0] // no message in flight yet
+	for i := range out {
+		o := &out[i]
 		if o.confirmed {
 			continue
 		}
-		exchange, key, pub, err := p.prepare(route, o)
+		exchange, key, pub, err := p.prepare(route, *o)
 		if err != nil {
 			sendErr = amqpx.GiveUp(err)
 			break
 		}
-		f, err := conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub)
-		if err != nil {
-			out[i].suspect = amqpx.IsPermanentBrokerError(err)
+		if o.flight, err = conf.Publish(ctx, exchange, key, !p.cfg.AllowUnroutable, pub); err != nil {
+			o.suspect = amqpx.IsPermanentBrokerError(err)
 			sendErr = err
 			break
 		}
-		flights = append(flights, sent{i, f})
+		sent = out[:i+1]
 	}
 	var final error
-	for _, s := range flights {
-		err := s.f.Wait(ctx)
-		var ret *ReturnedError
+	for i := range sent {
+		o := &sent[i]
+		if o.confirmed {
+			continue
+		}
+		err := o.flight.Wait(ctx)
+		o.flight = amqpx.Inflight{}
 		switch {
 		case err == nil:
-			out[s.i].confirmed = true
-		case errors.As(err, &ret):
+			o.confirmed = true
+		case isReturned(err):
 			if final == nil {
-				final = amqpx.GiveUp(fmt.Errorf("message %s: %w", out[s.i].pub.MessageId, err))
+				final = amqpx.GiveUp(fmt.Errorf("message %s: %w", o.pub.MessageId, err))
 			}
 		case errors.Is(err, ErrNacked):
 			// Published again after a backoff, until the time limit, on a fresh channel: the
@@ -75,10 +80,10 @@ func (p *Publisher) publishAll(ctx context.Context, conf *amqpx.Confirmer, route
 			// that published while the queue had no leader.
 			p.retire(conf)
 			if sendErr == nil {
-				sendErr = fmt.Errorf("message %s: %w (%s)", out[s.i].pub.MessageId, err, nackHint(route))
+				sendErr = fmt.Errorf("message %s: %w (%s)", o.pub.MessageId, err, nackHint(route))
 			}
 		default:
-			out[s.i].suspect = amqpx.IsPermanentBrokerError(err)
+			o.suspect = amqpx.IsPermanentBrokerError(err)
 			if sendErr == nil {
 				sendErr = err
 			}

@@ -25,6 +25,7 @@ type outgoing struct {
 	due       time.Time // zero: at once
 	confirmed bool      // by the broker
 	suspect   bool      // in flight when a broker refusal closed the channel
+	flight    amqpx.Inflight
 }
 
 // Publish publishes msgs to topic's destination and returns once the broker has confirmed
@@ -46,7 +47,8 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // of the call.
 func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	route := p.cfg.Route(topic)
-	out, records, err := p.encode(topic, route, msgs, time.Now())
+	var one [1]outgoing // a Publish of one message, the usual one, encodes it on the stack
+	out, records, err := p.encode(one[:0], topic, route, msgs, time.Now())
 	if err != nil {
 		return err
 	}
@@ -63,17 +65,18 @@ func (p *Publisher) publish(topic string, msgs []*message.Message) error {
 	return nil
 }
 
-// encode returns msgs as they are published to route at now, and the ledger records of those
-// scheduled with an id (see warren.Schedule) and delayed, to be published before them. It
-// fails on the first message that cannot be sent as asked, before anything is sent.
-func (p *Publisher) encode(topic string, route Route, msgs []*message.Message, now time.Time) (out, records []outgoing, err error) {
-	out = make([]outgoing, len(msgs))
-	for i, msg := range msgs {
+// encode appends msgs to out as they are published to route at now, and returns the ledger
+// records of those scheduled with an id (see warren.Schedule) and delayed, to be published
+// before them. It fails on the first message that cannot be sent as asked, before anything
+// is sent.
+func (p *Publisher) encode(out []outgoing, topic string, route Route, msgs []*message.Message, now time.Time) (_, records []outgoing, err error) {
+	out = slices.Grow(out, len(msgs))
+	for _, msg := range msgs {
 		o, plan, err := p.encodeOne(topic, route, msg, now)
 		if err != nil {
 			return nil, nil, err
 		}
-		out[i] = o
+		out = append(out, o)
 		if sid := msg.Metadata.Get(warren.MetadataScheduleID); sid != "" && plan.Exchange != "" {
 			records = append(records, p.scheduledRecord(sid, route, o.due, now))
 		}
@@ -164,8 +167,8 @@ func (p *Publisher) recordPublish(ctx context.Context, route Route, start time.T
 		return
 	}
 	sent := 0
-	for _, o := range out {
-		if o.confirmed {
+	for i := range out {
+		if out[i].confirmed {
 			sent++
 		}
 	}

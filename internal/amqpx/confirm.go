@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 )
@@ -27,179 +29,102 @@ func (e *ReturnedError) Error() string {
 }
 
 // Confirmer publishes on one channel in confirm mode, with any number of publishings in
-// flight, and resolves each to acked, nacked (ErrNacked) or returned (*ReturnedError). dlx's
-// publisher and rpc's client (whose requests go out on the channel that consumes the
-// replies) publish through it.
+// flight, and resolves each to acked, nacked (ErrNacked), returned (*ReturnedError) or failed
+// with the channel's close. dlx's publisher and rpc's client (whose requests go out on the
+// channel that consumes the replies) publish through it.
+//
+// amqp091 tracks the confirmation of each publishing itself (a DeferredConfirmation, closed
+// by its one reader goroutine); the Confirmer adds returns, the close's reason and Retire,
+// and costs a publishing nothing more on the way: no goroutine hop, no map.
 //
 // Ordering is what makes returns exact: RabbitMQ sends basic.return before the basic.ack of
-// the same message, and amqp091 hands both over, in that order, from its one reader
-// goroutine. The channels are buffered (the reader does not wait for run at every message),
-// so run takes every return already handed over before it handles a confirmation: a
-// publishing's return is always recorded before its confirmation is handled.
+// the same message, and amqp091's reader hands the return over (NotifyReturn, buffered)
+// before it marks the confirmation done. Once a mandatory publishing's confirmation is done,
+// its return, if any, has been handed over: the waiter takes every return handed over so far
+// and claims the oldest one of its exchange, routing key, message id and correlation id (a
+// return carries no delivery tag). Likewise amqp091 marks the channel closed before it nacks
+// the publishings in flight with it: a publishing that is not acked on a closed channel
+// failed with the close (whose reason Closed gives), else the broker nacked it (also when
+// Retire closed the channel, which it does once everything in flight is settled).
 type Confirmer struct {
-	ch *amqp.Channel
+	send     func(exchange, key string, mandatory bool, p amqp.Publishing) (confirmation, error)
+	isClosed func() bool  // the channel is marked closed (before amqp091 nacks what is in flight)
+	closeCh  func() error // closes the channel
+	returns  <-chan amqp.Return
 
-	sendMu sync.Mutex // serialises publishing, so that seq follows the broker's delivery tags
-	seq    uint64
+	err  error         // why the channel closed, set before done is closed
+	done chan struct{} // closed once the channel is closed and everything in flight failed
 
-	mu      sync.Mutex
-	pending map[uint64]*Inflight
-	// unreturned holds, per (exchange, routing key, message id, correlation id), the
-	// mandatory publishings that are neither confirmed nor returned yet: the oldest, which
-	// links to the next (Inflight.next). A return carries no delivery tag; it belongs to the
-	// oldest of them.
-	unreturned map[returnKey]*Inflight
-	err        error         // set when the channel is closed
-	done       chan struct{} // closed once the channel is closed and everything in flight failed
-	retired    bool          // set by Retire: no more publishings; closed once none is pending
-	closing    sync.Once     // closes the channel of a retired Confirmer
+	sendMu   sync.Mutex     // serialises publishing, with Retire
+	retired  bool           // set by Retire: no more publishings; closed once none is in flight
+	inflight []confirmation // the publishings that may be in flight, for Retire
+	closing  sync.Once      // closes the channel of a retired Confirmer
+	// settledOpen is set when Retire closes the channel: everything in flight was settled
+	// while it was open, so what was not acked was nacked by the broker.
+	settledOpen atomic.Bool
+
+	retMu     sync.Mutex
+	unclaimed []amqp.Return // returns handed over that no publishing claimed yet
+	orphans   []Inflight    // mandatory publishings whose waiter gave up: their returns are dropped
+}
+
+// confirmation is what a Confirmer needs of amqp091's *amqp.DeferredConfirmation.
+type confirmation interface {
+	Done() <-chan struct{}
+	Acked() bool
 }
 
 type returnKey struct{ exchange, key, messageID, correlationID string }
 
 // Inflight is a publishing awaiting the broker's confirmation.
 type Inflight struct {
-	key      returnKey
-	next     *Inflight // the next unreturned publishing of the same key
-	returned *amqp.Return
-	err      error         // the result, set before done is closed
-	done     chan struct{} // closed once the result is set (a channel without pointers: one allocation)
+	c         *Confirmer
+	dc        confirmation
+	key       returnKey // of a mandatory publishing, which a return may be for
+	mandatory bool
 }
 
-// settle sets f's result; it is called once.
-func (f *Inflight) settle(err error) {
-	f.err = err
-	close(f.done)
-}
+// returnsBuffer is how many returns amqp091's reader hands over before a publishing's waiter
+// (or the next Publish) takes them; a full buffer holds the reader back.
+const returnsBuffer = 64
 
 // NewConfirmer puts ch in confirm mode and tracks the publishings on it until it closes.
 func NewConfirmer(ch *amqp.Channel) (*Confirmer, error) {
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	c := newConfirmer(ch)
-	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1024))
-	returns := ch.NotifyReturn(make(chan amqp.Return, 64))
-	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
-	go c.run(confirms, returns, closes)
+	c := &Confirmer{
+		send: func(exchange, key string, mandatory bool, p amqp.Publishing) (confirmation, error) {
+			dc, err := ch.PublishWithDeferredConfirm(exchange, key, mandatory, false, p)
+			if err != nil {
+				return nil, err
+			}
+			return dc, nil
+		},
+		isClosed: ch.IsClosed,
+		closeCh:  ch.Close,
+		returns:  ch.NotifyReturn(make(chan amqp.Return, returnsBuffer)),
+		done:     make(chan struct{}),
+	}
+	// The transition to closed comes once amqp091 has nacked everything in flight.
+	states := make(chan *amqp.StateChanged, 4)
+	ch.NotifyStateChange(states)
+	go c.watch(states)
 	return c, nil
 }
 
-func newConfirmer(ch *amqp.Channel) *Confirmer {
-	return &Confirmer{ch: ch, pending: map[uint64]*Inflight{}, unreturned: map[returnKey]*Inflight{}, done: make(chan struct{})}
-}
-
-func (c *Confirmer) run(confirms <-chan amqp.Confirmation, returns <-chan amqp.Return, closes <-chan *amqp.Error) {
-	defer close(c.done)
-	record := func(r amqp.Return) {
-		c.mu.Lock()
-		k := returnKey{r.Exchange, r.RoutingKey, r.MessageId, r.CorrelationId}
-		if f := c.unreturned[k]; f != nil {
-			f.returned = &r
-			c.dropUnreturned(f)
-		}
-		c.mu.Unlock()
-	}
-	for {
-		select {
-		case r, ok := <-returns:
-			if !ok {
-				returns = nil
-				continue
-			}
-			record(r)
-		case conf, ok := <-confirms:
-			// The returns handed over before this confirmation come first.
-		drain:
-			for returns != nil {
-				select {
-				case r, ok := <-returns:
-					if !ok {
-						returns = nil
-						break drain
-					}
-					record(r)
-				default:
-					break drain
-				}
-			}
-			if !ok {
-				err := errors.New("channel closed")
-				if e, ok := <-closes; ok && e != nil {
-					err = fmt.Errorf("channel closed: %w", e)
-				}
-				c.closeAll(err)
-				return
-			}
-			c.mu.Lock()
-			f := c.pending[conf.DeliveryTag]
-			delete(c.pending, conf.DeliveryTag)
-			if f != nil {
-				c.dropUnreturned(f)
-			}
-			settled := c.retired && len(c.pending) == 0
-			c.mu.Unlock()
-			if settled {
-				c.close()
-			}
-			if f == nil {
-				continue
-			}
-			switch {
-			case !conf.Ack:
-				f.settle(ErrNacked)
-			case f.returned != nil:
-				r := f.returned
-				f.settle(&ReturnedError{r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText})
-			default:
-				f.settle(nil)
-			}
+// watch reads the channel's state changes until the last (closed), then records the close's
+// reason and closes done.
+func (c *Confirmer) watch(states <-chan *amqp.StateChanged) {
+	err := errors.New("channel closed")
+	for s := range states {
+		var e *amqp.Error
+		if s.To == amqp.StateClosed && errors.As(s.Err, &e) {
+			err = fmt.Errorf("channel closed: %w", e)
 		}
 	}
-}
-
-// dropUnreturned removes f from the unreturned list of its key. c.mu must be held.
-func (c *Confirmer) dropUnreturned(f *Inflight) {
-	head := c.unreturned[f.key]
-	if head == f {
-		if f.next == nil {
-			delete(c.unreturned, f.key)
-		} else {
-			c.unreturned[f.key] = f.next
-		}
-		f.next = nil
-		return
-	}
-	for g := head; g != nil; g = g.next {
-		if g.next == f {
-			g.next, f.next = f.next, nil
-			return
-		}
-	}
-}
-
-// addUnreturned appends f to the unreturned list of its key. c.mu must be held.
-func (c *Confirmer) addUnreturned(f *Inflight) {
-	g := c.unreturned[f.key]
-	if g == nil {
-		c.unreturned[f.key] = f
-		return
-	}
-	for g.next != nil {
-		g = g.next
-	}
-	g.next = f
-}
-
-func (c *Confirmer) closeAll(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.err = err
-	for tag, f := range c.pending {
-		f.settle(err)
-		delete(c.pending, tag)
-	}
-	c.unreturned = map[returnKey]*Inflight{}
+	close(c.done)
 }
 
 // ErrRetired is the error of a Publish on a Confirmer that Retire ended: publish on a new
@@ -212,26 +137,37 @@ var ErrRetired = errors.New("the channel was retired after a nack")
 // that first published to it while it had no leader, until the old leader's node is back;
 // a channel opened later is not affected (docs/decisions.md, docs/clusters.md).
 func (c *Confirmer) Retire() {
-	c.mu.Lock()
-	idle := !c.retired && len(c.pending) == 0
-	c.retired = true
-	c.mu.Unlock()
-	if idle {
-		c.close()
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if c.retired {
+		return
 	}
-}
-
-// close closes the channel once, without waiting for the broker's close-ok: the reader
-// goroutine of amqp091 that delivers it may be handing a confirmation to run.
-func (c *Confirmer) close() {
-	c.closing.Do(func() { go func() { _ = c.ch.Close() }() })
+	c.retired = true
+	inflight := c.inflight
+	c.inflight = nil
+	// Closing waits for no answer: amqp091's reader, which delivers the close-ok, may be
+	// handing a return over to a waiter that waits for the channel.
+	c.closing.Do(func() {
+		go func() {
+			for _, dc := range inflight {
+				<-dc.Done() // the close nacks whatever is left: this ends
+			}
+			if !c.isClosed() {
+				c.settledOpen.Store(true)
+				_ = c.closeCh()
+			}
+		}()
+	})
 }
 
 // Closed reports the error the channel closed with, or nil while it is open.
 func (c *Confirmer) Closed() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
+	select {
+	case <-c.done:
+		return c.err
+	default:
+		return nil
+	}
 }
 
 // Done is closed once the channel is closed and every publishing in flight on it failed:
@@ -239,45 +175,68 @@ func (c *Confirmer) Closed() error {
 func (c *Confirmer) Done() <-chan struct{} { return c.done }
 
 // Publish sends p and returns the publishing in flight; its result is nil once the broker
-// has confirmed it, or the reason it did not.
-func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory bool, p amqp.Publishing) (*Inflight, error) {
-	f := &Inflight{key: returnKey{exchange, key, p.MessageId, p.CorrelationId}, done: make(chan struct{})}
+// has confirmed it, or the reason it did not. ctx is only checked first: amqp091's write
+// of the frames cannot be cut short.
+func (c *Confirmer) Publish(ctx context.Context, exchange, key string, mandatory bool, p amqp.Publishing) (Inflight, error) {
+	if err := ctx.Err(); err != nil {
+		return Inflight{}, err
+	}
+	if len(c.returns) > 0 { // take them before the buffer fills, whether or not a waiter does
+		c.retMu.Lock()
+		c.takeReturns()
+		c.retMu.Unlock()
+	}
 	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-
-	c.mu.Lock()
-	if c.err != nil || c.retired {
-		err := c.err
-		if c.retired { // the channel may have closed since: retiring closes it
-			err = ErrRetired
-		}
-		c.mu.Unlock()
-		return nil, err
+	if c.retired {
+		c.sendMu.Unlock()
+		return Inflight{}, ErrRetired
 	}
-	c.seq++
-	tag := c.seq
-	c.pending[tag] = f
+	dc, err := c.send(exchange, key, mandatory, p)
+	if err == nil {
+		c.track(dc)
+	}
+	c.sendMu.Unlock()
+	if err != nil {
+		if c.isClosed() {
+			return Inflight{}, c.closeErr(ctx)
+		}
+		return Inflight{}, err
+	}
+	f := Inflight{c: c, dc: dc, mandatory: mandatory}
 	if mandatory {
-		c.addUnreturned(f)
-	}
-	c.mu.Unlock()
-
-	// The confirmation can only arrive after the frame is sent, and f is registered before.
-	if err := c.ch.PublishWithContext(ctx, exchange, key, mandatory, false, p); err != nil {
-		c.mu.Lock()
-		if _, ok := c.pending[tag]; ok { // not already failed by closeAll
-			delete(c.pending, tag)
-			c.dropUnreturned(f)
-			c.seq-- // amqp091 did not count it either
-		}
-		settled := c.retired && len(c.pending) == 0
-		c.mu.Unlock()
-		if settled {
-			c.close()
-		}
-		return nil, err
+		f.key = returnKey{exchange, key, p.MessageId, p.CorrelationId}
 	}
 	return f, nil
+}
+
+// track adds dc to the publishings that may be in flight, dropping those settled when the
+// list is full. c.sendMu must be held.
+func (c *Confirmer) track(dc confirmation) {
+	if len(c.inflight) == cap(c.inflight) {
+		c.inflight = slices.DeleteFunc(c.inflight, func(dc confirmation) bool {
+			select {
+			case <-dc.Done():
+				return true
+			default:
+				return false
+			}
+		})
+		if len(c.inflight) > cap(c.inflight)/2 {
+			c.inflight = slices.Grow(c.inflight, max(cap(c.inflight), 64))
+		}
+	}
+	c.inflight = append(c.inflight, dc)
+}
+
+// closeErr waits until the channel, which is marked closed, has failed everything in flight,
+// and returns why it closed.
+func (c *Confirmer) closeErr(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("channel closing: %w", ctx.Err())
+	}
 }
 
 // PublishConfirmed puts ch in confirm mode, publishes p on it and waits for the broker: nil
@@ -298,11 +257,79 @@ func PublishConfirmed(ctx context.Context, ch *amqp.Channel, exchange, key strin
 
 // Wait returns the publishing's result, or the context's error if it ends first. A return
 // comes before the confirmation: a returned publishing's result is a *ReturnedError.
-func (f *Inflight) Wait(ctx context.Context) error {
+func (f Inflight) Wait(ctx context.Context) error {
 	select {
-	case <-f.done:
-		return f.err
+	case <-f.dc.Done():
 	case <-ctx.Done():
+		if f.mandatory {
+			f.c.orphan(f)
+		}
 		return fmt.Errorf("waiting for the broker's confirmation: %w", ctx.Err())
 	}
+	acked := f.dc.Acked()
+	var ret *ReturnedError
+	if f.mandatory {
+		ret = f.c.claim(f.key)
+	}
+	switch {
+	case !acked && f.c.isClosed() && !f.c.settledOpen.Load():
+		return f.c.closeErr(ctx)
+	case !acked:
+		return ErrNacked
+	case ret != nil:
+		return ret
+	}
+	return nil
+}
+
+// claim takes the returns handed over and removes the oldest one of k, which it returns as
+// an error; nil if there is none.
+func (c *Confirmer) claim(k returnKey) *ReturnedError {
+	c.retMu.Lock()
+	defer c.retMu.Unlock()
+	c.takeReturns()
+	return c.claimLocked(k)
+}
+
+func (c *Confirmer) claimLocked(k returnKey) *ReturnedError {
+	for i := range c.unclaimed {
+		r := &c.unclaimed[i]
+		if r.Exchange == k.exchange && r.RoutingKey == k.key && r.MessageId == k.messageID && r.CorrelationId == k.correlationID {
+			err := &ReturnedError{r.Exchange, r.RoutingKey, r.ReplyCode, r.ReplyText}
+			c.unclaimed = slices.Delete(c.unclaimed, i, i+1)
+			return err
+		}
+	}
+	return nil
+}
+
+// takeReturns moves the returns handed over to c.unclaimed, and drops those of the orphans
+// that are confirmed. c.retMu must be held: the only receiver, it never blocks.
+func (c *Confirmer) takeReturns() {
+	for len(c.returns) > 0 {
+		r, ok := <-c.returns
+		if !ok {
+			break
+		}
+		c.unclaimed = append(c.unclaimed, r)
+	}
+	if len(c.orphans) > 0 {
+		c.orphans = slices.DeleteFunc(c.orphans, func(f Inflight) bool {
+			select {
+			case <-f.dc.Done():
+				c.claimLocked(f.key)
+				return true
+			default:
+				return false
+			}
+		})
+	}
+}
+
+// orphan records f, whose waiter gave up, so that its return, if any, is dropped once it is
+// confirmed rather than claimed by a later publishing of the same key.
+func (c *Confirmer) orphan(f Inflight) {
+	c.retMu.Lock()
+	c.orphans = append(c.orphans, f)
+	c.retMu.Unlock()
 }

@@ -47,15 +47,16 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 	deadline := time.Now().Add(limit)
 	// Every attempt ends at the deadline: a context of its own, unless ctx ends by then anyway
 	// (an rpc call's, whose limit is its context's).
-	attemptCtx, cancel := ctx, context.CancelFunc(func() {})
+	attemptCtx, cancel := ctx, context.CancelFunc(nil)
 	if d, ok := ctx.Deadline(); !ok || d.After(deadline) {
-		attemptCtx, cancel = context.WithDeadline(ctx, deadline)
+		attemptCtx, cancel = withDeadline(ctx, deadline)
+		defer cancel()
 	}
-	defer cancel()
 
 	var b *backoff.ExponentialBackOff // made at the first failure: most calls succeed at once
 	var log *retryLog
-	var cause error // the last failure that the deadline did not cut short
+	var logState retryLog // log's, outside the loop: the caller's closures stay on its stack
+	var cause error       // the last failure that the deadline did not cut short
 	for {
 		err := op(attemptCtx)
 		if err == nil {
@@ -70,7 +71,12 @@ func RetryLogged(ctx context.Context, limit time.Duration, what string, logger w
 			cause = err
 		}
 		if log == nil && logger != nil {
-			log = &retryLog{logger: logger, what: what, subject: subject, start: time.Now()}
+			name := what
+			if subject != nil {
+				name = subject()
+			}
+			logState = retryLog{logger: logger, name: name, start: time.Now()}
+			log = &logState
 		}
 		log.failed(err, deadline)
 		if b == nil {
@@ -113,18 +119,13 @@ func cutShort(err error) bool {
 // retryLog tells a logger about one RetryLogged call; a nil *retryLog says nothing.
 type retryLog struct {
 	logger   watermill.LoggerAdapter
-	what     string
-	subject  func() string
+	name     string // the call's, in the log lines
 	start    time.Time
 	attempts int
 }
 
 func (l *retryLog) fields() watermill.LogFields {
-	name := l.what
-	if l.subject != nil {
-		name = l.subject()
-	}
-	return watermill.LogFields{"call": name, "attempts": l.attempts}
+	return watermill.LogFields{"call": l.name, "attempts": l.attempts}
 }
 
 func (l *retryLog) failed(err error, deadline time.Time) {
