@@ -174,15 +174,16 @@ func settling(handle message.HandlerFunc) message.NoPublishHandlerFunc {
 	}
 }
 
-// growStack grows the stack of the goroutine that calls it to 8 KB while it is shallow.
+// growStack grows the stack of the goroutine that calls it to 16 KB while it is shallow.
 // Watermill's router handles every message on a goroutine of its own, which starts on 2 KB;
-// the default chain needs more, and a stack that grows deep in the chain has every frame on it
-// copied and adjusted (about 10,000 instructions a message, see docs/decisions.md): grown
-// here, only the two frames below this one are.
+// the default chain needs more (and a handler that replies or publishes, more again), and a
+// stack that grows deep in the chain has every frame on it copied and adjusted, once for every
+// doubling (about 10,000 instructions a message, 50,000 for an rpc reply, see
+// docs/decisions.md): grown here, only the two frames below this one are, once.
 //
 //go:noinline
 func growStack() byte {
-	var frame [4 << 10]byte
+	var frame [12 << 10]byte
 	return frame[stackProbe]
 }
 
