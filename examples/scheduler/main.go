@@ -163,7 +163,10 @@ func demo(url string, every time.Duration, n int) error {
 	show := func(k int) error {
 		for k > 0 {
 			select {
-			case d := <-deliveries:
+			case d, ok := <-deliveries:
+				if !ok {
+					return errors.New("the broker closed the consumer of the ticks")
+				}
 				tick, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(d.Headers[scheduler.MetadataTick]))
 				if seen[d.MessageId] {
 					// A scheduler killed after publishing a tick and before recording it leaves
