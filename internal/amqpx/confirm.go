@@ -317,7 +317,7 @@ func (c *Confirmer) takeReturns() {
 		c.orphans = slices.DeleteFunc(c.orphans, func(f Inflight) bool {
 			select {
 			case <-f.dc.Done():
-				c.claimLocked(f.key)
+				_ = c.claimLocked(f.key) // dropped: nobody waits for it
 				return true
 			default:
 				return false

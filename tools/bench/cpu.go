@@ -27,7 +27,7 @@ import (
 
 var (
 	cpuMode   = flag.Bool("cpu", false, "count instructions per message with valgrind's callgrind instead of timing (make bench-cpu)")
-	cpuN      = flag.Int("cpu-n", 2000, "cpu: messages of the shorter run; the longer has twice as many, and a path costs (count at 2N - count at N) / N")
+	cpuN      = flag.Int("cpu-n", 6000, "cpu: messages of the shorter run; the longer has twice as many, and a path costs (count at 2N - count at N) / N")
 	cpuOnly   = flag.String("cpu-only", "", "cpu: comma-separated paths to count (default all; see cpuPaths)")
 	cpuKeep   = flag.String("cpu-out", "", "cpu: keep callgrind's output files in this directory (callgrind_annotate reads them)")
 	cpuRounds = flag.Int("cpu-rounds", 3, "cpu: runs of each size per path; the median of the rounds' figures is reported")
