@@ -88,12 +88,11 @@ func (h *handout) settle(acked bool) {
 	defer cs.inflight.done()
 	defer func() { <-cs.slots }()
 	defer h.done()
+	cs.dups.release(h.id, acked) // a nacked one is never remembered: a reject lost with its channel must be handled again
 	if acked {
-		cs.dups.release(h.id, true)
 		cs.acks.settle(h.tag, ack)
 		return
 	}
-	cs.dups.release(h.id, false) // a reject lost with its channel must be handled again
 	if h.DeadLetterRequested() {
 		cs.acks.settle(h.tag, reject)
 		return

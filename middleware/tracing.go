@@ -114,14 +114,21 @@ func (t *Tracing) Middleware(h message.HandlerFunc) message.HandlerFunc {
 func (t *Tracing) untraced(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
 	msg.SetContext(t.propagator.Extract(msg.Context(), propagation.MapCarrier(msg.Metadata)))
 	msgs, err := h(msg)
-	if sc := trace.SpanContextFromContext(msg.Context()); sc.IsValid() {
-		for _, out := range msgs {
-			if !trace.SpanContextFromContext(out.Context()).IsValid() {
-				out.SetContext(trace.ContextWithSpanContext(out.Context(), sc))
-			}
+	continueTrace(msgs, trace.SpanFromContext(msg.Context()))
+	return msgs, err
+}
+
+// continueTrace puts span in the context of each of msgs that has no trace of its own: the
+// messages a handler returns continue the trace of the message it handled.
+func continueTrace(msgs []*message.Message, span trace.Span) {
+	if !span.SpanContext().IsValid() {
+		return
+	}
+	for _, out := range msgs {
+		if !trace.SpanContextFromContext(out.Context()).IsValid() {
+			out.SetContext(trace.ContextWithSpan(out.Context(), span))
 		}
 	}
-	return msgs, err
 }
 
 // traced runs h inside a consumer span.
@@ -165,12 +172,7 @@ func (t *Tracing) traced(h message.HandlerFunc, msg *message.Message) ([]*messag
 	if err != nil {
 		setError(span, err)
 	}
-	// Messages the handler returns without a trace of their own continue this one.
-	for _, out := range msgs {
-		if !trace.SpanContextFromContext(out.Context()).IsValid() {
-			out.SetContext(trace.ContextWithSpan(out.Context(), span))
-		}
-	}
+	continueTrace(msgs, span)
 	return msgs, err
 }
 
