@@ -106,15 +106,29 @@ var ForgedXDeath = []any{"forged", warren.XDeathHeader}
 // mend it: see docs/dead-lettering.md). It fails the test on error.
 func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 	n.t.Helper()
-	conn, err := amqp.Dial(n.URL())
-	if err != nil {
-		n.t.Fatalf("node %s: %v", n.name, err)
+	var conn *amqp.Connection
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	// channel opens a channel, on a new connection when the last one was closed: the broker
+	// closes the connection on a 541, which a delete in the loop below can get.
+	channel := func() *amqp.Channel {
+		if conn == nil || conn.IsClosed() {
+			c, err := amqp.Dial(n.URL())
+			if err != nil {
+				n.t.Fatalf("node %s: %v", n.name, err)
+			}
+			conn = c
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			n.t.Fatalf("node %s: %v", n.name, err)
+		}
+		return ch
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		n.t.Fatal(err)
-	}
+	ch := channel()
 	if err := ch.Confirm(false); err != nil {
 		n.t.Fatal(err)
 	}
@@ -128,13 +142,11 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 	if !dc.Wait() {
 		n.t.Fatalf("forge into %s: nacked", q)
 	}
+	_ = ch.Close()
 	canary := "warren.probe." + newCookie()[:8]
 	deadline := time.Now().Add(Patience())
 	for time.Now().Before(deadline) {
-		ch, err := conn.Channel()
-		if err != nil {
-			n.t.Fatal(err)
-		}
+		ch := channel()
 		_, err = ch.QueueDeclare(canary, true, false, false, false, amqp.Table{
 			amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-dead-letter-exchange": "",
 			"x-dead-letter-strategy": "at-least-once", amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish,
@@ -148,12 +160,10 @@ func (n *Node) BreakDeadLettering(q, dest string) (broken bool) {
 			n.t.Fatalf("node %s: declare %s: %v", n.name, canary, err)
 		}
 		// The worker may stop between the declare and the delete, which the broker then
-		// refuses (and closes ch): the next turn's declare tells.
+		// refuses (and closes the connection): the next turn's declare tells.
 		_, _ = ch.QueueDelete(canary, false, false, false)
 		_ = ch.Close()
-		if ch, err = conn.Channel(); err != nil {
-			n.t.Fatal(err)
-		}
+		ch = channel()
 		info, err := ch.QueueDeclarePassive(dest, true, false, false, false, nil)
 		if err != nil {
 			n.t.Fatalf("node %s: %s: %v", n.name, dest, err)
