@@ -52,6 +52,10 @@ var cpuPaths = []cpuPath{
 		_, err := publishRaw(q, make([]byte, 256))
 		return err
 	}},
+	{"publish-raw-goroutines", "raw amqp091-go, 256 goroutines, each waiting for its confirmation", func(q string, _ topology.Delay) error {
+		_, err := publishRawGoroutines(q, make([]byte, 256))
+		return err
+	}},
 	{"publish-warren", "warren dlx.Publisher, 256 goroutines, one message per Publish", func(q string, d topology.Delay) error {
 		_, err := publishWarren(q, *publish, make([]byte, 256), d)
 		return err
@@ -88,6 +92,18 @@ var cpuPaths = []cpuPath{
 	{"rpc-raw", "raw amqp091-go client and server, direct reply-to, requests and replies confirmed", func(q string, _ topology.Delay) error {
 		_, err := rpcRaw(q, true)
 		return err
+	}},
+	{"floor-loop", "no broker: messages made beforehand, taken in a loop and acknowledged", func(string, topology.Delay) error {
+		return floorLoop(*consume)
+	}},
+	{"floor-router", "no broker: the same messages through a Watermill router, no middleware", func(string, topology.Delay) error {
+		return floorRouter(*consume)
+	}},
+	{"floor-message", "no broker: a Watermill message made from a delivery's id, body and 3 headers", func(string, topology.Delay) error {
+		return floorMessage(*consume)
+	}},
+	{"floor-span", "no broker: one OTel SDK consumer span started and ended", func(string, topology.Delay) error {
+		return floorSpan(*consume)
 	}},
 	{"rpc-warren", "warren rpc.Client and a router handler with Reply, direct reply-to", func(q string, d topology.Delay) error {
 		_, err := rpcWarren(q, d, "")
@@ -160,6 +176,12 @@ func benchCPU() {
 		result("copystore_redis_roundtrips_per_msg", "%.4f", c.extra["redis_roundtrips"])
 		result("copystore_redis_cpu_us_per_msg", "%.2f", c.extra["redis_cpu_us"])
 	}
+	ratio("publish_raw_goroutines_vs_raw", "publish-raw-goroutines", "publish-raw", instr)
+	if r, ok := counts["floor-router"]; ok {
+		if l, ok := counts["floor-loop"]; ok {
+			result("router_floor_instr", "%.0f", r.instr-l.instr) // what Watermill's router adds to a loop
+		}
+	}
 	for _, name := range []string{"publish-raw", "publish-warren", "consume-raw", "consume-warren"} {
 		if c, ok := counts[name]; ok {
 			result("instr_per_msg_"+strings.ReplaceAll(name, "-", "_"), "%.0f", c.instr)
@@ -211,7 +233,9 @@ func cpuRun(name string, n int, out string) cpuCount {
 	// lands at a point that depends on timing, and the counts would with it. Valgrind runs
 	// one thread at a time: with more than one P, the idle ones spin looking for work for as
 	// long as the others run, a count that follows the timing too (docs/decisions.md).
-	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1", fmt.Sprintf("GOMAXPROCS=%d", *cpuProcs))
+	// Valgrind (3.19) cannot run RDTSCP, which the runtime reads the clock with where the CPU
+	// has it: cpu.rdtscp=off makes it use RDTSC.
+	cmd.Env = append(os.Environ(), "GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off", fmt.Sprintf("GOMAXPROCS=%d", *cpuProcs))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
