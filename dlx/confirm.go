@@ -24,7 +24,7 @@ type ReturnedError = amqpx.ReturnedError
 // takes it) or a refusal by the broker (access refused, a missing exchange). Publish marks
 // these warren.Permanent. Other errors (a lost connection, a nack, the time limit) may pass.
 func isPermanent(err error) bool {
-	return errors.Is(err, warren.ErrTooLarge) || errors.Is(err, warren.ErrInvalidDelay) || isReturned(err) ||
+	return errors.Is(err, warren.ErrTooLarge) || errors.Is(err, warren.ErrInvalidDelay) || errors.Is(err, warren.ErrNoOrderKey) || isReturned(err) ||
 		amqpx.IsPermanentBrokerError(err)
 }
 

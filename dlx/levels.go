@@ -17,6 +17,9 @@ import (
 // digits of its remaining delay to the delay levels.
 func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub amqp.Publishing, err error) {
 	exchange, key, pub = route.Exchange, route.RoutingKey, o.pub
+	if o.lane != "" {
+		key = o.lane
+	}
 	if o.due.IsZero() {
 		return exchange, key, pub, nil
 	}
@@ -34,7 +37,7 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 	pub.Headers[contract.DueHeader] = o.due.UnixMicro() // for the consumer's warren.delay.lateness
 	levelSafe(&pub)
 	if route.Exchange == "" {
-		pub.Headers[contract.DestQueueHeader] = route.RoutingKey
+		pub.Headers[contract.DestQueueHeader] = key
 	} else {
 		pub.Headers[contract.DestExchangeHeader] = route.Exchange
 	}
@@ -42,8 +45,11 @@ func (p *Publisher) prepare(route Route, o outgoing) (exchange, key string, pub 
 }
 
 // fits checks that pub, with the delay plan's headers and the destination header that
-// publishAll adds, is within amqpx.MaxHeaderFrame.
-func fits(pub amqp.Publishing, plan topology.Plan, route Route) error {
+// publishAll adds (lane, when not ""), is within amqpx.MaxHeaderFrame.
+func fits(pub amqp.Publishing, plan topology.Plan, route Route, lane string) error {
+	if lane != "" {
+		route.RoutingKey = lane
+	}
 	size, err := amqpx.HeaderFrameSize(pub)
 	if err != nil {
 		return err

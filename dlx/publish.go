@@ -23,6 +23,7 @@ import (
 type outgoing struct {
 	pub       amqp.Publishing
 	due       time.Time // zero: at once
+	lane      string    // the lane queue of a queue ordered by key, "" for others
 	confirmed bool      // by the broker
 	suspect   bool      // in flight when a broker refusal closed the channel
 	flight    amqpx.Inflight
@@ -96,14 +97,38 @@ func (p *Publisher) encodeOne(topic string, route Route, msg *message.Message, n
 	if err != nil {
 		return outgoing{}, plan, fmt.Errorf("dlx: publish message %s to %q: %w: %w", msg.UUID, topic, warren.ErrInvalidDelay, err)
 	}
+	lane, err := p.lane(route, msg)
+	if err != nil {
+		return outgoing{}, plan, fmt.Errorf("dlx: publish message %s to %q: %w", msg.UUID, topic, err)
+	}
 	pub, err := p.marshal(msg)
 	if err != nil {
 		return outgoing{}, plan, err
 	}
-	if err := fits(pub, plan, route); err != nil {
+	if err := fits(pub, plan, route, lane); err != nil {
 		return outgoing{}, plan, fmt.Errorf("dlx: publish message %s to %q: %w", msg.UUID, topic, err)
 	}
-	return outgoing{pub: pub, due: at}, plan, nil
+	return outgoing{pub: pub, due: at, lane: lane}, plan, nil
+}
+
+// lane is the lane queue msg goes to when route is a queue ordered by key, listed in
+// Config.Declare or Declare: by msg's order key, which it must have (warren.ErrNoOrderKey).
+// A queue whose lanes the publisher does not know gets the message itself.
+func (p *Publisher) lane(route Route, msg *message.Message) (string, error) {
+	if route.Exchange != "" {
+		return "", nil
+	}
+	p.mu.Lock()
+	q := p.queues[route.RoutingKey]
+	p.mu.Unlock()
+	if q.Lanes == 0 {
+		return "", nil
+	}
+	key := warren.OrderKey(msg)
+	if key == "" {
+		return "", warren.ErrNoOrderKey
+	}
+	return topology.LaneQueue(q.Name, topology.Lane(key, q.Lanes)), nil
 }
 
 // marshal returns msg's publishing: its metadata as headers, without the instructions to the

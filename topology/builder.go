@@ -153,11 +153,28 @@ func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology)
 		if len(missing) > 0 {
 			return amqpx.GiveUp(fmt.Errorf("topology: nothing declared: %s", strings.Join(missing, "; ")))
 		}
-		ch, err := conn.Channel()
+		refused, surplus, err := b.laneChanges(ctx, conn, t)
 		if err != nil {
 			return err
 		}
-		return b.Declare(ctx, ch, t)
+		if len(refused) > 0 {
+			return amqpx.GiveUp(fmt.Errorf("topology: nothing declared: %s", strings.Join(refused, "; ")))
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("topology: open channel: %w", err)
+		}
+		if err := b.Declare(ctx, ch, t); err != nil {
+			return err
+		}
+		// Lanes past the topology's, found empty and without consumers above (quorum queues
+		// do not honour queue.delete's if-empty and if-unused).
+		for _, lane := range surplus {
+			if err := amqpx.Do(ctx, ch, func() error { _, err := ch.QueueDelete(lane, false, false, false); return err }); err != nil {
+				return fmt.Errorf("topology: delete lane %q: %w", lane, err)
+			}
+		}
+		return nil
 	})
 }
 
@@ -343,7 +360,7 @@ func (b *Builder) queueObjects(q Queue) []object {
 		bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: q.Name, Headers: map[string]string{contract.DestQueueHeader: q.Name}}
 		objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 	}
-	return objs
+	return append(objs, b.laneObjects(q)...)
 }
 
 // MismatchError reports an exchange or queue that exists with other arguments than the ones

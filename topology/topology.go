@@ -77,6 +77,11 @@ type Queue struct {
 	DeliveryLimit int `yaml:"delivery_limit,omitempty" json:"delivery_limit,omitempty"`
 	// Args are further arguments, passed as they are.
 	Args amqp.Table `yaml:"args,omitempty" json:"args,omitempty"`
+	// Lanes, above 0, orders the queue by key (see warren.OrderBy and docs/ordering.md): its
+	// messages go, by their key's hash (Lane), to one of Lanes lane queues (LaneQueue), each
+	// with a single active consumer, dead-lettering into the queue's poison queue. The queue
+	// itself is declared too: a message without a lane arrives there. At most MaxLanes.
+	Lanes int `yaml:"lanes,omitempty" json:"lanes,omitempty"`
 }
 
 // PoisonQueue is the name of the poison queue of work queue queue.
@@ -269,6 +274,12 @@ func (t Topology) Validate() error {
 		}
 		if q.DeliveryLimit < 0 {
 			return fmt.Errorf("topology: Queues[%d].DeliveryLimit %d is negative", i, q.DeliveryLimit)
+		}
+		if q.Lanes < 0 || q.Lanes > MaxLanes {
+			return fmt.Errorf("topology: Queues[%d].Lanes %d is outside 0..%d", i, q.Lanes, MaxLanes)
+		}
+		if q.Lanes > 0 && len(LaneQueue(q.Name, q.Lanes-1)) > maxName {
+			return fmt.Errorf("topology: Queues[%d].Name is %d bytes long: with its lanes' suffix it exceeds %d", i, len(q.Name), maxName)
 		}
 	}
 	for i, b := range t.Bindings {

@@ -27,11 +27,15 @@ type Report struct {
 	// levels rest on (see Builder.ProbeDeadLettering); "" when it works, or when the delay
 	// levels are disabled.
 	DeadLettering string
+	// Lanes lists the ordered queues whose lanes on the broker are not the topology's and
+	// hold messages or consumers: Apply would refuse them (see Queue.Lanes).
+	Lanes []string
 }
 
-// OK reports whether nothing is missing, nothing differs and no binding is unresolved.
+// OK reports whether nothing is missing, nothing differs, no binding is unresolved, the
+// broker dead-letters and no ordered queue's lanes changed while in use.
 func (r Report) OK() bool {
-	return len(r.Missing) == 0 && len(r.Differs) == 0 && len(r.Unresolved) == 0 && r.DeadLettering == ""
+	return len(r.Missing) == 0 && len(r.Differs) == 0 && len(r.Unresolved) == 0 && r.DeadLettering == "" && len(r.Lanes) == 0
 }
 
 // String lists what is missing and what differs, one per line.
@@ -48,6 +52,9 @@ func (r Report) String() string {
 	}
 	if r.DeadLettering != "" {
 		fmt.Fprintf(&sb, "dead-lettering: %s\n", r.DeadLettering)
+	}
+	for _, l := range r.Lanes {
+		fmt.Fprintf(&sb, "lanes: %s\n", l)
 	}
 	if r.OK() {
 		sb.WriteString("ok\n")
@@ -134,6 +141,9 @@ func (b *Builder) verify(ctx context.Context, conn *amqp.Connection, t Topology)
 		}
 	}
 	var err error
+	if r.Lanes, _, err = b.laneChanges(ctx, conn, t); err != nil {
+		return r, err
+	}
 	if r.Unresolved, err = b.unresolved(ctx, conn, t); err != nil || b.cfg.Delay.Disabled {
 		return r, err
 	}

@@ -1,0 +1,140 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/contract"
+)
+
+// MaxLanes is the most lanes a queue ordered by key may have (Queue.Lanes). Every lane is a
+// queue of the broker's; a few dozen are usually plenty.
+const MaxLanes = 1024
+
+// LaneQueue is the name of lane lane of ordered queue queue (see Queue.Lanes).
+func LaneQueue(queue string, lane int) string { return queue + ".lane." + strconv.Itoa(lane) }
+
+// Lane is the lane of a queue of lanes lanes that the messages of order key key go to: the
+// 32-bit FNV-1a hash of the key's bytes modulo lanes. A publisher outside warren that routes
+// by the same rule (to the default exchange, routing key LaneQueue(queue, Lane(key, lanes)),
+// with the key in the warren_order_key header) keeps warren's order.
+func Lane(key string, lanes int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(lanes))
+}
+
+// laneObjects are the lane queues of ordered queue q, each bound to the delivery exchange of
+// the delay levels by its own name: a lane's queue is a work queue of q's arguments (it
+// dead-letters into q's poison queue) with a single active consumer.
+func (b *Builder) laneObjects(q Queue) []object {
+	typ := b.QueueType(q)
+	var objs []object
+	for i := range q.Lanes {
+		lane := LaneQueue(q.Name, i)
+		args := b.QueueArgs(q)
+		args["x-single-active-consumer"] = true
+		objs = append(objs, object{what: "queue", name: lane, args: args, role: workQueue, typ: typ})
+		if !b.cfg.Delay.Disabled {
+			bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: lane, Headers: map[string]string{contract.DestQueueHeader: lane}}
+			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
+		}
+	}
+	return objs
+}
+
+// laneChanges reports, for every ordered queue of t, a broker whose lanes of it are not the
+// topology's: more of them (lane Lanes exists) or fewer (lane Lanes-1 is missing while lane 0
+// exists). Such a change moves keys to other lanes, and a key's messages left in its old lane
+// would be handled out of order: it is refused (an error of each) while any old lane holds a
+// message or has a consumer, and otherwise returned as drained, with the lanes to delete.
+func (b *Builder) laneChanges(ctx context.Context, conn *amqp.Connection, t Topology) (refused []string, surplus []string, err error) {
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			_ = ch.Close()
+		}
+	}()
+	// inspect returns the passive declare of queue name: its message and consumer counts, or
+	// ok false when it does not exist (which closes the channel).
+	inspect := func(name string) (q amqp.Queue, ok bool, err error) {
+		if ch == nil || ch.IsClosed() {
+			if ch, err = conn.Channel(); err != nil {
+				return q, false, fmt.Errorf("topology: open channel: %w", err)
+			}
+		}
+		qctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+		defer cancel()
+		err = amqpx.Do(qctx, ch, func() (err error) {
+			q, err = ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			return err
+		})
+		var ae *amqp.Error
+		if errors.As(err, &ae) && ae.Code == amqp.NotFound {
+			return q, false, nil
+		}
+		return q, err == nil, err
+	}
+	for _, q := range t.Queues {
+		if q.Lanes == 0 {
+			continue
+		}
+		_, first, err := inspect(LaneQueue(q.Name, 0))
+		if err != nil || !first {
+			if err != nil {
+				return nil, nil, err
+			}
+			continue // none declared yet
+		}
+		existing := q.Lanes
+		if _, ok, err := inspect(LaneQueue(q.Name, q.Lanes-1)); err != nil {
+			return nil, nil, err
+		} else if !ok {
+			for existing = q.Lanes - 1; existing > 1; existing-- {
+				if _, ok, err := inspect(LaneQueue(q.Name, existing-1)); err != nil {
+					return nil, nil, err
+				} else if ok {
+					break
+				}
+			}
+		} else {
+			for ; existing < MaxLanes; existing++ {
+				if _, ok, err := inspect(LaneQueue(q.Name, existing)); err != nil {
+					return nil, nil, err
+				} else if !ok {
+					break
+				}
+			}
+		}
+		if existing == q.Lanes {
+			continue
+		}
+		var busy []string
+		for i := range existing {
+			st, ok, err := inspect(LaneQueue(q.Name, i))
+			if err != nil {
+				return nil, nil, err
+			}
+			if ok && (st.Messages > 0 || st.Consumers > 0) {
+				busy = append(busy, fmt.Sprintf("%s (%d ready, %d consumers)", st.Name, st.Messages, st.Consumers))
+			}
+		}
+		if len(busy) > 0 {
+			refused = append(refused, fmt.Sprintf("queue %q has %d lanes on the broker and %d in the topology: a change of lanes moves keys "+
+				"to other lanes, refused until the old lanes are drained and their consumers stopped (docs/ordering.md): %s",
+				q.Name, existing, q.Lanes, strings.Join(busy, ", ")))
+			continue
+		}
+		for i := q.Lanes; i < existing; i++ {
+			surplus = append(surplus, LaneQueue(q.Name, i))
+		}
+	}
+	return refused, surplus, nil
+}
