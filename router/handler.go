@@ -93,6 +93,11 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	if r.names[h.Name] {
 		return fmt.Errorf("router: a handler named %q exists already", h.Name)
 	}
+	if q := r.queue(h.Queue); q.Lanes > 0 {
+		// Its messages wait in the lanes, which no handler consumes: refused, not left there.
+		return fmt.Errorf("router: handler %s: HandlerConfig.Queue %q is ordered by key (Config.Declare lists it with Lanes %d): "+
+			"a router does not consume lanes (docs/ordering.md)", h.Name, h.Queue, q.Lanes)
+	}
 	chain, err := r.chain(h)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)

@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -238,6 +239,11 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 			assert.Contains(t, err.Error(), field)
 		}
 	}
+	ordered := newRouter(t, env, func(c *router.Config) {
+		c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: 4}}}
+	})
+	err := ordered.AddConsumerHandler(router.HandlerConfig{Queue: q}, func(*message.Message) error { return nil })
+	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Queue %[1]q is ordered by key (Config.Declare lists it with Lanes 4)", q))
 }
 
 // A broker that stops answering on a connection that is up: amqp091's channel calls have no
