@@ -21,6 +21,9 @@ func (p *Publisher) list(t topology.Topology) {
 	}
 	for _, q := range t.Queues {
 		p.queues[q.Name] = q
+		if q.Lanes > 0 {
+			p.ordered.Store(true)
+		}
 	}
 }
 

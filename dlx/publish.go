@@ -115,7 +115,7 @@ func (p *Publisher) encodeOne(topic string, route Route, msg *message.Message, n
 // Config.Declare or Declare: by msg's order key, which it must have (warren.ErrNoOrderKey).
 // A queue whose lanes the publisher does not know gets the message itself.
 func (p *Publisher) lane(route Route, msg *message.Message) (string, error) {
-	if route.Exchange != "" {
+	if route.Exchange != "" || !p.ordered.Load() {
 		return "", nil
 	}
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -43,6 +44,8 @@ type Publisher struct {
 
 	attrsMu sync.RWMutex
 	attrs   map[destination]*telemetry.Publish // the metrics' attribute sets, per destination
+
+	ordered atomic.Bool // a queue with lanes is listed: Publish looks up every queue's lanes
 
 	mu        sync.Mutex                   // guards the fields below
 	queues    map[string]topology.Queue    // listed in Config.Declare or Declare, by name

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -112,10 +113,11 @@ func floorSpan(n int) error {
 	return nil
 }
 
-// floorMessage makes a Watermill message a delivery: its id, its body and three headers as
-// metadata, with a context.
+// floorSink keeps each message floorMessage makes on the heap, as a subscriber's would be.
 var floorSink *message.Message
 
+// floorMessage makes a Watermill message as a subscriber makes one of a delivery: its id, its
+// body and three headers as metadata, with a context.
 func floorMessage(n int) error {
 	body := make([]byte, 256)
 	headers := map[string]any{"a": "1", "b": "2", "c": "3"}
@@ -130,5 +132,8 @@ func floorMessage(n int) error {
 		floorSink = m
 	}
 	w.stop()
+	if floorSink.UUID == "" {
+		return errors.New("floor-message: no message made")
+	}
 	return nil
 }
