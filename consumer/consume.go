@@ -34,6 +34,9 @@ func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, co
 	l.ctx, l.commands = ctx, commands
 	l.cs = sub.newChannelState(ch)
 	defer l.cs.acks.close()
+	if l.cs.gate != nil {
+		defer l.cs.gate.drop()
+	}
 	defer func() { // the session's context goes once its last message is settled
 		go func() {
 			l.cs.inflight.Wait()
@@ -80,7 +83,7 @@ func (sub *subscription) startConsumer(cc *consumerconns.Conn, conn *amqp.Connec
 	l.closedBy = ch.NotifyClose(make(chan *amqp.Error, 1))
 	l.tag = fmt.Sprintf("warren-%s-%d", s.cfg.HandlerName, consumerSeq.Add(1))
 	cc.Consuming.Lock() // one at a time: a refusal that closes conn is this consume's (see consumerconns.Conns)
-	deliveries, err := ch.Consume(sub.queue, l.tag, false, false, false, false, nil)
+	deliveries, err := ch.Consume(sub.consumed, l.tag, false, false, false, false, nil)
 	cc.Consuming.Unlock()
 	if closesConnection(err) && cc == s.conns.Main {
 		sub.isolated = true
@@ -99,10 +102,19 @@ func (sub *subscription) startConsumer(cc *consumerconns.Conn, conn *amqp.Connec
 	return l, nil
 }
 
+// newGate returns the key gate of a lane of a queue ordered by key, nil for other queues.
+func (sub *subscription) newGate() *keyGate {
+	if !sub.ordered {
+		return nil
+	}
+	return newKeyGate()
+}
+
 // newChannelState returns the state of a new consume session on ch (see channelState).
 func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
 	s := sub.s
 	cs := &channelState{
+		gate:     sub.newGate(),
 		acks:     newAcker(ch, s.cfg.Prefetch, s.logger),
 		dups:     &copies{seen: &s.seen, live: map[uint64]int{}},
 		stopping: make(chan struct{}),
@@ -116,12 +128,24 @@ func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
 // consumer. A delivery is taken only with a free slot: at most Concurrency are handed out, the
 // rest of the prefetch waits, and commands, closing and the context are still heard.
 func (l *consumeLoop) run() (outcome, error) {
+	var wake <-chan struct{}
+	if l.cs.gate != nil {
+		wake = l.cs.gate.wake
+	}
 	for {
 		if !l.slot { // a free slot is taken at once, without waiting on every source
 			select {
 			case l.cs.slots <- struct{}{}:
 				l.slot = true
 			default:
+			}
+		}
+		if l.slot && l.cs.gate != nil { // a message whose key's turn came goes before new deliveries
+			if h := l.cs.gate.next(); h != nil {
+				if end, out, err := l.handOut(h); end {
+					return out, err
+				}
+				continue
 			}
 		}
 		in, take := l.deliveries, (chan<- struct{})(nil)
@@ -136,6 +160,7 @@ func (l *consumeLoop) run() (outcome, error) {
 		select {
 		case take <- struct{}{}:
 			l.slot = true
+		case <-wake: // the top of the loop hands it out
 		case _, sent := <-l.cancelled:
 			end, out, err = l.onCancel(sent)
 		case d, ok := <-in:
@@ -208,6 +233,17 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 		cs.dups.release(id, false) // poisoned, or put back: never taken for done
 		return false, closed, nil
 	}
+	if h.key != "" && !cs.gate.admit(h) {
+		return false, closed, nil // waits behind its key; the slot stays for the next delivery
+	}
+	return l.handOut(h)
+}
+
+// handOut hands h out to the subscription's receiver, holding a slot, and counts it in
+// flight; when the context ends or the subscriber closes first, it stops the consumer (h goes
+// back to the queue when the channel closes).
+func (l *consumeLoop) handOut(h *handout) (bool, outcome, error) {
+	sub, s, cs := l.sub, l.sub.s, l.cs
 	consumed := s.consumes.Get(sub.queue, h.Delivery.Exchange)
 	cs.inflight.add() // before the receiver can settle it
 	select {
@@ -223,7 +259,7 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 	}
 	cs.inflight.done()
 	h.done() // not handed out: back to the queue when the channel closes
-	cs.dups.release(id, false)
+	cs.dups.release(h.id, false)
 	l.stop()
 	return true, closed, nil
 }
@@ -256,7 +292,7 @@ func (l *consumeLoop) onDrainCheck() (bool, outcome, error) {
 	if l.cs.inflight.n.Load() > 0 {
 		return false, closed, nil
 	}
-	if q, err := inspect(l.conn, l.sub.queue); err == nil && q.Messages == 0 {
+	if q, err := inspect(l.conn, l.sub.consumed); err == nil && q.Messages == 0 {
 		l.stop()
 		return true, drained, nil
 	}
@@ -342,12 +378,12 @@ func (sub *subscription) goneOr(conn *amqp.Connection, err error) error {
 	if conn.IsClosed() { // the broker closed it (541 for a queue that is down, say): nothing to ask
 		return err
 	}
-	_, ierr := inspect(conn, sub.queue)
+	_, ierr := inspect(conn, sub.consumed)
 	if amqpx.IsNotFound(ierr) {
 		return fmt.Errorf("%w: %v", errQueueGone, err)
 	}
 	if ierr != nil {
 		return fmt.Errorf("%w (and the queue cannot be inspected: %v)", err, ierr)
 	}
-	return fmt.Errorf("%w; queue %s still exists: consuming again", err, sub.queue)
+	return fmt.Errorf("%w; queue %s still exists: consuming again", err, sub.consumed)
 }

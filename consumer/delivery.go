@@ -37,9 +37,9 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) *
 		return nil
 	}
 	// warren's bookkeeping is believed only where warren put it: see Subscriber.
-	direct := (d.Exchange == "" && d.RoutingKey == sub.queue) ||
-		(viaDelay && d.Headers[contract.DestQueueHeader] == sub.queue)
-	retry := direct && msg.Metadata.Get(warren.RetryQueueKey) == sub.queue
+	direct := (d.Exchange == "" && d.RoutingKey == sub.consumed) ||
+		(viaDelay && d.Headers[contract.DestQueueHeader] == sub.consumed)
+	retry := direct && msg.Metadata.Get(warren.RetryQueueKey) == sub.consumed
 	for k := range msg.Metadata {
 		if k == warren.MetadataRedelivered || !retry && warren.IsAttemptBookkeeping(k) ||
 			!direct && warren.IsPoisonBookkeeping(k) {
@@ -47,6 +47,9 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) *
 		}
 	}
 	h := &handout{sub: sub, cs: cs, msg: msg, tag: d.DeliveryTag, id: id}
+	if sub.ordered {
+		h.key, _ = d.Headers[warren.MetadataOrderKey].(string)
+	}
 	h.Delivery, h.DeadLetters = info, true
 	if sub.s.callerSettles {
 		h.Settler = h

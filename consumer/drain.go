@@ -22,7 +22,7 @@ const drainCheck = 100 * time.Millisecond
 // them, it returns gone=false: the caller consumes again.
 func (sub *subscription) awaitDeletion(ctx context.Context, conn *amqp.Connection) (gone bool, err error) {
 	for {
-		q, err := inspect(conn, sub.queue)
+		q, err := inspect(conn, sub.consumed)
 		var ae *amqp.Error
 		switch {
 		case errors.As(err, &ae) && ae.Code == amqp.NotFound:
@@ -32,7 +32,7 @@ func (sub *subscription) awaitDeletion(ctx context.Context, conn *amqp.Connectio
 		case q.Consumers == 0 && q.Messages > 0:
 			return false, nil
 		case q.Consumers == 0:
-			if sub.deleteIfIdle(conn, sub.queue, true) == nil {
+			if sub.deleteIfIdle(conn, sub.consumed, true) == nil {
 				return true, errQueueGone
 			}
 		}

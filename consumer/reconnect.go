@@ -65,7 +65,7 @@ func (sub *subscription) ended(err error, fields watermill.LogFields) bool {
 	case errors.Is(err, errQueueGone), errors.Is(err, errRefused):
 		s.logger.Error("Consumer stopped for good", err, fields)
 		s.goneMu.Lock()
-		s.gone = append(s.gone, fmt.Errorf("consumer: queue %q: %w", sub.queue, err))
+		s.gone = append(s.gone, fmt.Errorf("consumer: queue %q: %w", sub.consumed, err))
 		s.goneMu.Unlock()
 		return true
 	}

@@ -25,6 +25,7 @@ type channelState struct {
 	slots    chan struct{} // one per message handed out, up to Concurrency
 	hardStop context.Context
 	hardFn   context.CancelCauseFunc
+	gate     *keyGate // of a lane of a queue ordered by key; nil for others
 }
 
 // flights counts the messages handed out and not settled yet.
@@ -52,6 +53,7 @@ type handout struct {
 	msg     *message.Message
 	tag     uint64
 	id      string // publish id
+	key     string // order key, in a lane of a queue ordered by key (see keyGate)
 	done    context.CancelFunc
 	settled atomic.Bool
 }
@@ -89,6 +91,9 @@ func (h *handout) settle(acked bool) {
 	defer func() { <-cs.slots }()
 	defer h.done()
 	cs.dups.release(h.id, acked) // a nacked one is never remembered: a reject lost with its channel must be handled again
+	if h.key != "" && cs.gate != nil {
+		cs.gate.settled(h, !acked && !h.DeadLetterRequested())
+	}
 	if acked {
 		cs.acks.settle(h.tag, ack)
 		return

@@ -179,14 +179,26 @@ func (s *Subscriber) queue(name string) topology.Queue {
 	return q
 }
 
+// laneOf returns the queue ordered by key, listed in Config.Queues, that queue is a lane of
+// (topology.LaneQueue), and true; else queue and false.
+func (s *Subscriber) laneOf(queue string) (string, bool) {
+	if home, lane, ok := topology.ParseLane(queue); ok && lane < s.listed[home].Lanes {
+		return home, true
+	}
+	return queue, false
+}
+
 // Subscribe declares queue (a work queue, with its poison queue) and consumes it until ctx
-// ends or the subscriber is closed.
+// ends or the subscriber is closed. A lane of a queue ordered by key that Config.Queues lists
+// (topology.LaneQueue) is declared with that queue, shares its poison queue and kill topic,
+// and hands out one message of an order key at a time, in the order of the lane.
 func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
 	if err := s.SubscribeInitialize(queue); err != nil {
 		return nil, err
 	}
 	out := make(chan *message.Message)
-	sub := &subscription{s: s, queue: queue, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
+	home, ordered := s.laneOf(queue)
+	sub := &subscription{s: s, queue: home, consumed: queue, ordered: ordered, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
 		id: self().id + "-" + strconv.FormatUint(subscriptionSeq.Add(1), 10)}
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)
@@ -231,7 +243,8 @@ func (s *Subscriber) SubscribeInitialize(queue string) error {
 		// What the queue's arguments may be depends on the broker's version (see
 		// topology.Topology.ValidateFor).
 		b := s.builder.ForServer(amqpx.ServerVersion(conn))
-		return amqpx.GiveUpIfRefused(b.DeclareQueue(ctx, ch, s.queue(queue)))
+		home, _ := s.laneOf(queue)
+		return amqpx.GiveUpIfRefused(b.DeclareQueue(ctx, ch, s.queue(home)))
 	})
 }
 

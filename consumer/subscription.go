@@ -11,8 +11,14 @@ import (
 )
 
 type subscription struct {
-	s         *Subscriber
+	s *Subscriber
+	// queue is the work queue whose topology the subscription belongs to: its poison queue,
+	// kill topic and declaration are queue's. consumed is the queue it consumes: queue, or
+	// for a lane of a queue ordered by key (topology.Queue.Lanes), that lane, whose
+	// deliveries are handed out one key at a time (see keyGate).
 	queue     string
+	consumed  string
+	ordered   bool
 	out       chan *message.Message
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once

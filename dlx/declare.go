@@ -96,10 +96,13 @@ func (p *Publisher) declare(ctx context.Context, route Route) error {
 	}
 	p.mu.Lock()
 	q, e := p.queues[route.RoutingKey], p.exchanges[route.Exchange]
+	q.Name = route.RoutingKey
+	if home, lane, ok := topology.ParseLane(route.RoutingKey); ok && lane < p.queues[home].Lanes {
+		q = p.queues[home] // a lane of a listed queue ordered by key: declared with its queue
+	}
 	p.mu.Unlock()
 	err = p.withDeclareChannel(ctx, func(ch *amqp.Channel) error {
 		if route.Exchange == "" {
-			q.Name = route.RoutingKey
 			return p.forServer().DeclareQueue(ctx, ch, q)
 		}
 		e.Name = route.Exchange

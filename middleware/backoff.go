@@ -48,6 +48,14 @@ type BackoffConfig struct {
 	// the queue of warren.DeliveryFrom, else Watermill's subscribe topic (which is the queue
 	// with watermill-amqp's queue-per-topic configs).
 	Queue func(msg *message.Message) string
+	// InPlace retries a failed message where it is, instead of through the delay levels: the
+	// message stays unacknowledged, and after the schedule's wait the handler runs again
+	// with it, as the next attempt. A handler whose messages keep an order needs it (a router
+	// sets it for HandlerConfig.Lanes): a message published again would come after the ones
+	// behind it. The broker holds the message meanwhile; a consumer that dies returns it to
+	// its queue. The waits add up while the message is unacknowledged: keep their total below
+	// the broker's consumer timeout (30 minutes by default). Publisher is not used.
+	InPlace bool
 	// MeterProvider counts the retries scheduled (warren.retries.scheduled, by queue and
 	// attempt). Default: otel.GetMeterProvider(). A router sets its own
 	// (router.Config.MeterProvider) in place of this one.
@@ -184,6 +192,9 @@ func (b *Backoff) Delay(attempt int) time.Duration {
 
 // Middleware is the message.HandlerMiddleware.
 func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	if b.cfg.InPlace {
+		return b.inPlace(h)
+	}
 	return func(msg *message.Message) ([]*message.Message, error) {
 		b.boundAttempt(msg)
 		out, err := h(msg)
@@ -229,6 +240,46 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			"message_uuid": msg.UUID, "queue": queue, "attempt": attempt, "next_attempt_in": wait, "err": err.Error(),
 		})
 		return nil, nil
+	}
+}
+
+// inPlace is Middleware with BackoffConfig.InPlace: every attempt runs on the same delivery.
+func (b *Backoff) inPlace(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		b.boundAttempt(msg)
+		for {
+			out, err := h(msg)
+			if err == nil {
+				return out, nil
+			}
+			if rq := requeueIfStopping(msg, err); rq != nil {
+				return nil, rq
+			}
+			attempt := Attempt(msg)
+			setError(trace.SpanFromContext(msg.Context()), err)
+			if warren.IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
+				return nil, err
+			}
+			queue := b.cfg.Queue(msg)
+			wait := b.Delay(attempt)
+			b.metrics.RetryScheduled(msg.Context(), queue, attempt+1)
+			b.logger.Info("Handler failed, retrying in place", watermill.LogFields{
+				"message_uuid": msg.UUID, "queue": queue, "attempt": attempt, "next_attempt_in": wait, "err": err.Error(),
+			})
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-msg.Context().Done(): // stopping: the broker delivers it again
+				t.Stop()
+				return nil, &RequeueError{Err: fmt.Errorf("consumer stopping before attempt %d: %w (handler error: %v)",
+					attempt+1, context.Cause(msg.Context()), err)}
+			}
+			record := warren.DecodeAttemptRecord(msg.Metadata)
+			record.Attempt = attempt + 1
+			record.RecordFailure(msg.Context(), time.Now())
+			record.Encode(msg.Metadata)
+			msg.SetContext(context.WithValue(msg.Context(), attemptKey{}, attempt+1))
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package router
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -40,6 +41,14 @@ type HandlerConfig struct {
 	// that is gone is dropped, and the request acked), and a request that is poisoned is
 	// answered with an error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
 	Reply bool
+	// Lanes, above 0, consumes Queue ordered by key (docs/ordering.md): the queue's Lanes
+	// lane queues (topology.Queue.Lanes, which Config.Declare, if it lists the queue, must
+	// give as well) and the queue itself. The messages of one order key (warren.OrderBy) are
+	// handled one at a time, in the order of their lane; different keys concurrently, up to
+	// Concurrency a lane. A failed message is retried in place (see
+	// middleware.BackoffConfig.InPlace), holding only its key. A message of the queue itself,
+	// which has no lane, is handled as it comes. Not with Exchange or Reply.
+	Lanes int
 	// Middleware run inside the default chain, around the handler itself (inside Backoff,
 	// Poison and Recoverer: see Router). This is the place of a middleware.Idempotent that
 	// makes a business operation happen once per message id (middleware.MessageIDKey) or per
@@ -61,8 +70,11 @@ func (h HandlerConfig) validate() error {
 			"messages go to the request's reply-to", h.Name, h.PublishTopic)
 	case h.Exchange == "" && len(h.Keys) > 0:
 		return fmt.Errorf("router: handler %s: HandlerConfig.Exchange is empty: Keys %q bind the queue to it", h.Name, h.Keys)
+	case h.Lanes > 0 && (h.Exchange != "" || h.Reply):
+		return fmt.Errorf("router: handler %s: HandlerConfig.Lanes %d is set with Exchange or Reply: an ordered queue's messages "+
+			"come from publishers that route them to its lanes by key", h.Name, h.Lanes)
 	}
-	if err := (topology.Topology{Queues: []topology.Queue{{Name: h.Queue}}}).Validate(); err != nil {
+	if err := (topology.Topology{Queues: []topology.Queue{{Name: h.Queue, Lanes: h.Lanes}}}).Validate(); err != nil {
 		return fmt.Errorf("router: handler %s: HandlerConfig.Queue: %w", h.Name, err)
 	}
 	if err := validConcurrency("HandlerConfig.Concurrency", h.Concurrency); err != nil {
@@ -93,11 +105,13 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	if r.names[h.Name] {
 		return fmt.Errorf("router: a handler named %q exists already", h.Name)
 	}
-	if q := r.queue(h.Queue); q.Lanes > 0 {
-		// Its messages wait in the lanes, which no handler consumes: refused, not left there.
-		return fmt.Errorf("router: handler %s: HandlerConfig.Queue %q is ordered by key (Config.Declare lists it with Lanes %d): "+
-			"a router does not consume lanes (docs/ordering.md)", h.Name, h.Queue, q.Lanes)
+	q := r.queue(h.Queue)
+	if q.Lanes != 0 && q.Lanes != h.Lanes {
+		// Its messages wait in lanes the handler would not consume: refused, not left there.
+		return fmt.Errorf("router: handler %s: HandlerConfig.Lanes %d: Config.Declare lists queue %q with Lanes %d "+
+			"(docs/ordering.md)", h.Name, h.Lanes, h.Queue, q.Lanes)
 	}
+	q.Lanes = h.Lanes
 	chain, err := r.chain(h)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
@@ -108,6 +122,9 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	scfg := r.cfg.subscriber()
 	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
+	if q.Lanes > 0 { // the subscriber knows the lanes from its queue's declaration
+		scfg.Queues = append(slices.DeleteFunc(slices.Clone(scfg.Queues), func(l topology.Queue) bool { return l.Name == q.Name }), q)
+	}
 	sub, err := consumer.NewSubscriberOn(r.subConns, scfg, r.logger)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
@@ -117,11 +134,15 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	for i := len(chain) - 1; i >= 0; i-- {
 		handle = chain[i](handle)
 	}
-	r.wm.AddConsumerHandler(h.Name, h.Queue, sub, settling(handle))
+	var wsub message.Subscriber = sub
+	if q.Lanes > 0 {
+		wsub = lanes{sub, q.Lanes}
+	}
+	r.wm.AddConsumerHandler(h.Name, h.Queue, wsub, settling(handle))
 
 	r.names[h.Name] = true
 	r.subs = append(r.subs, sub)
-	r.topo.Queues = append(r.topo.Queues, r.queue(h.Queue))
+	r.topo.Queues = append(r.topo.Queues, q)
 	if h.Exchange != "" {
 		r.topo.Exchanges = append(r.topo.Exchanges, r.exchange(h.Exchange))
 		for _, key := range h.Keys {

@@ -243,7 +243,11 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 		c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: 4}}}
 	})
 	err := ordered.AddConsumerHandler(router.HandlerConfig{Queue: q}, func(*message.Message) error { return nil })
-	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Queue %[1]q is ordered by key (Config.Declare lists it with Lanes 4)", q))
+	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Lanes 0: Config.Declare lists queue %[1]q with Lanes 4", q))
+	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 4, Reply: true}, func(*message.Message) error { return nil })
+	assert.ErrorContains(t, err, "HandlerConfig.Lanes 4 is set with Exchange or Reply")
+	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: topology.MaxLanes + 1}, func(*message.Message) error { return nil })
+	assert.ErrorContains(t, err, fmt.Sprintf("Lanes %d is outside 0..%d", topology.MaxLanes+1, topology.MaxLanes))
 }
 
 // A broker that stops answering on a connection that is up: amqp091's channel calls have no

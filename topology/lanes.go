@@ -21,6 +21,21 @@ const MaxLanes = 1024
 // LaneQueue is the name of lane lane of ordered queue queue (see Queue.Lanes).
 func LaneQueue(queue string, lane int) string { return queue + ".lane." + strconv.Itoa(lane) }
 
+// ParseLane reads name as a lane's queue name (see LaneQueue): the queue it is a lane of and
+// its number, ok false when it is not one. The name says nothing of whether the queue is
+// ordered: the caller checks that queue has more than lane lanes.
+func ParseLane(name string) (queue string, lane int, ok bool) {
+	i := strings.LastIndex(name, ".lane.")
+	if i <= 0 {
+		return "", 0, false
+	}
+	lane, err := strconv.Atoi(name[i+len(".lane."):])
+	if err != nil || lane < 0 || LaneQueue(name[:i], lane) != name {
+		return "", 0, false
+	}
+	return name[:i], lane, true
+}
+
 // Lane is the lane of a queue of lanes lanes that the messages of order key key go to: the
 // 32-bit FNV-1a hash of the key's bytes modulo lanes. A publisher outside warren that routes
 // by the same rule (to the default exchange, routing key LaneQueue(queue, Lane(key, lanes)),

@@ -138,3 +138,72 @@ func TestChangeOfLanesIsRefusedUntilDrained(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, r.OK(), r.String())
 }
+
+func TestParseLane(t *testing.T) {
+	for name, want := range map[string]struct {
+		queue string
+		lane  int
+		ok    bool
+	}{
+		"orders.lane.3":     {"orders", 3, true},
+		"a.lane.b.lane.12":  {"a.lane.b", 12, true},
+		"orders.lane.03":    {},
+		"orders.lane.-1":    {},
+		"orders.lane.":      {},
+		".lane.1":           {},
+		"orders":            {},
+		"orders.lane.1.dlq": {},
+	} {
+		q, lane, ok := topology.ParseLane(name)
+		assert.Equal(t, want.ok, ok, name)
+		assert.Equal(t, want.queue, q, name)
+		assert.Equal(t, want.lane, lane, name)
+	}
+}
+
+// What ordered lanes rest on: when a lane's active consumer goes with messages unacknowledged,
+// the broker hands the lane to the next consumer, and those messages come first, in their
+// order, before the rest of the lane.
+func TestALaneTakenOverKeepsItsOrder(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("takeover")
+	laneNames(env, q, 1)
+	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Disabled: true}})
+	require.NoError(t, b.Apply(context.Background(), env.Connection(), topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: 1}}}))
+	lane := topology.LaneQueue(q, 0)
+	pub := env.Channel()
+	for i := range 200 {
+		publish(t, pub, "", lane, nil, fmt.Sprint(i))
+	}
+	require.Eventually(t, func() bool { // (a quorum queue with a single active consumer serves no basic.get)
+		st, err := env.Inspect(lane)
+		return err == nil && st.Messages == 200
+	}, testenv.Patience(), 10*time.Millisecond)
+
+	first := env.Channel()
+	require.NoError(t, first.Qos(120, 0, false))
+	took, err := first.Consume(lane, "first", false, false, false, false, nil)
+	require.NoError(t, err)
+	second := env.Channel()
+	require.NoError(t, second.Qos(300, 0, false))
+	next, err := second.Consume(lane, "second", false, false, false, false, nil)
+	require.NoError(t, err)
+	for i := range 120 { // held, unacknowledged; the first 20 acked
+		d := <-took
+		require.Equal(t, fmt.Sprint(i), string(d.Body))
+		if i < 20 {
+			require.NoError(t, d.Ack(false))
+		}
+	}
+	require.NoError(t, first.Close())
+	for i := 20; i < 200; i++ {
+		select {
+		case d := <-next:
+			require.Equal(t, fmt.Sprint(i), string(d.Body), "taken over in the lane's order")
+			require.NoError(t, d.Ack(false))
+		case <-time.After(testenv.Patience()):
+			t.Fatalf("message %d did not come to the second consumer", i)
+		}
+	}
+}
