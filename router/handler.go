@@ -42,8 +42,8 @@ type HandlerConfig struct {
 	// answered with an error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
 	Reply bool
 	// Lanes, above 0, consumes Queue ordered by key (docs/ordering.md): the queue's Lanes
-	// lane queues (topology.Queue.Lanes, which Config.Declare, if it lists the queue, must
-	// give as well) and the queue itself. The messages of one order key (warren.OrderBy) are
+	// lane queues and the queue itself. Config.Declare must list the queue with the same
+	// topology.Queue.Lanes: from there the router's publishers route by key. The messages of one order key (warren.OrderBy) are
 	// handled one at a time, in the order of their lane; different keys concurrently, up to
 	// Concurrency a lane. A failed message is retried in place (see
 	// middleware.BackoffConfig.InPlace), holding only its key. A message of the queue itself,
@@ -106,12 +106,12 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 		return fmt.Errorf("router: a handler named %q exists already", h.Name)
 	}
 	q := r.queue(h.Queue)
-	if q.Lanes != 0 && q.Lanes != h.Lanes {
-		// Its messages wait in lanes the handler would not consume: refused, not left there.
-		return fmt.Errorf("router: handler %s: HandlerConfig.Lanes %d: Config.Declare lists queue %q with Lanes %d "+
-			"(docs/ordering.md)", h.Name, h.Lanes, h.Queue, q.Lanes)
+	if q.Lanes != h.Lanes {
+		// Lanes the handler would not consume, or that the router's publisher would not route
+		// to: refused, rather than messages left unread or out of order.
+		return fmt.Errorf("router: handler %s: HandlerConfig.Lanes %d: Config.Declare lists queue %q with Lanes %d, "+
+			"the same number is needed in both (docs/ordering.md)", h.Name, h.Lanes, h.Queue, q.Lanes)
 	}
-	q.Lanes = h.Lanes
 	chain, err := r.chain(h)
 	if err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)

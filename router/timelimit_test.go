@@ -244,6 +244,8 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	})
 	err := ordered.AddConsumerHandler(router.HandlerConfig{Queue: q}, func(*message.Message) error { return nil })
 	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Lanes 0: Config.Declare lists queue %[1]q with Lanes 4", q))
+	err = r.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 4}, func(*message.Message) error { return nil })
+	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Lanes 4: Config.Declare lists queue %[1]q with Lanes 0", q))
 	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 4, Reply: true}, func(*message.Message) error { return nil })
 	assert.ErrorContains(t, err, "HandlerConfig.Lanes 4 is set with Exchange or Reply")
 	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: topology.MaxLanes + 1}, func(*message.Message) error { return nil })
