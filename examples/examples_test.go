@@ -215,6 +215,12 @@ func TestDemos(t *testing.T) {
 		contains(t, out, "attempt 3 fails", "in warren.example.retries.poison, with:", "attempts exhausted")
 	})
 
+	t.Run("ordered", func(t *testing.T) {
+		out := run(t, testenv.Patience(), build(t, "ordered"))
+		contains(t, out, "80 events of 20 orders over 4 lanes", "o-05  lane 2  created paid packed shipped    (paid: failed once, retried)",
+			"orders out of order: 0")
+	})
+
 	t.Run("kill", func(t *testing.T) {
 		out := run(t, 2*testenv.Patience(), build(t, "kill"))
 		contains(t, out, "all 12 consumers stopped", "4 of its consumers stopped at once; processed since: 0",
