@@ -128,9 +128,9 @@ func (sub *subscription) newChannelState(ch *amqp.Channel) *channelState {
 // consumer. A delivery is taken only with a free slot: at most Concurrency are handed out, the
 // rest of the prefetch waits, and commands, closing and the context are still heard.
 func (l *consumeLoop) run() (outcome, error) {
-	var wake <-chan struct{}
+	var wake, returning <-chan struct{}
 	if l.cs.gate != nil {
-		wake = l.cs.gate.wake
+		wake, returning = l.cs.gate.wake, l.cs.gate.returning
 	}
 	for {
 		if !l.slot { // a free slot is taken at once, without waiting on every source
@@ -161,6 +161,9 @@ func (l *consumeLoop) run() (outcome, error) {
 		case take <- struct{}{}:
 			l.slot = true
 		case <-wake: // the top of the loop hands it out
+		case <-returning:
+			l.stop()
+			return returned, nil
 		case _, sent := <-l.cancelled:
 			end, out, err = l.onCancel(sent)
 		case d, ok := <-in:
@@ -318,13 +321,21 @@ var consumerSeq, subscriptionSeq atomic.Uint64
 // be settled; their settlements go out together when the acker closes (see acker.hold). What
 // was received but not handed out goes back to the queue when the channel closes: nacked
 // one by one, it would make the quorum queue's channel stash the settlements that follow.
+//
+// A lane of a queue ordered by key is not cancelled: the broker would make the next of its
+// single active consumers active at once, which would take the lane's next messages while the
+// ones of the same keys received here are still to go back. The consumer stays active, takes
+// nothing more, and its channel's close returns all it had not settled, before the next one
+// gets anything.
 func (sub *subscription) stop(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, cs *channelState) {
 	s := sub.s
 	cs.acks.hold()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }); err == nil {
-		for range deliveries { // closed once the broker confirmed the cancel
+	if !sub.ordered {
+		if err := amqpx.Do(ctx, ch, func() error { return ch.Cancel(tag, false) }); err == nil {
+			for range deliveries { // closed once the broker confirmed the cancel
+			}
 		}
 	}
 	done := make(chan struct{})

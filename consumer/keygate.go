@@ -5,15 +5,19 @@ import "sync"
 // keyGate hands out the deliveries of a lane of a queue ordered by key one order key at a
 // time: a delivery whose key has a message handed out and not settled waits, unacked, behind
 // it, in the order of delivery, and is handed out when the one before it is settled. A
-// delivery without a key is not held. A message of a key that is requeued (nacked back to the
-// queue) keeps its key held: the broker delivers it again, and it is handed out before the
-// key's messages that wait. It is a session's own: what waits when the channel closes goes
-// back to the queue with it, in the queue's order.
+// delivery without a key is not held. It is a session's own: what waits when the channel
+// closes goes back to the queue with it, in the queue's order. A message to requeue goes back
+// the same way: it stays unacknowledged, its key held, and the session ends (see returning),
+// rather than nack it, which would put it after its key's messages received since. Should the
+// broker deliver it again in the same session, it is handed out before them.
 type keyGate struct {
 	mu    sync.Mutex
 	keys  map[string]*keyLine
 	ready []*handout    // next of their key, to hand out
 	wake  chan struct{} // a message became ready
+	// returning is signalled when a message is to go back to the queue: the session ends
+	// (see handout.settle).
+	returning chan struct{}
 }
 
 // keyLine is a key with a message handed out: the ones that wait behind it, and the publish
@@ -24,7 +28,7 @@ type keyLine struct {
 }
 
 func newKeyGate() *keyGate {
-	return &keyGate{keys: map[string]*keyLine{}, wake: make(chan struct{}, 1)}
+	return &keyGate{keys: map[string]*keyLine{}, wake: make(chan struct{}, 1), returning: make(chan struct{}, 1)}
 }
 
 // admit reports whether h may be handed out now; if not, it waits in its key's line.

@@ -264,3 +264,29 @@ func TestKillCommandSeenInTheStateIsIgnored(t *testing.T) {
 	assert.ErrorContains(t, events[0].Err, "replay")
 	assert.Equal(t, paused, sub.mode)
 }
+
+// Without a secret, a command older than the last one accepted is superseded: a subscription
+// that read a resume from the state, and then hears the stop it followed, keeps consuming.
+func TestKillCommandOlderThanTheStateIsSuperseded(t *testing.T) {
+	var events []KillEvent
+	metrics, err := telemetry.New(nil)
+	require.NoError(t, err)
+	s := &Subscriber{logger: watermill.NopLogger{}, metrics: metrics, cfg: Config{
+		OnKill: func(e KillEvent) { events = append(events, e) },
+	}.WithDefaults()}
+	sub := &subscription{s: s, queue: "q", mode: running}
+	body := func(action kill.Action, at time.Time) []byte {
+		b, err := json.Marshal(kill.Command{Queue: "q", Action: action, At: at.UTC()})
+		require.NoError(t, err)
+		return b
+	}
+	resumed := time.Now().Add(-time.Second).UTC()
+	sub.last = resumed // read from the state
+
+	sub.command(amqp.Delivery{Body: body(kill.Stop, resumed.Add(-time.Millisecond))})
+	sub.command(amqp.Delivery{Body: body(kill.Resume, resumed)})
+	assert.Equal(t, running, sub.mode)
+	assert.Empty(t, events)
+	sub.command(amqp.Delivery{Body: body(kill.Stop, resumed.Add(time.Millisecond))})
+	assert.Equal(t, paused, sub.mode, "a newer stop applies")
+}

@@ -145,6 +145,12 @@ func (sub *subscription) command(d amqp.Delivery) {
 	if err == nil && len(s.cfg.KillSecret) > 0 && c.At.Before(sub.last) {
 		err = errors.New("older than the last command accepted: a replay")
 	}
+	if err == nil && c.At.Before(sub.last) {
+		// Superseded: heard after a newer one was read from the kill state (a subscription
+		// that started between a stop and its resume hears both after reading the resume).
+		sub.answer(d, before, sub.mode, nil)
+		return
+	}
 	if err != nil {
 		sub.event(refused, d, err)
 		sub.answer(d, before, before, err)

@@ -102,6 +102,16 @@ func (h *handout) settle(acked bool) {
 		cs.acks.settle(h.tag, reject)
 		return
 	}
+	if cs.gate != nil {
+		// A lane ordered by key: a message requeued while the consumer is active would come
+		// back after the ones of its key received since. It stays unacknowledged, its key
+		// held, and the session ends: the channel's close returns it and them in order.
+		select {
+		case cs.gate.returning <- struct{}{}:
+		default:
+		}
+		return
+	}
 	h.sub.requeueLater(h.tag, cs)
 }
 

@@ -52,6 +52,9 @@ const (
 	closed  outcome = iota // the context ended or the subscriber closed
 	killed                 // a stop command: the subscription is paused
 	drained                // the queue was empty and the consumer is cancelled
+	// returned: a lane of a queue ordered by key had a message to requeue, and closed its
+	// channel instead (see keyGate): it consumes again after RequeueDelay.
+	returned
 )
 
 // errQueueGone ends a subscription whose queue was deleted.
@@ -118,6 +121,17 @@ func (sub *subscription) session(ctx context.Context) error {
 			gone, err := sub.awaitDeletion(ctx, conn)
 			if err != nil || gone {
 				return err
+			}
+		case returned:
+			t := time.NewTimer(s.cfg.RequeueDelay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-s.closing:
+				t.Stop()
+				return nil
 			}
 		}
 	}

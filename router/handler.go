@@ -9,6 +9,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/topology"
@@ -136,7 +137,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	var wsub message.Subscriber = sub
 	if q.Lanes > 0 {
-		wsub = lanes{sub, q.Lanes}
+		wsub = lanes{Subscriber: sub, n: q.Lanes, dialer: amqpx.NewDialer(r.cfg.Connection, "warren lanes "+h.Name, r.logger), logger: r.logger}
 	}
 	r.wm.AddConsumerHandler(h.Name, h.Queue, wsub, settling(handle))
 

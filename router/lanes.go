@@ -2,58 +2,248 @@ package router
 
 import (
 	"context"
+	"errors"
+	"hash/fnv"
+	"os"
+	"strconv"
 	"sync"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/topology"
 )
 
-// lanes subscribes a handler of a queue ordered by key to the queue's lanes and to the queue
-// itself, on one subscriber, and hands their messages to the handler through one channel.
+// balanceEvery is how often a handler of a queue ordered by key counts the processes that
+// run it and takes or gives up lanes to hold its share.
+const balanceEvery = time.Second
+
+// laneBackoff is the wait before the balancer connects again after losing its connection.
+var laneBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
+
+// lanes subscribes a handler of a queue ordered by key to the queue itself and to its share
+// of the queue's lanes, on one subscriber, and hands their messages to the handler through one
+// channel.
+//
+// The processes that run the handler share the lanes through the broker alone. Each one
+// consumes from a members queue (MembersQueue), whose consumer count says how many there are
+// (P), and holds a lease on each lane it consumes: an exclusive queue (LeaseQueue) of its own
+// connection, which the broker refuses to anyone else and deletes when the connection goes.
+// Every balanceEvery it takes free lanes while it holds fewer than ceil(N/P), and gives lanes
+// up while it holds more: it stops consuming the lane (its channel's close returns to the lane,
+// in order, what it had not settled) and only then deletes the lease. A process that dies
+// loses its leases with its connection, and the others take its lanes at their next turn.
+// The lanes' single active consumer keeps a lane to one consumer even when two processes
+// believe they lease it.
 type lanes struct {
 	message.Subscriber
-	n int
+	n      int
+	dialer *amqpx.Dialer
+	logger watermill.LoggerAdapter
 }
 
-// Subscribe subscribes to queue and its n lanes, and merges their messages until every one
-// of the subscriptions has ended. A message that the handler can no longer take, because ctx
-// ended, is settled as failed: its delivery goes back to its queue.
+// MembersQueue is the queue whose consumers are the processes that handle ordered queue
+// queue (see HandlerConfig.Lanes): non-durable, deleted when the last one goes.
+func MembersQueue(queue string) string { return queue + ".lanes" }
+
+// LeaseQueue is the exclusive queue a process that consumes lane lane of ordered queue queue
+// holds while it does (see HandlerConfig.Lanes).
+func LeaseQueue(queue string, lane int) string { return topology.LaneQueue(queue, lane) + ".lease" }
+
+// Subscribe subscribes to queue and, as they are leased, to its lanes, and merges their
+// messages until ctx ends and every subscription has ended. A message that the handler can
+// no longer take, because ctx ended, is settled as failed: its delivery goes back to its queue.
 func (l lanes) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
-	ins := make([]<-chan *message.Message, 0, l.n+1)
-	for _, name := range append([]string{queue}, laneQueues(queue, l.n)...) {
-		in, err := l.Subscriber.Subscribe(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		ins = append(ins, in)
+	in, err := l.Subscriber.Subscribe(ctx, queue)
+	if err != nil {
+		return nil, err
 	}
-	out := make(chan *message.Message)
-	var wg sync.WaitGroup
-	for _, in := range ins {
-		wg.Go(func() {
-			for msg := range in {
-				select {
-				case out <- msg:
-				case <-ctx.Done():
-					msg.Nack()
-					contract.Settle(msg.Context(), false)
-				}
-			}
-		})
-	}
+	m := &merger{ctx: ctx, out: make(chan *message.Message)}
+	m.add(in)
+	b := &balancer{lanes: l, queue: queue, m: m, held: map[int]*leased{}, start: offset(queue, l.n)}
+	m.wg.Go(func() { b.run(ctx) })
 	go func() {
-		wg.Wait()
-		close(out)
+		m.wg.Wait()
+		close(m.out)
 	}()
-	return out, nil
+	return m.out, nil
 }
 
-func laneQueues(queue string, n int) []string {
-	names := make([]string, n)
-	for i := range names {
-		names[i] = topology.LaneQueue(queue, i)
+// merger forwards the messages of the subscriptions added to out.
+type merger struct {
+	ctx context.Context
+	out chan *message.Message
+	wg  sync.WaitGroup
+}
+
+// add forwards the messages of in until it closes, and returns a channel closed then.
+func (m *merger) add(in <-chan *message.Message) <-chan struct{} {
+	done := make(chan struct{})
+	m.wg.Go(func() {
+		defer close(done)
+		for msg := range in {
+			select {
+			case m.out <- msg:
+			case <-m.ctx.Done():
+				msg.Nack()
+				contract.Settle(msg.Context(), false)
+			}
+		}
+	})
+	return done
+}
+
+// leased is a lane the process consumes: cancel stops its subscription, done is closed once
+// it has ended.
+type leased struct {
+	cancel context.CancelFunc
+	done   <-chan struct{}
+}
+
+// balancer keeps the process's share of the lanes (see lanes).
+type balancer struct {
+	lanes
+	queue string
+	m     *merger
+	held  map[int]*leased
+	start int // the lane it tries first: processes start apart
+}
+
+// offset is where this process starts looking for free lanes of queue among n.
+func offset(queue string, n int) int {
+	h := fnv.New32a()
+	host, _ := os.Hostname()
+	_, _ = h.Write([]byte(host + "/" + strconv.Itoa(os.Getpid()) + "/" + queue))
+	return int(h.Sum32() % uint32(n))
+}
+
+// run balances on a connection of its own, connecting again when it is lost, until ctx ends;
+// it then gives up every lane.
+func (b *balancer) run(ctx context.Context) {
+	defer b.releaseAll(nil)
+	fields := watermill.LogFields{"queue": b.queue}
+	_ = amqpx.Reconnect(ctx, laneBackoff, func(ctx context.Context, steady func()) error {
+		conn, err := b.dialer.Dial(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = amqpx.Close(conn) }()
+		stop := amqpx.Watch(ctx, conn)
+		defer stop()
+		err = b.session(ctx, conn, steady)
+		b.releaseAll(nil) // the leases went with the connection: so do the lanes
+		return err
+	}, amqpx.LogEach(b.logger, "Lanes lost their connection, reconnecting", fields))
+}
+
+// session joins the members on conn and balances every balanceEvery until ctx ends or conn is
+// lost.
+func (b *balancer) session(ctx context.Context, conn *amqp.Connection, steady func()) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
 	}
-	return names
+	members := MembersQueue(b.queue)
+	if _, err := ch.QueueDeclare(members, false, true, false, false, nil); err != nil {
+		return err
+	}
+	if _, err := ch.Consume(members, "", true, false, false, false, nil); err != nil {
+		return err
+	}
+	steady()
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	t := time.NewTicker(balanceEvery)
+	defer t.Stop()
+	for {
+		if err := b.balance(ctx, conn, ch); err != nil {
+			return err
+		}
+		select {
+		case <-t.C:
+		case err := <-closed:
+			if err == nil {
+				return errors.New("connection closed")
+			}
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// balance takes free lanes, or gives up lanes, so that the process holds its share.
+func (b *balancer) balance(ctx context.Context, conn *amqp.Connection, ch *amqp.Channel) error {
+	q, err := ch.QueueDeclarePassive(MembersQueue(b.queue), false, true, false, false, nil)
+	if err != nil {
+		return err
+	}
+	processes := max(q.Consumers, 1)
+	share := (b.n + processes - 1) / processes
+	for lane := range b.held {
+		if len(b.held) <= share {
+			break
+		}
+		b.release(lane, ch)
+	}
+	for k := 0; k < b.n && len(b.held) < share && ctx.Err() == nil; k++ {
+		lane := (b.start + k) % b.n
+		if b.held[lane] != nil {
+			continue
+		}
+		lch, err := conn.Channel() // a lease held by another closes the channel
+		if err != nil {
+			return err
+		}
+		_, err = lch.QueueDeclare(LeaseQueue(b.queue, lane), false, true, true, false, nil)
+		var ae *amqp.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == amqp.ResourceLocked:
+			continue
+		case err != nil:
+			return err
+		}
+		_ = lch.Close()
+		if err := b.take(ctx, lane); err != nil {
+			_, _ = ch.QueueDelete(LeaseQueue(b.queue, lane), false, false, false)
+			return err
+		}
+	}
+	return nil
+}
+
+// take subscribes to lane, leased.
+func (b *balancer) take(ctx context.Context, lane int) error {
+	lctx, cancel := context.WithCancel(ctx)
+	in, err := b.Subscriber.Subscribe(lctx, topology.LaneQueue(b.queue, lane))
+	if err != nil {
+		cancel()
+		return err
+	}
+	b.held[lane] = &leased{cancel: cancel, done: b.m.add(in)}
+	b.logger.Debug("Lane taken", watermill.LogFields{"queue": b.queue, "lane": lane})
+	return nil
+}
+
+// release stops consuming lane and, once its subscription has ended (its channel closed),
+// deletes its lease on ch (nil: the lease went with its connection).
+func (b *balancer) release(lane int, ch *amqp.Channel) {
+	l := b.held[lane]
+	delete(b.held, lane)
+	l.cancel()
+	<-l.done
+	if ch != nil {
+		_, _ = ch.QueueDelete(LeaseQueue(b.queue, lane), false, false, false)
+	}
+	b.logger.Debug("Lane given up", watermill.LogFields{"queue": b.queue, "lane": lane})
+}
+
+// releaseAll gives up every lane.
+func (b *balancer) releaseAll(ch *amqp.Channel) {
+	for lane := range b.held {
+		b.release(lane, ch)
+	}
 }

@@ -226,3 +226,82 @@ func TestKillOfAnOrderedQueueStopsItsLanes(t *testing.T) {
 	require.NoError(t, k.Resume(t.Context(), q))
 	require.Eventually(t, func() bool { return handled.Load() == 6 }, testenv.Patience(), 20*time.Millisecond)
 }
+
+// Two processes running the handler of a queue ordered by key share its lanes; when one
+// closes, the other takes its lanes over, and every key's messages are still handled in the
+// order published, across both.
+func TestOrderedLanesAreSharedAndTakenOver(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("shared")
+	env.Remove([]string{router.MembersQueue(q)}, nil)
+	const lanes = 4
+	retry := middleware.BackoffConfig{Delays: []time.Duration{10 * time.Millisecond}}
+	routers := []*router.Router{orderedRouter(t, env, q, lanes, retry), orderedRouter(t, env, q, lanes, retry)}
+	var (
+		mu      sync.Mutex
+		order   = map[string][]int{} // key -> seqs as handled, first time each
+		seen    = map[string]bool{}
+		byProc  = make([]int, len(routers))
+		handled int
+	)
+	for i, r := range routers {
+		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: lanes}, func(msg *message.Message) error {
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			defer mu.Unlock()
+			byProc[i]++
+			if !seen[msg.UUID] {
+				seen[msg.UUID] = true
+				key := warren.OrderKey(msg)
+				var seq int
+				_, _ = fmt.Sscanf(msg.UUID[len(key)+1:], "%d", &seq)
+				order[key] = append(order[key], seq)
+				handled++
+			}
+			return nil
+		}))
+		start(t, routers[i])
+	}
+	published := 0
+	publish := func(n int) {
+		var msgs []*message.Message
+		for range n {
+			msgs = append(msgs, keyed(fmt.Sprintf("k%02d", published%40), published/40))
+			published++
+		}
+		require.NoError(t, routers[1].Publisher().Publish(q, msgs...))
+	}
+	require.Eventually(t, func() bool {
+		publish(40)
+		mu.Lock()
+		defer mu.Unlock()
+		return byProc[0] > 0 && byProc[1] > 0
+	}, testenv.Patience(), 200*time.Millisecond, "both processes handle some lanes")
+
+	publish(400)
+	closed := make(chan error, 1)
+	go func() { closed <- routers[0].Close() }() // while the messages flow
+	publish(400)
+	require.NoError(t, <-closed)
+	mu.Lock()
+	before := byProc[1]
+	mu.Unlock()
+	publish(200)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled == published
+	}, testenv.Patience(), 20*time.Millisecond, "every message handled")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.GreaterOrEqual(t, byProc[1]-before, 200, "the remaining process took every lane over")
+	for key, seqs := range order {
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] < seqs[i-1] {
+				t.Errorf("key %s: handled out of order: %v", key, seqs)
+				break
+			}
+		}
+	}
+}
