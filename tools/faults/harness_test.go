@@ -239,6 +239,20 @@ type harness struct {
 	callFirst map[string]map[int]time.Time // id → attempt → its first handler call
 	marks     []time.Time                  // resume is measured from each
 	hostile   []string                     // ids of the injected messages
+	// kind is the kind of consumer process (children) that startConsumer starts: the
+	// consumer ("" or childValue), or one of another case's.
+	kind string
+	// okEvents are the "ok" lines that carry the time their handler succeeded (ok <id> <unix
+	// ns>), in the order they were read.
+	okEvents []okEvent
+}
+
+// okEvent is a handler's success, at the time the consumer process wrote into its line.
+type okEvent struct {
+	id       string
+	consumer string
+	at       time.Time // the process's clock (one machine: one clock)
+	arrival  int       // the order in which the test read the lines, across processes
 }
 
 type success struct{ called, ok time.Time }
@@ -321,7 +335,11 @@ func (h *harness) startConsumerAt(url string) *consumer {
 	c := &consumer{name: fmt.Sprintf("c%d", len(h.consumers)+1), ready: make(chan struct{})}
 	h.consumers = append(h.consumers, c)
 	h.mu.Unlock()
-	c.proc = startProc(h.t, []string{childEnv + "=" + childValue, childURL + "=" + url, childQueue + "=" + h.queue,
+	kind := h.kind
+	if kind == "" {
+		kind = childValue
+	}
+	c.proc = startProc(h.t, []string{childEnv + "=" + kind, childURL + "=" + url, childQueue + "=" + h.queue,
 		childDelayName + "=" + h.delay.Prefix, childRedis + "=" + h.redisPrefix},
 		filepath.Join(h.logDir, c.name+".log"), func(line string) { h.record(c, line) })
 	return c
@@ -414,8 +432,15 @@ func (h *harness) record(c *consumer, line string) {
 		h.callers[id] = append(h.callers[id], c.name+" "+f[2])
 		h.lastCall = now
 		h.history[id] = append(h.history[id], fmt.Sprintf("%s %s call attempt %s", h.since(), c.name, f[2]))
-	case len(f) == 2 && f[0] == "ok":
+	case (len(f) == 2 || len(f) == 3) && f[0] == "ok":
 		id := f[1]
+		if len(f) == 3 {
+			ns, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				h.t.Errorf("consumer %s wrote %q", c.name, line)
+			}
+			h.okEvents = append(h.okEvents, okEvent{id: id, consumer: c.name, at: time.Unix(0, ns), arrival: len(h.okEvents)})
+		}
 		h.oks[id]++
 		c.oks.Add(1)
 		h.lastOK = now
