@@ -242,6 +242,9 @@ type harness struct {
 	// kind is the kind of consumer process (children) that startConsumer starts: the
 	// consumer ("" or childValue), or one of another case's.
 	kind string
+	// fateOf, when set, tells a message's fate from its id, for a case whose ids are not the
+	// stream's (it publishes no delayed message).
+	fateOf func(id string) fate
 	// okEvents are the "ok" lines that carry the time their handler succeeded (ok <id> <unix
 	// ns>), in the order they were read.
 	okEvents []okEvent
@@ -1075,12 +1078,16 @@ func (h *harness) histories(ids []string, n int) string {
 	for _, id := range ids[:min(n, len(ids))] {
 		id, _, _ = strings.Cut(id, " ")
 		i, _ := parseStreamID(id)
+		f, d := fateOf(i), delayed(i)
+		if h.fateOf != nil {
+			f, d = h.fateOf(id), false
+		}
 		ev := h.history[id]
 		if len(ev) > 12 {
 			ev = append(append(ev[:6:6], fmt.Sprintf("… %d more …", len(ev)-12)), ev[len(ev)-6:]...)
 		}
 		fmt.Fprintf(&b, "  %s (fate %d, delayed %t, %d calls, %d ok): %s\n",
-			id, fateOf(i), delayed(i), h.calls[id], h.oks[id], strings.Join(ev, "; "))
+			id, f, d, h.calls[id], h.oks[id], strings.Join(ev, "; "))
 	}
 	if ev := h.history["."]; len(ev) > 0 {
 		fmt.Fprintf(&b, "  events: %s\n", strings.Join(ev, "; "))

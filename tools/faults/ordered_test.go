@@ -44,6 +44,9 @@ const (
 	orderedPublishers = 16
 	orderedRate       = 1000 // messages per second, over the publishers
 	orderedKind       = "faults-ordered"
+	// orderedNoCopies, set in the test's environment (the consumer processes inherit it),
+	// runs the consumers without a CopyStore: every copy a fault makes is handled again.
+	orderedNoCopies = "FAULTS_ORDERED_NO_COPYSTORE"
 )
 
 func init() { children[orderedKind] = orderedConsumerMain }
@@ -87,7 +90,8 @@ func orderedTopology(queue string) topology.Topology {
 
 // orderedConsumerMain runs a router with one handler of $FAULTS_QUEUE ordered by key over
 // orderedLanes lanes (the suite's short retry schedule, retried in place; a CopyStore in
-// Redis shared by the processes, as the suite's consumer) until SIGTERM. It writes "ready"
+// Redis shared by the processes, as the suite's consumer, unless $FAULTS_ORDERED_NO_COPYSTORE)
+// until SIGTERM. It writes "ready"
 // once running, "call <id> <attempt>" per handler call and "ok <id> <unix ns>" when a call
 // succeeds, the time taken as it succeeds.
 func orderedConsumerMain() int {
@@ -107,13 +111,17 @@ func orderedConsumerMain() int {
 	}
 	defer copies.Close()
 	queue := os.Getenv(childQueue)
-	r, err := router.New(router.Config{
+	cfg := router.Config{
 		Connection: warren.Connection{URL: os.Getenv(childURL)},
 		Topology:   topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
 		Declare:    orderedTopology(queue),
 		Retry:      middleware.BackoffConfig{Delays: retryDelays},
 		CopyStore:  copies,
-	}, logger)
+	}
+	if os.Getenv(orderedNoCopies) != "" {
+		cfg.CopyStore = nil
+	}
+	r, err := router.New(cfg, logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		return 1
@@ -168,7 +176,7 @@ func orderedConsumerMain() int {
 // poisoned, and each key's messages be handled in the order published.
 func TestOrderedKill9(t *testing.T) {
 	h := newLedger(t, "ordered", orderedKeys*orderedSeqs)
-	h.kind = orderedKind
+	h.kind, h.fateOf = orderedKind, orderedFate
 	h.node = testenv.StartNode(t)
 	h.routerURL, h.pubURL = h.node.URL(), h.node.URL()
 	h.start = time.Now()
@@ -271,8 +279,10 @@ type inversion struct {
 // orderedCheck takes, per key, the first success of each message (by the time the consumer
 // process took as the handler succeeded; later successes of a message are duplicates), and
 // returns the messages that succeeded after a message of their key with a higher sequence
-// number, and the duplicates.
-func orderedCheck(events []okEvent) (inv []inversion, duplicates int) {
+// number, the duplicates, and the late ones among them: a success of a message again after
+// the first success of a message of its key with a higher sequence number (its effect, done
+// twice, done again after a later one's).
+func orderedCheck(events []okEvent) (inv []inversion, duplicates, late int) {
 	byKey := map[string][]okEvent{}
 	for _, e := range events {
 		key, _, ok := parseOrderedID(e.id)
@@ -287,6 +297,9 @@ func orderedCheck(events []okEvent) (inv []inversion, duplicates int) {
 		for _, e := range evs {
 			if seen[e.id] {
 				duplicates++
+				if _, seq, _ := parseOrderedID(e.id); seq < top {
+					late++
+				}
 				continue
 			}
 			seen[e.id] = true
@@ -299,7 +312,7 @@ func orderedCheck(events []okEvent) (inv []inversion, duplicates int) {
 		}
 	}
 	sort.Slice(inv, func(i, j int) bool { return inv[i].at.Before(inv[j].at) })
-	return inv, duplicates
+	return inv, duplicates, late
 }
 
 // finishOrdered waits for the case to settle, stops the consumers, counts where every
@@ -339,7 +352,7 @@ func (h *harness) finishOrdered() {
 			wrong = append(wrong, id)
 		}
 	}
-	inv, duplicates := orderedCheck(h.okEvents)
+	inv, duplicates, late := orderedCheck(h.okEvents)
 	invKeys := map[string]bool{}
 	for _, i := range inv {
 		invKeys[i.key] = true
@@ -348,21 +361,33 @@ func (h *harness) finishOrdered() {
 	for _, n := range left {
 		stuck += n
 	}
+	var over []string // messages whose handler ran more than MaxAttempts+1 times
 	for id, n := range h.calls {
 		maxCalls = max(maxCalls, n)
+		if n > maxAttempts+1 {
+			over = append(over, id)
+		}
 		if orderedFate(id) == failsOnce && h.oks[id] > 0 && slices.ContainsFunc(h.callers[id], func(c string) bool { return !strings.HasSuffix(c, " 1") }) {
 			retried++
 		}
 	}
 	const held = 0 // keys held after a poisoned message: not built yet
 	line := fmt.Sprintf("faults case=%s published=%d processed=%d poisoned=%d lost=%d inversions=%d duplicates=%d held=%d "+
-		"keys_inverted=%d wrong_poison=%d in_both=%d stuck=%d max_calls=%d resume_max_ms=%d faults=%d publish_errors=%d "+
-		"stalled=%t rate=%.0f secs=%.0f",
+		"late_duplicates=%d poison_dups=%d keys_inverted=%d wrong_poison=%d in_both=%d stuck=%d max_calls=%d over_calls=%d resume_max_ms=%d faults=%d publish_errors=%d "+
+		"stalled=%t copy_store=%t rate=%.0f secs=%.0f",
 		h.name, len(h.published), len(h.oks), len(poisoned), len(lost), len(inv), duplicates, held,
-		len(invKeys), len(wrong), len(inBoth), stuck, maxCalls, h.resumeMax(), len(h.marks), len(h.pubErrs),
-		stalled != "", float64(h.sent.Load())/h.streamEnd.Sub(h.streamStart).Seconds(), time.Since(h.start).Seconds())
+		late, len(poisonList)-len(poisoned), len(invKeys), len(wrong), len(inBoth), stuck, maxCalls, len(over), h.resumeMax(), len(h.marks), len(h.pubErrs),
+		stalled != "", os.Getenv(orderedNoCopies) == "", float64(h.sent.Load())/h.streamEnd.Sub(h.streamStart).Seconds(), time.Since(h.start).Seconds())
 	fmt.Println(line)
 	t.Log(line)
+	if len(over) > 0 {
+		// An attempt retried in place counts in the process only: a process that dies, or
+		// loses its channel, in the middle of a message's retries leaves it to the next one,
+		// which starts again at attempt 1.
+		sort.Slice(over, func(i, j int) bool { return h.calls[over[i]] > h.calls[over[j]] })
+		t.Logf("%d messages handled more than MaxAttempts+1 = %d times (reported, not failed); first ones:\n%s",
+			len(over), maxAttempts+1, h.histories(over, 5))
+	}
 
 	// Nothing may pass vacuously.
 	if len(h.published) < h.size*95/100 {
