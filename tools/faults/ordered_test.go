@@ -457,3 +457,24 @@ func (h *harness) writeOrderedLedger(path string) {
 		h.t.Log(err)
 	}
 }
+
+// TestOrderedCheck checks the ordered case's counting on a made-up ledger: arrival order does
+// not count, the consumers' times do; a message's later successes are duplicates, late when a
+// later message of its key succeeded before them.
+func TestOrderedCheck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	events := []okEvent{
+		{id: "k0001-s02", consumer: "c2", at: at(20)}, // read first, succeeded after s00
+		{id: "k0001-s00", consumer: "c1", at: at(10)},
+		{id: "k0001-s01", consumer: "c2", at: at(30)}, // after s02: an inversion
+		{id: "k0001-s01", consumer: "c3", at: at(40)}, // a duplicate, late (after s02)
+		{id: "k0002-s00", consumer: "c1", at: at(10)},
+		{id: "k0002-s00", consumer: "c1", at: at(11)}, // a duplicate, not late
+		{id: "k0002-s01", consumer: "c1", at: at(12)},
+	}
+	inv, dups, late := orderedCheck(events)
+	if len(inv) != 1 || inv[0].key != "k0001" || inv[0].seq != 1 || inv[0].after != 2 || dups != 2 || late != 1 {
+		t.Fatalf("inversions %+v, duplicates %d, late %d; want k0001 s01 after s02, 2, 1", inv, dups, late)
+	}
+}
