@@ -86,7 +86,8 @@ test-rabbitmq4: broker4 redis postgres chromium vet
 
 ## faults: the fault suite (tools/faults): on throwaway nodes of its own, a stream of messages with
 ## retries, delays and poison while the broker is killed, connections are closed, a consumer process is
-## killed and unparseable messages arrive; one line per case, fails on any loss or stall. Then the
+## killed and unparseable messages arrive; a queue ordered by key under consumer and broker kills (fails
+## on a key's messages handled out of order too); one line per case, fails on any loss or stall. Then the
 ## crash tests of the packages (files with the build tag faults alone): a node of their own restarted,
 ## killed or lost from a 3-node cluster under one component.
 CRASH_TEST_FILES = $(shell grep -rl --include='*_test.go' '^//go:build faults$$' . | grep -v '^./tools/')

@@ -239,6 +239,23 @@ type harness struct {
 	callFirst map[string]map[int]time.Time // id → attempt → its first handler call
 	marks     []time.Time                  // resume is measured from each
 	hostile   []string                     // ids of the injected messages
+	// kind is the kind of consumer process (children) that startConsumer starts: the
+	// consumer ("" or childValue), or one of another case's.
+	kind string
+	// fateOf, when set, tells a message's fate from its id, for a case whose ids are not the
+	// stream's (it publishes no delayed message).
+	fateOf func(id string) fate
+	// okEvents are the "ok" lines that carry the time their handler succeeded (ok <id> <unix
+	// ns>), in the order they were read.
+	okEvents []okEvent
+}
+
+// okEvent is a handler's success, at the time the consumer process wrote into its line.
+type okEvent struct {
+	id       string
+	consumer string
+	at       time.Time // the process's clock (one machine: one clock)
+	arrival  int       // the order in which the test read the lines, across processes
 }
 
 type success struct{ called, ok time.Time }
@@ -321,7 +338,11 @@ func (h *harness) startConsumerAt(url string) *consumer {
 	c := &consumer{name: fmt.Sprintf("c%d", len(h.consumers)+1), ready: make(chan struct{})}
 	h.consumers = append(h.consumers, c)
 	h.mu.Unlock()
-	c.proc = startProc(h.t, []string{childEnv + "=" + childValue, childURL + "=" + url, childQueue + "=" + h.queue,
+	kind := h.kind
+	if kind == "" {
+		kind = childValue
+	}
+	c.proc = startProc(h.t, []string{childEnv + "=" + kind, childURL + "=" + url, childQueue + "=" + h.queue,
 		childDelayName + "=" + h.delay.Prefix, childRedis + "=" + h.redisPrefix},
 		filepath.Join(h.logDir, c.name+".log"), func(line string) { h.record(c, line) })
 	return c
@@ -414,8 +435,15 @@ func (h *harness) record(c *consumer, line string) {
 		h.callers[id] = append(h.callers[id], c.name+" "+f[2])
 		h.lastCall = now
 		h.history[id] = append(h.history[id], fmt.Sprintf("%s %s call attempt %s", h.since(), c.name, f[2]))
-	case len(f) == 2 && f[0] == "ok":
+	case (len(f) == 2 || len(f) == 3) && f[0] == "ok":
 		id := f[1]
+		if len(f) == 3 {
+			ns, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				h.t.Errorf("consumer %s wrote %q", c.name, line)
+			}
+			h.okEvents = append(h.okEvents, okEvent{id: id, consumer: c.name, at: time.Unix(0, ns), arrival: len(h.okEvents)})
+		}
 		h.oks[id]++
 		c.oks.Add(1)
 		h.lastOK = now
@@ -1050,12 +1078,16 @@ func (h *harness) histories(ids []string, n int) string {
 	for _, id := range ids[:min(n, len(ids))] {
 		id, _, _ = strings.Cut(id, " ")
 		i, _ := parseStreamID(id)
+		f, d := fateOf(i), delayed(i)
+		if h.fateOf != nil {
+			f, d = h.fateOf(id), false
+		}
 		ev := h.history[id]
 		if len(ev) > 12 {
 			ev = append(append(ev[:6:6], fmt.Sprintf("… %d more …", len(ev)-12)), ev[len(ev)-6:]...)
 		}
 		fmt.Fprintf(&b, "  %s (fate %d, delayed %t, %d calls, %d ok): %s\n",
-			id, fateOf(i), delayed(i), h.calls[id], h.oks[id], strings.Join(ev, "; "))
+			id, f, d, h.calls[id], h.oks[id], strings.Join(ev, "; "))
 	}
 	if ev := h.history["."]; len(ev) > 0 {
 		fmt.Fprintf(&b, "  events: %s\n", strings.Join(ev, "; "))

@@ -1,0 +1,480 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/middleware/redisstore"
+	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/topology"
+)
+
+// The ordered case: a queue ordered by key (docs/ordering.md), its stream of 1,000 keys × 20
+// messages published key by key in sequence, consumed by 3 processes while faults happen.
+const (
+	orderedKeys       = 1000
+	orderedSeqs       = 20 // messages per key
+	orderedLanes      = 8
+	orderedProcs      = 3 // consumer processes alive at any time
+	orderedPublishers = 16
+	orderedRate       = 1000 // messages per second, over the publishers
+	orderedKind       = "faults-ordered"
+	// orderedNoCopies, set in the test's environment (the consumer processes inherit it),
+	// runs the consumers without a CopyStore: every copy a fault makes is handled again.
+	orderedNoCopies = "FAULTS_ORDERED_NO_COPYSTORE"
+)
+
+func init() { children[orderedKind] = orderedConsumerMain }
+
+// orderedID is the id of message seq of key key: k0042-s07.
+func orderedID(key, seq int) string { return fmt.Sprintf("k%04d-s%02d", key, seq) }
+
+func orderedKey(key int) string { return fmt.Sprintf("k%04d", key) }
+
+// parseOrderedID returns the key and sequence number of a message of the ordered stream.
+func parseOrderedID(id string) (key string, seq int, ok bool) {
+	k, s, found := strings.Cut(id, "-s")
+	if !found || len(k) != 5 || k[0] != 'k' || len(s) != 2 {
+		return "", 0, false
+	}
+	if _, err := strconv.Atoi(k[1:]); err != nil {
+		return "", 0, false
+	}
+	seq, err := strconv.Atoi(s)
+	return k, seq, err == nil
+}
+
+// orderedFate is the fate of a message of the ordered stream, from its id alone (a hash, so
+// that the failures fall on any place of a key's sequence): 1% fail every attempt (poisoned,
+// and the key's next message goes on), 5% fail their first attempt (retried in place).
+func orderedFate(id string) fate {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	switch n := h.Sum32() % 100; {
+	case n == 0:
+		return failsAlway
+	case n <= 5:
+		return failsOnce
+	}
+	return succeeds
+}
+
+func orderedTopology(queue string) topology.Topology {
+	return topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: orderedLanes}}}
+}
+
+// orderedConsumerMain runs a router with one handler of $FAULTS_QUEUE ordered by key over
+// orderedLanes lanes (the suite's short retry schedule, retried in place; a CopyStore in
+// Redis shared by the processes, as the suite's consumer, unless $FAULTS_ORDERED_NO_COPYSTORE)
+// until SIGTERM. It writes "ready"
+// once running, "call <id> <attempt>" per handler call and "ok <id> <unix ns>" when a call
+// succeeds, the time taken as it succeeds.
+func orderedConsumerMain() int {
+	var mu sync.Mutex
+	line := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	defer rdb.Close()
+	copies, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: os.Getenv(childRedis)}, logger)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 1
+	}
+	defer copies.Close()
+	queue := os.Getenv(childQueue)
+	cfg := router.Config{
+		Connection: warren.Connection{URL: os.Getenv(childURL)},
+		Topology:   topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
+		Declare:    orderedTopology(queue),
+		Retry:      middleware.BackoffConfig{Delays: retryDelays},
+		CopyStore:  copies,
+	}
+	if os.Getenv(orderedNoCopies) != "" {
+		cfg.CopyStore = nil
+	}
+	r, err := router.New(cfg, logger)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 1
+	}
+	err = r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Lanes: orderedLanes}, func(msg *message.Message) error {
+		attempt := middleware.Attempt(msg)
+		line("call %s %d", msg.UUID, attempt)
+		time.Sleep(time.Duration(2+rand.IntN(4)) * time.Millisecond)
+		_, _, ok := parseOrderedID(msg.UUID)
+		switch {
+		case !ok:
+			return fmt.Errorf("faults: %q is not a message of the stream", msg.UUID)
+		case orderedFate(msg.UUID) == failsAlway:
+			return errors.New("faults: this message always fails")
+		case orderedFate(msg.UUID) == failsOnce && attempt == 1:
+			return errors.New("faults: this message fails its first attempt")
+		}
+		line("ok %s %d", msg.UUID, time.Now().UnixNano())
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "consumer:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	go func() { // a test that ended without stopping it leaves no orphan behind
+		for parent := os.Getppid(); os.Getppid() == parent; {
+			time.Sleep(time.Second)
+		}
+		fmt.Fprintln(os.Stderr, "consumer: the test process is gone")
+		os.Exit(3)
+	}()
+	go func() {
+		<-r.Running()
+		line("ready")
+	}()
+	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "consumer: Run:", err)
+		return 1
+	}
+	if ctx.Err() == nil {
+		fmt.Fprintln(os.Stderr, "consumer: Run returned before SIGTERM")
+		return 2
+	}
+	return 0
+}
+
+// (i) A queue ordered by key: 1,000 keys × 20 messages over orderedLanes lanes, 3 consumer
+// processes; the consumer process holding the lanes is killed with SIGKILL twice (a
+// replacement starts each time) and the broker once. Every message must end processed or
+// poisoned, and each key's messages be handled in the order published.
+func TestOrderedKill9(t *testing.T) {
+	h := newLedger(t, "ordered", orderedKeys*orderedSeqs)
+	h.kind, h.fateOf = orderedKind, orderedFate
+	h.node = testenv.StartNode(t)
+	h.routerURL, h.pubURL = h.node.URL(), h.node.URL()
+	h.start = time.Now()
+	t.Logf("logs in %s", h.logDir)
+	for range orderedProcs {
+		h.startConsumer().awaitReady(t) // one by one: the first holds every lane, the others stand by
+	}
+	h.orderedStream()
+	for k, at := range []int{20, 45} {
+		h.awaitSent(h.size * at / 100)
+		h.during(fmt.Sprintf("kill %d", k+1))
+		victim := h.busiest()
+		if victim.oks.Load() == 0 {
+			t.Fatalf("consumer %s processed nothing before it was to be killed", victim.name)
+		}
+		h.kill9(victim)
+		h.mark()
+		t.Logf("%s: consumer %s killed after %d messages", h.since(), victim.name, victim.oks.Load())
+		h.startConsumer().awaitReady(t)
+		h.event("replacement ready")
+	}
+	h.awaitSent(h.size * 70 / 100)
+	h.during("broker kill -9")
+	h.crashBroker()
+	t.Logf("%s: broker killed and booted again", h.since())
+	h.finishOrdered()
+}
+
+// busiest returns the live consumer process that processed the most messages: the one that
+// holds the lanes (the others stand by).
+func (h *harness) busiest() *consumer {
+	live := h.live()
+	return slices.MaxFunc(live, func(a, b *consumer) int { return int(a.oks.Load() - b.oks.Load()) })
+}
+
+// orderedStream publishes the ordered stream in the background at orderedRate through a DLX
+// publisher that knows the queue's lanes: each of orderedPublishers goroutines owns the keys
+// k with k%orderedPublishers == its number and publishes their messages in sequence, round
+// robin over its keys, each Publish returned before the next of the same key. A Publish that
+// fails is tried again (the same message) until it succeeds or Patience has passed: the key's
+// next message is not published before it.
+func (h *harness) orderedStream() {
+	pub, err := dlx.NewPublisher(dlx.Config{Connection: warren.Connection{URL: h.pubURL}, Topology: topology.Config{Delay: h.delay},
+		Declare: orderedTopology(h.queue)}, h.logger("publisher"))
+	if err != nil {
+		h.t.Fatalf("dlx.NewPublisher: %v", err)
+	}
+	h.streamStart = time.Now()
+	var ticket atomic.Int64
+	var wg sync.WaitGroup
+	for g := range orderedPublishers {
+		wg.Go(func() {
+			for seq := range orderedSeqs {
+				for key := g; key < orderedKeys; key += orderedPublishers {
+					i := ticket.Add(1) - 1
+					time.Sleep(time.Until(h.streamStart.Add(time.Duration(i) * time.Second / orderedRate)))
+					h.sent.Add(1)
+					id := orderedID(key, seq)
+					msg := message.NewMessage(id, []byte("payload of "+id))
+					warren.OrderBy(msg, orderedKey(key))
+					for first := time.Now(); ; {
+						err := pub.Publish(h.queue, msg)
+						h.mu.Lock()
+						if err == nil {
+							h.published[id] = true
+							h.pubAt[id] = time.Now()
+							h.history[id] = append(h.history[id], h.since()+" published")
+						} else {
+							h.pubErrs = append(h.pubErrs, err.Error())
+							h.history[id] = append(h.history[id], fmt.Sprintf("%s publish failed: %v", h.since(), err))
+						}
+						h.mu.Unlock()
+						if err == nil || time.Since(first) > testenv.Patience() {
+							break
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		_ = pub.Close()
+		h.streamEnd = time.Now()
+		close(h.streamDone)
+	}()
+}
+
+// inversion is a message handled after a message of its key with a higher sequence number.
+type inversion struct {
+	key        string
+	seq        int
+	after      int // the highest sequence number of the key handled before it
+	consumer   string
+	afterBy    string // the consumer that handled after
+	at, afterT time.Time
+}
+
+// orderedCheck takes, per key, the first success of each message (by the time the consumer
+// process took as the handler succeeded; later successes of a message are duplicates), and
+// returns the messages that succeeded after a message of their key with a higher sequence
+// number, the duplicates, and the late ones among them: a success of a message again after
+// the first success of a message of its key with a higher sequence number (its effect, done
+// twice, done again after a later one's).
+func orderedCheck(events []okEvent) (inv []inversion, duplicates, late int) {
+	byKey := map[string][]okEvent{}
+	for _, e := range events {
+		key, _, ok := parseOrderedID(e.id)
+		if ok {
+			byKey[key] = append(byKey[key], e)
+		}
+	}
+	for key, evs := range byKey {
+		sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+		seen := map[string]bool{}
+		top, topBy, topAt := -1, "", time.Time{}
+		for _, e := range evs {
+			if seen[e.id] {
+				duplicates++
+				if _, seq, _ := parseOrderedID(e.id); seq < top {
+					late++
+				}
+				continue
+			}
+			seen[e.id] = true
+			_, seq, _ := parseOrderedID(e.id)
+			if seq < top {
+				inv = append(inv, inversion{key: key, seq: seq, after: top, consumer: e.consumer, afterBy: topBy, at: e.at, afterT: topAt})
+				continue
+			}
+			top, topBy, topAt = seq, e.consumer, e.at
+		}
+	}
+	sort.Slice(inv, func(i, j int) bool { return inv[i].at.Before(inv[j].at) })
+	return inv, duplicates, late
+}
+
+// finishOrdered waits for the case to settle, stops the consumers, counts where every
+// message ended and whether each key's messages succeeded in order, prints the case's line
+// and fails the test on a loss, an inversion, a stall or messages left in the queues.
+func (h *harness) finishOrdered() {
+	t := h.t
+	m := &monitor{h: h}
+	defer m.close()
+	stalled := h.settle(m)
+	h.stopConsumers()
+	h.checkRaces()
+	left := h.inQueues()
+	_, _, poisonList, unparseable := h.drainPoison() // the ordered ids are not the suite's stream ids: all in poisonList
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	poisoned := map[string]int{}
+	for _, id := range poisonList {
+		poisoned[id]++
+	}
+	var lost, wrong, inBoth, foreign []string
+	for id := range h.published {
+		_, ok := h.oks[id]
+		_, p := poisoned[id]
+		switch {
+		case !ok && !p:
+			lost = append(lost, id)
+		case ok && p:
+			inBoth = append(inBoth, id)
+		}
+	}
+	for id := range poisoned {
+		if _, _, mine := parseOrderedID(id); !mine {
+			foreign = append(foreign, id)
+		} else if orderedFate(id) != failsAlway {
+			wrong = append(wrong, id)
+		}
+	}
+	inv, duplicates, late := orderedCheck(h.okEvents)
+	invKeys := map[string]bool{}
+	for _, i := range inv {
+		invKeys[i.key] = true
+	}
+	stuck, maxCalls, retried := 0, 0, 0
+	for _, n := range left {
+		stuck += n
+	}
+	var over []string // messages whose handler ran more than MaxAttempts+1 times
+	for id, n := range h.calls {
+		maxCalls = max(maxCalls, n)
+		if n > maxAttempts+1 {
+			over = append(over, id)
+		}
+		if orderedFate(id) == failsOnce && h.oks[id] > 0 && slices.ContainsFunc(h.callers[id], func(c string) bool { return !strings.HasSuffix(c, " 1") }) {
+			retried++
+		}
+	}
+	const held = 0 // keys held after a poisoned message: not built yet
+	line := fmt.Sprintf("faults case=%s published=%d processed=%d poisoned=%d lost=%d inversions=%d duplicates=%d held=%d "+
+		"late_duplicates=%d poison_dups=%d keys_inverted=%d wrong_poison=%d in_both=%d stuck=%d max_calls=%d over_calls=%d resume_max_ms=%d faults=%d publish_errors=%d "+
+		"stalled=%t copy_store=%t rate=%.0f secs=%.0f",
+		h.name, len(h.published), len(h.oks), len(poisoned), len(lost), len(inv), duplicates, held,
+		late, len(poisonList)-len(poisoned), len(invKeys), len(wrong), len(inBoth), stuck, maxCalls, len(over), h.resumeMax(), len(h.marks), len(h.pubErrs),
+		stalled != "", os.Getenv(orderedNoCopies) == "", float64(h.sent.Load())/h.streamEnd.Sub(h.streamStart).Seconds(), time.Since(h.start).Seconds())
+	fmt.Println(line)
+	t.Log(line)
+	if len(over) > 0 {
+		// An attempt retried in place counts in the process only: a process that dies, or
+		// loses its channel, in the middle of a message's retries leaves it to the next one,
+		// which starts again at attempt 1.
+		sort.Slice(over, func(i, j int) bool { return h.calls[over[i]] > h.calls[over[j]] })
+		t.Logf("%d messages handled more than MaxAttempts+1 = %d times (reported, not failed); first ones:\n%s",
+			len(over), maxAttempts+1, h.histories(over, 5))
+	}
+
+	// Nothing may pass vacuously.
+	if len(h.published) < h.size*95/100 {
+		t.Errorf("only %d of %d messages published: %s", len(h.published), h.size, firsts(h.pubErrs, 3))
+	}
+	if len(h.okEvents) == 0 || retried == 0 || len(poisoned) == 0 {
+		t.Errorf("the stream proved nothing: %d timed successes, %d messages processed after a retry, %d poisoned",
+			len(h.okEvents), retried, len(poisoned))
+	}
+	// What the case forbids.
+	if stalled != "" {
+		t.Errorf("stalled: %s", stalled)
+	}
+	if len(lost) > 0 {
+		sort.Strings(lost)
+		t.Errorf("%d messages lost (published, neither processed nor poisoned); %d still in the queues. First ones:\n%s",
+			len(lost), stuck, h.histories(lost, 10))
+	}
+	if len(inv) > 0 {
+		var b strings.Builder
+		for _, i := range inv[:min(len(inv), 20)] {
+			fmt.Fprintf(&b, "  key %s: s%02d ok by %s at %.3fs, after s%02d ok by %s at %.3fs\n", i.key, i.seq, i.consumer,
+				i.at.Sub(h.start).Seconds(), i.after, i.afterBy, i.afterT.Sub(h.start).Seconds())
+		}
+		ids := []string{}
+		for _, i := range inv[:min(len(inv), 3)] {
+			ids = append(ids, fmt.Sprintf("%s-s%02d", i.key, i.seq), fmt.Sprintf("%s-s%02d", i.key, i.after))
+		}
+		t.Errorf("%d messages of %d keys handled after a later message of their key (first 20):\n%s%s", len(inv), len(invKeys),
+			b.String(), h.histories(ids, len(ids)))
+	}
+	if stuck > 0 {
+		t.Errorf("%d messages left in the queues after the consumers stopped: %v", stuck, left)
+	}
+	if len(inBoth) > 0 {
+		sort.Strings(inBoth)
+		t.Errorf("%d messages both processed and poisoned:\n%s", len(inBoth), h.histories(inBoth, 5))
+	}
+	if len(wrong) > 0 {
+		sort.Strings(wrong)
+		t.Errorf("%d messages poisoned that fail only once: %s\n%s", len(wrong), firsts(wrong, 10), h.histories(wrong, 5))
+	}
+	if len(foreign) > 0 || unparseable > 0 {
+		t.Errorf("the poison queue holds messages not of the stream: %v (and %d unparseable)", firsts(foreign, 5), unparseable)
+	}
+	if t.Failed() {
+		h.logSummary()
+	}
+	if dir := os.Getenv("FAULTS_LOGDIR"); dir != "" {
+		h.writeOrderedLedger(filepath.Join(dir, h.name, "oks.txt"))
+	}
+}
+
+// writeOrderedLedger writes every timed success, in the consumers' time order, for a look
+// after the case (FAULTS_LOGDIR).
+func (h *harness) writeOrderedLedger(path string) {
+	evs := slices.Clone(h.okEvents)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at.Before(evs[j].at) })
+	var b strings.Builder
+	for _, e := range evs {
+		fmt.Fprintf(&b, "%.6f %s %s arrival=%d\n", e.at.Sub(h.start).Seconds(), e.consumer, e.id, e.arrival)
+	}
+	for _, ev := range h.history["."] {
+		fmt.Fprintf(&b, "event %s\n", ev)
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		h.t.Log(err)
+	}
+}
+
+// TestOrderedCheck checks the ordered case's counting on a made-up ledger: arrival order does
+// not count, the consumers' times do; a message's later successes are duplicates, late when a
+// later message of its key succeeded before them.
+func TestOrderedCheck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	events := []okEvent{
+		{id: "k0001-s02", consumer: "c2", at: at(20)}, // read first, succeeded after s00
+		{id: "k0001-s00", consumer: "c1", at: at(10)},
+		{id: "k0001-s01", consumer: "c2", at: at(30)}, // after s02: an inversion
+		{id: "k0001-s01", consumer: "c3", at: at(40)}, // a duplicate, late (after s02)
+		{id: "k0002-s00", consumer: "c1", at: at(10)},
+		{id: "k0002-s00", consumer: "c1", at: at(11)}, // a duplicate, not late
+		{id: "k0002-s01", consumer: "c1", at: at(12)},
+	}
+	inv, dups, late := orderedCheck(events)
+	if len(inv) != 1 || inv[0].key != "k0001" || inv[0].seq != 1 || inv[0].after != 2 || dups != 2 || late != 1 {
+		t.Fatalf("inversions %+v, duplicates %d, late %d; want k0001 s01 after s02, 2, 1", inv, dups, late)
+	}
+}
