@@ -50,7 +50,7 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) *
 	if sub.ordered {
 		h.key, _ = d.Headers[warren.MetadataOrderKey].(string)
 	}
-	h.Delivery, h.DeadLetters = info, true
+	h.Delivery, h.DeadLetters, h.Stopping = info, true, cs.stopping
 	if sub.s.callerSettles {
 		h.Settler = h
 	}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/telemetry"
 )
 
@@ -273,6 +274,12 @@ func (b *Backoff) inPlace(h message.HandlerFunc) message.HandlerFunc {
 				t.Stop()
 				return nil, &RequeueError{Err: fmt.Errorf("consumer stopping before attempt %d: %w (handler error: %v)",
 					attempt+1, context.Cause(msg.Context()), err)}
+			case <-contract.StoppingFrom(msg.Context()):
+				// The delivery went back to its queue (the consumer stopped, its channel was
+				// lost): another attempt here could come after what the next consumer does.
+				t.Stop()
+				return nil, &RequeueError{Err: fmt.Errorf("consumer stopped before attempt %d: the message is back in its queue "+
+					"(handler error: %v)", attempt+1, err)}
 			}
 			record := warren.DecodeAttemptRecord(msg.Metadata)
 			record.Attempt = attempt + 1

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -79,5 +80,23 @@ func TestBackoffInPlaceRequeuesWhenStopping(t *testing.T) {
 	var rq *middleware.RequeueError
 	require.ErrorAs(t, err, &rq)
 	assert.ErrorContains(t, err, "consumer stopping before attempt 2")
+	assert.Equal(t, 1, calls)
+}
+
+// A message whose consumer stopped (its delivery back in its queue) is not tried again here.
+func TestBackoffInPlaceEndsWhenTheDeliveryIsGone(t *testing.T) {
+	b, _ := inPlace(t, time.Hour)
+	stopping := make(chan struct{})
+	msg := message.NewMessage("m", nil)
+	msg.SetContext(contract.WithHandling(context.Background(), &contract.Handling{Stopping: stopping}))
+	calls := 0
+	_, err := b.Middleware(func(*message.Message) ([]*message.Message, error) {
+		calls++
+		time.AfterFunc(10*time.Millisecond, func() { close(stopping) })
+		return nil, errors.New("failed")
+	})(msg)
+	var rq *middleware.RequeueError
+	require.ErrorAs(t, err, &rq)
+	assert.ErrorContains(t, err, "consumer stopped before attempt 2")
 	assert.Equal(t, 1, calls)
 }

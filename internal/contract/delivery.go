@@ -30,7 +30,11 @@ type Handling struct {
 	DeadLetters bool
 	// Settler settles the message when its receiver calls Settle; nil when the subscriber
 	// watches the message's ack and nack itself.
-	Settler    Settler
+	Settler Settler
+	// Stopping is closed when the consumer that delivered the message stops or loses its
+	// channel: a delivery not settled by then goes back to its queue, whatever its handler
+	// does. Nil when the subscriber does not say.
+	Stopping   <-chan struct{}
 	deadLetter atomic.Bool
 }
 
@@ -80,6 +84,15 @@ func DeadLetter(ctx context.Context) bool {
 	}
 	h.deadLetter.Store(true)
 	return true
+}
+
+// StoppingFrom returns the Handling.Stopping of the message whose context is ctx, nil when
+// there is none.
+func StoppingFrom(ctx context.Context) <-chan struct{} {
+	if h := HandlingFrom(ctx); h != nil {
+		return h.Stopping
+	}
+	return nil
 }
 
 // DeadLetterRequested reports whether DeadLetter was called in the message's context.
