@@ -8,65 +8,52 @@ import "sync"
 // delivery without a key is not held. It is a session's own: what waits when the channel
 // closes goes back to the queue with it, in the queue's order. A message to requeue goes back
 // the same way: it stays unacknowledged, its key held, and the session ends (see returning),
-// rather than nack it, which would put it after its key's messages received since. Should the
-// broker deliver it again in the same session, it is handed out before them.
+// rather than nack it, which would put it after its key's messages received since.
 type keyGate struct {
 	mu    sync.Mutex
-	keys  map[string]*keyLine
-	ready []*handout    // next of their key, to hand out
-	wake  chan struct{} // a message became ready
+	keys  map[string][]*handout // a key with a message handed out, and those waiting behind it
+	ready []*handout            // next of their key, to hand out
+	wake  chan struct{}         // a message became ready
 	// returning is signalled when a message is to go back to the queue: the session ends
 	// (see handout.settle).
 	returning chan struct{}
 }
 
-// keyLine is a key with a message handed out: the ones that wait behind it, and the publish
-// id of one that was requeued and is to come back first ("" when none).
-type keyLine struct {
-	waiting   []*handout
-	returning string
-}
-
 func newKeyGate() *keyGate {
-	return &keyGate{keys: map[string]*keyLine{}, wake: make(chan struct{}, 1), returning: make(chan struct{}, 1)}
+	return &keyGate{keys: map[string][]*handout{}, wake: make(chan struct{}, 1), returning: make(chan struct{}, 1)}
 }
 
-// admit reports whether h may be handed out now; if not, it waits in its key's line.
+// admit reports whether h may be handed out now; if not, it waits behind its key.
 func (g *keyGate) admit(h *handout) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	line := g.keys[h.key]
-	switch {
-	case line == nil:
-		g.keys[h.key] = &keyLine{}
-		return true
-	case line.returning != "" && line.returning == h.id:
-		line.returning = ""
+	waiting, busy := g.keys[h.key]
+	if !busy {
+		g.keys[h.key] = nil // handed out, none waiting
 		return true
 	}
-	line.waiting = append(line.waiting, h)
+	g.keys[h.key] = append(waiting, h)
 	return false
 }
 
-// settled is told that h, handed out, was settled: requeued (which holds its key until it
-// comes back) or not (which readies the next of its key).
+// settled is told that h, handed out, was settled: to be requeued, which keeps its key held
+// until the session ends, or not, which readies the next of its key.
 func (g *keyGate) settled(h *handout, requeued bool) {
+	if requeued {
+		return
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	line := g.keys[h.key]
-	if line == nil {
+	waiting, busy := g.keys[h.key]
+	switch {
+	case !busy:
 		return
-	}
-	if requeued && h.id != "" {
-		line.returning = h.id
-		return
-	}
-	if len(line.waiting) == 0 {
+	case len(waiting) == 0:
 		delete(g.keys, h.key)
 		return
 	}
-	g.ready = append(g.ready, line.waiting[0])
-	line.waiting = line.waiting[1:]
+	g.ready = append(g.ready, waiting[0])
+	g.keys[h.key] = waiting[1:]
 	select {
 	case g.wake <- struct{}{}:
 	default:
@@ -93,10 +80,10 @@ func (g *keyGate) drop() {
 	for _, h := range g.ready {
 		h.done()
 	}
-	for _, line := range g.keys {
-		for _, h := range line.waiting {
+	for _, waiting := range g.keys {
+		for _, h := range waiting {
 			h.done()
 		}
 	}
-	g.ready, g.keys = nil, map[string]*keyLine{}
+	g.ready, g.keys = nil, map[string][]*handout{}
 }
