@@ -27,7 +27,7 @@
 // done twice.
 //
 // The ordered case publishes 1,000 keys × 20 messages into a queue ordered by key (8 lanes)
-// consumed by 3 processes, kills the process holding the lanes twice and the broker once, and
+// shared by 3 processes, kills the busiest process twice and the broker once, and
 // counts, beside losses, the messages of a key that succeeded after a later one of the same key
 // (by the time each consumer process took as its handler succeeded) and the duplicates.
 //

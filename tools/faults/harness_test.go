@@ -246,8 +246,18 @@ type harness struct {
 	// stream's (it publishes no delayed message).
 	fateOf func(id string) fate
 	// okEvents are the "ok" lines that carry the time their handler succeeded (ok <id> <unix
-	// ns>), in the order they were read.
+	// ns> [<lane>]), in the order they were read.
 	okEvents []okEvent
+	// handovers are the consumer processes killed, and the ones started in their place, of a
+	// case that measures how fast lanes move (see laneTimes).
+	handovers []handover
+}
+
+// handover is a consumer process killed at killed, and the one started in its place, ready at
+// ready.
+type handover struct {
+	victim, joiner string
+	killed, ready  time.Time
 }
 
 // okEvent is a handler's success, at the time the consumer process wrote into its line.
@@ -256,6 +266,7 @@ type okEvent struct {
 	consumer string
 	at       time.Time // the process's clock (one machine: one clock)
 	arrival  int       // the order in which the test read the lines, across processes
+	lane     int       // the lane it came from, -1 when the line does not say
 }
 
 type success struct{ called, ok time.Time }
@@ -435,14 +446,18 @@ func (h *harness) record(c *consumer, line string) {
 		h.callers[id] = append(h.callers[id], c.name+" "+f[2])
 		h.lastCall = now
 		h.history[id] = append(h.history[id], fmt.Sprintf("%s %s call attempt %s", h.since(), c.name, f[2]))
-	case (len(f) == 2 || len(f) == 3) && f[0] == "ok":
+	case len(f) >= 2 && len(f) <= 4 && f[0] == "ok":
 		id := f[1]
-		if len(f) == 3 {
+		if len(f) >= 3 {
 			ns, err := strconv.ParseInt(f[2], 10, 64)
+			lane := -1
+			if len(f) == 4 {
+				lane, _ = strconv.Atoi(f[3])
+			}
 			if err != nil {
 				h.t.Errorf("consumer %s wrote %q", c.name, line)
 			}
-			h.okEvents = append(h.okEvents, okEvent{id: id, consumer: c.name, at: time.Unix(0, ns), arrival: len(h.okEvents)})
+			h.okEvents = append(h.okEvents, okEvent{id: id, consumer: c.name, at: time.Unix(0, ns), arrival: len(h.okEvents), lane: lane})
 		}
 		h.oks[id]++
 		c.oks.Add(1)

@@ -139,7 +139,12 @@ func orderedConsumerMain() int {
 		case orderedFate(msg.UUID) == failsOnce && attempt == 1:
 			return errors.New("faults: this message fails its first attempt")
 		}
-		line("ok %s %d", msg.UUID, time.Now().UnixNano())
+		d, _ := warren.DeliveryFrom(msg.Context())
+		_, lane, isLane := topology.ParseLane(d.RoutingKey)
+		if !isLane {
+			lane = -1
+		}
+		line("ok %s %d %d", msg.UUID, time.Now().UnixNano(), lane)
 		return nil
 	})
 	if err != nil {
@@ -171,7 +176,7 @@ func orderedConsumerMain() int {
 }
 
 // (i) A queue ordered by key: 1,000 keys × 20 messages over orderedLanes lanes, 3 consumer
-// processes; the consumer process holding the lanes is killed with SIGKILL twice (a
+// processes sharing them; the busiest consumer process is killed with SIGKILL twice (a
 // replacement starts each time) and the broker once. Every message must end processed or
 // poisoned, and each key's messages be handled in the order published.
 func TestOrderedKill9(t *testing.T) {
@@ -182,7 +187,7 @@ func TestOrderedKill9(t *testing.T) {
 	h.start = time.Now()
 	t.Logf("logs in %s", h.logDir)
 	for range orderedProcs {
-		h.startConsumer().awaitReady(t) // one by one: the first holds every lane, the others stand by
+		h.startConsumer().awaitReady(t)
 	}
 	h.orderedStream()
 	for k, at := range []int{20, 45} {
@@ -193,10 +198,15 @@ func TestOrderedKill9(t *testing.T) {
 			t.Fatalf("consumer %s processed nothing before it was to be killed", victim.name)
 		}
 		h.kill9(victim)
+		killed := time.Now()
 		h.mark()
 		t.Logf("%s: consumer %s killed after %d messages", h.since(), victim.name, victim.oks.Load())
-		h.startConsumer().awaitReady(t)
+		joiner := h.startConsumer()
+		joiner.awaitReady(t)
 		h.event("replacement ready")
+		h.mu.Lock()
+		h.handovers = append(h.handovers, handover{victim: victim.name, joiner: joiner.name, killed: killed, ready: time.Now()})
+		h.mu.Unlock()
 	}
 	h.awaitSent(h.size * 70 / 100)
 	h.during("broker kill -9")
@@ -205,8 +215,8 @@ func TestOrderedKill9(t *testing.T) {
 	h.finishOrdered()
 }
 
-// busiest returns the live consumer process that processed the most messages: the one that
-// holds the lanes (the others stand by).
+// busiest returns the live consumer process that processed the most messages, a process with
+// lanes.
 func (h *harness) busiest() *consumer {
 	live := h.live()
 	return slices.MaxFunc(live, func(a, b *consumer) int { return int(a.oks.Load() - b.oks.Load()) })
@@ -372,11 +382,13 @@ func (h *harness) finishOrdered() {
 		}
 	}
 	const held = 0 // keys held after a poisoned message: not built yet
+	takeover, join := h.laneTimes()
 	line := fmt.Sprintf("faults case=%s published=%d processed=%d poisoned=%d lost=%d inversions=%d duplicates=%d held=%d "+
+		"takeover_max_ms=%d join_share_max_ms=%d "+
 		"late_duplicates=%d poison_dups=%d keys_inverted=%d wrong_poison=%d in_both=%d stuck=%d max_calls=%d over_calls=%d resume_max_ms=%d faults=%d publish_errors=%d "+
 		"stalled=%t copy_store=%t rate=%.0f secs=%.0f",
 		h.name, len(h.published), len(h.oks), len(poisoned), len(lost), len(inv), duplicates, held,
-		late, len(poisonList)-len(poisoned), len(invKeys), len(wrong), len(inBoth), stuck, maxCalls, len(over), h.resumeMax(), len(h.marks), len(h.pubErrs),
+		takeover.Milliseconds(), join.Milliseconds(), late, len(poisonList)-len(poisoned), len(invKeys), len(wrong), len(inBoth), stuck, maxCalls, len(over), h.resumeMax(), len(h.marks), len(h.pubErrs),
 		stalled != "", os.Getenv(orderedNoCopies) == "", float64(h.sent.Load())/h.streamEnd.Sub(h.streamStart).Seconds(), time.Since(h.start).Seconds())
 	fmt.Println(line)
 	t.Log(line)
@@ -439,6 +451,56 @@ func (h *harness) finishOrdered() {
 	if dir := os.Getenv("FAULTS_LOGDIR"); dir != "" {
 		h.writeOrderedLedger(filepath.Join(dir, h.name, "oks.txt"))
 	}
+}
+
+// laneTimes measures how fast lanes move, from the timed successes and h.handovers (reported,
+// never asserted: a duration). takeover is, over the kills and over the lanes the victim
+// handled messages of in the second before it, the longest time from the kill to another
+// process's first success in that lane; join is the longest time from a replacement being
+// ready to its success in a share of the lanes (⌈lanes/processes⌉), -1 when one never got
+// there.
+func (h *harness) laneTimes() (takeover, join time.Duration) {
+	share := (orderedLanes + orderedProcs - 1) / orderedProcs
+	for _, ho := range h.handovers {
+		held := map[int]bool{}
+		for _, e := range h.okEvents {
+			if e.consumer == ho.victim && e.lane >= 0 && e.at.Before(ho.killed) && e.at.After(ho.killed.Add(-time.Second)) {
+				held[e.lane] = true
+			}
+		}
+		for lane := range held {
+			first := time.Time{}
+			for _, e := range h.okEvents {
+				if e.lane == lane && e.consumer != ho.victim && e.at.After(ho.killed) && (first.IsZero() || e.at.Before(first)) {
+					first = e.at
+				}
+			}
+			if !first.IsZero() {
+				takeover = max(takeover, first.Sub(ho.killed))
+			}
+		}
+		firsts := map[int]time.Time{}
+		for _, e := range h.okEvents {
+			if e.consumer == ho.joiner && e.lane >= 0 {
+				if t, seen := firsts[e.lane]; !seen || e.at.Before(t) {
+					firsts[e.lane] = e.at
+				}
+			}
+		}
+		var times []time.Time
+		for _, t := range firsts {
+			times = append(times, t)
+		}
+		sort.Slice(times, func(i, j int) bool { return times[i].Before(times[j]) })
+		if len(times) < share {
+			join = -time.Millisecond
+			continue
+		}
+		if join >= 0 {
+			join = max(join, times[share-1].Sub(ho.ready))
+		}
+	}
+	return takeover, join
 }
 
 // writeOrderedLedger writes every timed success, in the consumers' time order, for a look
