@@ -214,8 +214,9 @@ func (s *PGServer) start() error {
 	return nil
 }
 
-// stop runs pg_ctl stop -m mode, which waits until the postmaster has exited, and kills the
-// postmaster if it is still there. The caller holds s.mu.
+// stop runs pg_ctl stop -m mode, which waits until the postmaster has removed its pid file,
+// gives the postmaster a moment to exit after that, and kills it if it is still there. The
+// caller holds s.mu.
 func (s *PGServer) stop(mode PGStopMode) error {
 	s.running = false
 	pid := postmasterPID(s.data())
@@ -223,7 +224,12 @@ func (s *PGServer) stop(mode PGStopMode) error {
 	defer cancel()
 	out, err := s.run(ctx, "pg_ctl", "stop", "-w", "-t", strconv.Itoa(int(pgStopLimit.Seconds())),
 		"-m", string(mode), "-D", s.data())
-	if pid > 0 && alive(pid) && (!procFS() || cmdlineHas(pid, s.data())) {
+	there := func() bool { return pid > 0 && alive(pid) && (!procFS() || cmdlineHas(pid, s.data())) }
+	// The postmaster removes its pid file, which pg_ctl waits for, and then exits.
+	for deadline := time.Now().Add(2 * time.Second); err == nil && there() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if there() {
 		if err == nil {
 			err = errors.New("the postmaster is still there")
 		}
