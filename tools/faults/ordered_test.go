@@ -457,10 +457,10 @@ func (h *harness) finishOrdered() {
 // never asserted: a duration). takeover is, over the kills and over the lanes the victim
 // handled messages of in the second before it, the longest time from the kill to another
 // process's first success in that lane; join is the longest time from a replacement being
-// ready to its success in a share of the lanes (⌈lanes/processes⌉), -1 when one never got
-// there.
+// ready to its success in ⌊lanes/processes⌋ lanes, the share every process is sure to get (the
+// others give up lanes beyond ⌈lanes/processes⌉), -1 when one never got there.
 func (h *harness) laneTimes() (takeover, join time.Duration) {
-	share := (orderedLanes + orderedProcs - 1) / orderedProcs
+	share := max(orderedLanes/orderedProcs, 1)
 	for _, ho := range h.handovers {
 		held := map[int]bool{}
 		for _, e := range h.okEvents {
