@@ -43,10 +43,11 @@ type HandlerConfig struct {
 	// answered with an error reply. A request without reply-to gets no reply. PublishTopic must then be empty.
 	Reply bool
 	// Lanes, above 0, consumes Queue ordered by key (docs/ordering.md): the queue's Lanes
-	// lane queues and the queue itself. Config.Declare must list the queue with the same
-	// topology.Queue.Lanes: from there the router's publishers route by key. The messages of one order key (warren.OrderBy) are
-	// handled one at a time, in the order of their lane; different keys concurrently, up to
-	// Concurrency a lane. A failed message is retried in place (see
+	// lane queues, shared with the other processes that run the handler, and the queue
+	// itself. Config.Declare must list the queue with the same topology.Queue.Lanes: from
+	// there the router's publishers route by key. The messages of one order key
+	// (warren.OrderBy) are handled one at a time, in the order of their lane; different keys
+	// concurrently, up to Concurrency a lane. A failed message is retried in place (see
 	// middleware.BackoffConfig.InPlace), holding only its key. A message of the queue itself,
 	// which has no lane, is handled as it comes. Not with Exchange or Reply.
 	Lanes int

@@ -167,8 +167,7 @@ func (b *Builder) Apply(ctx context.Context, conn warren.Connection, t Topology)
 		if err := b.Declare(ctx, ch, t); err != nil {
 			return err
 		}
-		// Lanes past the topology's, found empty and without consumers above (quorum queues
-		// do not honour queue.delete's if-empty and if-unused).
+		// Lanes past the topology's, found empty and without consumers above.
 		for _, lane := range surplus {
 			if err := amqpx.Do(ctx, ch, func() error { _, err := ch.QueueDelete(lane, false, false, false); return err }); err != nil {
 				return fmt.Errorf("topology: delete lane %q: %w", lane, err)
