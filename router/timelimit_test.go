@@ -239,9 +239,7 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 			assert.Contains(t, err.Error(), field)
 		}
 	}
-	ordered := newRouter(t, env, func(c *router.Config) {
-		c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: 4}}}
-	})
+	ordered := orderedRouter(t, env, q, 4, middleware.BackoffConfig{})
 	err := ordered.AddConsumerHandler(router.HandlerConfig{Queue: q}, func(*message.Message) error { return nil })
 	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Lanes 0: Config.Declare lists queue %[1]q with Lanes 4", q))
 	err = r.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 4}, func(*message.Message) error { return nil })
