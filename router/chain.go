@@ -25,7 +25,7 @@ func (r *Router) chain(h HandlerConfig) ([]message.HandlerMiddleware, error) {
 		retry = *h.Retry
 	}
 	retry.Publisher, retry.MeterProvider = r.retryPub, r.cfg.MeterProvider
-	retry.InPlace = h.Lanes > 0 // a retry through the delay levels would let the key's later messages pass
+	retry.InPlace = retry.InPlace || h.Lanes > 0 // through the delay levels, a key's later messages would pass
 	backoff, err := middleware.NewBackoff(retry, r.logger)
 	if err != nil {
 		return nil, err
