@@ -34,7 +34,7 @@ var (
 	radix      = flag.Int("radix", 0, "radix of the delay levels (0: warren's default)")
 	dpubs      = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
 	listEvery  = flag.Duration("list-every", 100*time.Millisecond, "ledger section: how often the ledger is listed while the messages wait")
-	only       = flag.String("only", "", "comma-separated sections to run: publish,consume,rpc,delay,ledger,kill,ui,outbox (default all)")
+	only       = flag.String("only", "", "comma-separated sections to run: publish,consume,rpc,delay,ledger,kill,ui,outbox,ordered (default all)")
 	consumers  = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20,ordered (default all)")
 	qtype      = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
 	dclassic   = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
@@ -111,6 +111,9 @@ func main() {
 	}
 	if run("outbox") {
 		benchOutbox()
+	}
+	if run("ordered") {
+		benchOrdered()
 	}
 	printResults()
 }
