@@ -79,6 +79,10 @@ func (h HandlerConfig) validate() error {
 	if err := (topology.Topology{Queues: []topology.Queue{{Name: h.Queue, Lanes: h.Lanes}}}).Validate(); err != nil {
 		return fmt.Errorf("router: handler %s: HandlerConfig.Queue: %w", h.Name, err)
 	}
+	if h.Lanes > 0 && len(LeaseQueue(h.Queue, h.Lanes-1)) > 255 {
+		return fmt.Errorf("router: handler %s: HandlerConfig.Queue is %d bytes long: with its lanes' leases' suffix it exceeds 255",
+			h.Name, len(h.Queue))
+	}
 	if err := validConcurrency("HandlerConfig.Concurrency", h.Concurrency); err != nil {
 		return fmt.Errorf("router: handler %s: %w", h.Name, err)
 	}

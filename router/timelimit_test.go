@@ -246,6 +246,9 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 	assert.ErrorContains(t, err, fmt.Sprintf("router: handler %[1]s: HandlerConfig.Lanes 4: Config.Declare lists queue %[1]q with Lanes 0", q))
 	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 4, Reply: true}, func(*message.Message) error { return nil })
 	assert.ErrorContains(t, err, "HandlerConfig.Lanes 4 is set with Exchange or Reply")
+	long := strings.Repeat("q", 245) // its lanes fit in 255 bytes, their leases not
+	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: long, Lanes: 10}, func(*message.Message) error { return nil })
+	assert.ErrorContains(t, err, "HandlerConfig.Queue is 245 bytes long: with its lanes' leases' suffix it exceeds 255")
 	err = ordered.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: topology.MaxLanes + 1}, func(*message.Message) error { return nil })
 	assert.ErrorContains(t, err, fmt.Sprintf("Lanes %d is outside 0..%d", topology.MaxLanes+1, topology.MaxLanes))
 }
