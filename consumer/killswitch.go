@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
 )
@@ -63,12 +64,6 @@ func (sub *subscription) listen(conn *amqp.Connection) (<-chan amqp.Delivery, fu
 	return deliveries, func() { uncount(); _ = ch.Close() }, nil
 }
 
-// listenerArgs declare a kill listener queue (kill.ListenerQueue): classic, the only type
-// that can be auto-deleted, and refusing every message (a length limit of 0 with
-// reject-publish, on RabbitMQ 3.10.8 and 4.0.5 alike: nothing is stored or delivered), so
-// that nobody can make it hold or hand out anything.
-var listenerArgs = amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0), "x-overflow": "reject-publish"}
-
 // listenerCountLimit bounds how long a subscription that starts waits to be counted among
 // its queue's kill listeners.
 const listenerCountLimit = time.Second
@@ -93,7 +88,7 @@ func (sub *subscription) count(conn *amqp.Connection) func() {
 	result := make(chan error, 1)
 	go func() {
 		name := kill.ListenerQueue(sub.queue)
-		_, err := ch.QueueDeclare(name, true, true, false, false, listenerArgs)
+		err := amqpx.DeclareCounter(ch, name)
 		if err == nil {
 			_, err = ch.Consume(name, "", true, false, false, false, nil)
 		}

@@ -202,15 +202,11 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if err == nil {
 			return out, nil
 		}
-		if rq := requeueIfStopping(msg, err); rq != nil {
-			return nil, rq
+		attempt, final := b.failed(msg, err)
+		if final != nil {
+			return nil, final
 		}
-		attempt := Attempt(msg)
 		span := trace.SpanFromContext(msg.Context())
-		setError(span, err)
-		if warren.IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
-			return nil, err
-		}
 		queue := b.cfg.Queue(msg)
 		if queue == "" {
 			return nil, fmt.Errorf("no queue to retry in: %w", err)
@@ -244,6 +240,21 @@ func (b *Backoff) Middleware(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
+// failed records err, the failure of attempt number attempt of msg, on its span, and returns
+// what to return instead of trying again, if anything: a requeue while the consumer stops, err
+// itself when it is permanent or the last attempt.
+func (b *Backoff) failed(msg *message.Message, err error) (attempt int, final error) {
+	if rq := requeueIfStopping(msg, err); rq != nil {
+		return 0, rq
+	}
+	attempt = Attempt(msg)
+	setError(trace.SpanFromContext(msg.Context()), err)
+	if warren.IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
+		return attempt, err
+	}
+	return attempt, nil
+}
+
 // inPlace is Middleware with BackoffConfig.InPlace: every attempt runs on the same delivery.
 func (b *Backoff) inPlace(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
@@ -253,13 +264,9 @@ func (b *Backoff) inPlace(h message.HandlerFunc) message.HandlerFunc {
 			if err == nil {
 				return out, nil
 			}
-			if rq := requeueIfStopping(msg, err); rq != nil {
-				return nil, rq
-			}
-			attempt := Attempt(msg)
-			setError(trace.SpanFromContext(msg.Context()), err)
-			if warren.IsPermanent(err) || attempt >= b.cfg.MaxAttempts {
-				return nil, err
+			attempt, final := b.failed(msg, err)
+			if final != nil {
+				return nil, final
 			}
 			queue := b.cfg.Queue(msg)
 			wait := b.Delay(attempt)

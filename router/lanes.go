@@ -15,6 +15,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/contract"
+	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -31,12 +32,13 @@ var laneBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.Secon
 //
 // The processes that run the handler share the lanes through the broker alone. Each one
 // consumes from a members queue (MembersQueue), whose consumer count says how many there are
-// (P), and holds a lease on each lane it consumes: an exclusive queue (LeaseQueue) of its own
-// connection, which the broker refuses to anyone else and deletes when the connection goes.
-// Every balanceEvery it takes free lanes while it holds fewer than ceil(N/P), and gives lanes
-// up while it holds more: it stops consuming the lane (its channel's close returns to the lane,
-// in order, what it had not settled) and only then deletes the lease. A process that dies
-// loses its leases with its connection, and the others take its lanes at their next turn.
+// (P), and holds a lease on each lane it consumes: the lock of LeaseQueue (statequeue.Lock, an
+// exclusive consumer on a channel of its own connection, which the broker refuses to anyone
+// else and drops when the connection goes). Every balanceEvery it takes free lanes while it
+// holds fewer than ceil(N/P), and gives lanes up while it holds more: it stops consuming the
+// lane (its channel's close returns to the lane, in order, what it had not settled) and only
+// then releases the lease. A process that dies loses its leases with its connection, and the
+// others take its lanes at their next turn.
 // The lanes' single active consumer keeps a lane to one consumer even when two processes
 // believe they lease it.
 type lanes struct {
@@ -47,11 +49,11 @@ type lanes struct {
 }
 
 // MembersQueue is the queue whose consumers are the processes that handle ordered queue
-// queue (see HandlerConfig.Lanes): non-durable, deleted when the last one goes.
+// queue (see HandlerConfig.Lanes; amqpx.DeclareCounter): deleted when the last one goes.
 func MembersQueue(queue string) string { return queue + ".lanes" }
 
-// LeaseQueue is the exclusive queue a process that consumes lane lane of ordered queue queue
-// holds while it does (see HandlerConfig.Lanes).
+// LeaseQueue is the lock queue (see statequeue.Lock) a process that consumes lane lane of
+// ordered queue queue holds while it does (see HandlerConfig.Lanes).
 func LeaseQueue(queue string, lane int) string { return topology.LaneQueue(queue, lane) + ".lease" }
 
 // Subscribe subscribes to queue and, as they are leased, to its lanes, and merges their
@@ -102,6 +104,7 @@ func (m *merger) add(in <-chan *message.Message) <-chan struct{} {
 type leased struct {
 	cancel context.CancelFunc
 	done   <-chan struct{}
+	unlock func() // gives the lease up
 }
 
 // balancer keeps the process's share of the lanes (see lanes).
@@ -124,7 +127,7 @@ func offset(queue string, n int) int {
 // run balances on a connection of its own, connecting again when it is lost, until ctx ends;
 // it then gives up every lane.
 func (b *balancer) run(ctx context.Context) {
-	defer b.releaseAll(nil)
+	defer b.releaseAll()
 	fields := watermill.LogFields{"queue": b.queue}
 	_ = amqpx.Reconnect(ctx, laneBackoff, func(ctx context.Context, steady func()) error {
 		conn, err := b.dialer.Dial(ctx)
@@ -135,7 +138,7 @@ func (b *balancer) run(ctx context.Context) {
 		stop := amqpx.Watch(ctx, conn)
 		defer stop()
 		err = b.session(ctx, conn, steady)
-		b.releaseAll(nil) // the leases went with the connection: so do the lanes
+		b.releaseAll() // the leases went with the connection: so do the lanes
 		return err
 	}, amqpx.LogEach(b.logger, "Lanes lost their connection, reconnecting", fields))
 }
@@ -148,7 +151,7 @@ func (b *balancer) session(ctx context.Context, conn *amqp.Connection, steady fu
 		return err
 	}
 	members := MembersQueue(b.queue)
-	if _, err := ch.QueueDeclare(members, false, true, false, false, nil); err != nil {
+	if err := amqpx.DeclareCounter(ch, members); err != nil {
 		return err
 	}
 	if _, err := ch.Consume(members, "", true, false, false, false, nil); err != nil {
@@ -187,63 +190,61 @@ func (b *balancer) balance(ctx context.Context, conn *amqp.Connection, ch *amqp.
 		if len(b.held) <= share {
 			break
 		}
-		b.release(lane, ch)
+		b.release(lane)
 	}
 	for k := 0; k < b.n && len(b.held) < share && ctx.Err() == nil; k++ {
 		lane := (b.start + k) % b.n
 		if b.held[lane] != nil {
 			continue
 		}
-		lch, err := conn.Channel() // a lease held by another closes the channel
-		if err != nil {
-			return err
-		}
-		_, err = lch.QueueDeclare(LeaseQueue(b.queue, lane), false, true, true, false, nil)
-		var ae *amqp.Error
+		// One try: the lease of a lane another process holds is refused at once.
+		tryCtx, cancel := context.WithTimeout(ctx, leaseTry)
+		unlock, err := statequeue.Lock(tryCtx, conn, LeaseQueue(b.queue, lane))
+		cancel()
 		switch {
-		case errors.As(err, &ae) && ae.Code == amqp.ResourceLocked:
-			continue
-		case err != nil:
+		case err != nil && conn.IsClosed():
 			return err
+		case err != nil:
+			continue
 		}
-		_ = lch.Close()
-		if err := b.take(ctx, lane); err != nil {
-			_, _ = ch.QueueDelete(LeaseQueue(b.queue, lane), false, false, false)
+		if err := b.take(ctx, lane, unlock); err != nil {
+			unlock()
 			return err
 		}
 	}
 	return nil
 }
 
-// take subscribes to lane, leased.
-func (b *balancer) take(ctx context.Context, lane int) error {
+// leaseTry is how long a balancer tries for a lane's lease: one try.
+const leaseTry = 20 * time.Millisecond
+
+// take subscribes to lane, leased until unlock.
+func (b *balancer) take(ctx context.Context, lane int, unlock func()) error {
 	lctx, cancel := context.WithCancel(ctx)
 	in, err := b.Subscriber.Subscribe(lctx, topology.LaneQueue(b.queue, lane))
 	if err != nil {
 		cancel()
 		return err
 	}
-	b.held[lane] = &leased{cancel: cancel, done: b.m.add(in)}
+	b.held[lane] = &leased{cancel: cancel, done: b.m.add(in), unlock: unlock}
 	b.logger.Debug("Lane taken", watermill.LogFields{"queue": b.queue, "lane": lane})
 	return nil
 }
 
 // release stops consuming lane and, once its subscription has ended (its channel closed),
-// deletes its lease on ch (nil: the lease went with its connection).
-func (b *balancer) release(lane int, ch *amqp.Channel) {
+// gives its lease up.
+func (b *balancer) release(lane int) {
 	l := b.held[lane]
 	delete(b.held, lane)
 	l.cancel()
 	<-l.done
-	if ch != nil {
-		_, _ = ch.QueueDelete(LeaseQueue(b.queue, lane), false, false, false)
-	}
+	l.unlock()
 	b.logger.Debug("Lane given up", watermill.LogFields{"queue": b.queue, "lane": lane})
 }
 
 // releaseAll gives up every lane.
-func (b *balancer) releaseAll(ch *amqp.Channel) {
+func (b *balancer) releaseAll() {
 	for lane := range b.held {
-		b.release(lane, ch)
+		b.release(lane)
 	}
 }

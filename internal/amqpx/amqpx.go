@@ -73,3 +73,16 @@ func Do(ctx context.Context, ch *amqp.Channel, op func() error) error {
 		return ctx.Err()
 	}
 }
+
+// DeclareCounter declares name, a queue whose consumer count (a passive declare's) counts
+// who holds a consumer on it, such as the kill listeners of a work queue or the processes
+// that share an ordered queue's lanes: classic, the only type that can be auto-deleted
+// (durable: the broker deprecates transient non-exclusive queues), and refusing every message
+// (a length limit of 0 with reject-publish, on RabbitMQ 3.10.8 and 4.0.5 alike: nothing is
+// stored or delivered), so that nobody can make it hold or hand out anything.
+func DeclareCounter(ch *amqp.Channel, name string) error {
+	_, err := ch.QueueDeclare(name, true, true, false, false, counterArgs)
+	return err
+}
+
+var counterArgs = amqp.Table{"x-queue-type": "classic", "x-max-length": int32(0), "x-overflow": "reject-publish"}

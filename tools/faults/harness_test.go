@@ -127,21 +127,14 @@ func TestMain(m *testing.M) {
 // then one line per handler call, "call <id> <attempt>", and "ok <id>" when the call
 // succeeds. Logs go to stderr.
 func consumerMain() int {
-	var mu sync.Mutex
-	line := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
-	}
+	line := childLine()
 	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
-	copies, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: os.Getenv(childRedis)}, logger)
+	copies, closeCopies, err := childCopyStore(logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		return 1
 	}
-	defer copies.Close()
+	defer closeCopies()
 	r, err := router.New(router.Config{
 		Connection: warren.Connection{URL: os.Getenv(childURL)},
 		Topology:   topology.Config{Delay: topology.Delay{Prefix: os.Getenv(childDelayName)}},
@@ -172,6 +165,35 @@ func consumerMain() int {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		return 1
 	}
+	return runChild(r, line)
+}
+
+// childLine returns the function a consumer process writes its lines to stdout with, one at
+// a time.
+func childLine() func(format string, args ...any) {
+	var mu sync.Mutex
+	return func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(os.Stdout, format+"\n", args...)
+	}
+}
+
+// childCopyStore returns the CopyStore the consumer processes of a case share, in Redis under
+// $FAULTS_REDIS_PREFIX, and the function that closes it.
+func childCopyStore(logger watermill.LoggerAdapter) (*redisstore.Store, func(), error) {
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
+	copies, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: os.Getenv(childRedis)}, logger)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, err
+	}
+	return copies, func() { _ = copies.Close(); _ = rdb.Close() }, nil
+}
+
+// runChild runs the router of a consumer process until SIGTERM, writing "ready" once it runs,
+// and returns the process's exit code. It exits at once when the test process is gone.
+func runChild(r *router.Router, line func(format string, args ...any)) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	go func() { // a test that ended without stopping it (timed out) leaves no orphan behind

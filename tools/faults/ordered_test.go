@@ -3,13 +3,11 @@
 package faults
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,19 +15,16 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
-	"github.com/warrenmq/warren/middleware/redisstore"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -95,21 +90,14 @@ func orderedTopology(queue string) topology.Topology {
 // once running, "call <id> <attempt>" per handler call and "ok <id> <unix ns>" when a call
 // succeeds, the time taken as it succeeds.
 func orderedConsumerMain() int {
-	var mu sync.Mutex
-	line := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(os.Stdout, format+"\n", args...)
-	}
+	line := childLine()
 	logger := watermill.NewStdLoggerWithOut(os.Stderr, false, false)
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr()})
-	defer rdb.Close()
-	copies, err := redisstore.New(redisstore.Config{Client: rdb, Prefix: os.Getenv(childRedis)}, logger)
+	copies, closeCopies, err := childCopyStore(logger)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		return 1
 	}
-	defer copies.Close()
+	defer closeCopies()
 	queue := os.Getenv(childQueue)
 	cfg := router.Config{
 		Connection: warren.Connection{URL: os.Getenv(childURL)},
@@ -151,28 +139,7 @@ func orderedConsumerMain() int {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	go func() { // a test that ended without stopping it leaves no orphan behind
-		for parent := os.Getppid(); os.Getppid() == parent; {
-			time.Sleep(time.Second)
-		}
-		fmt.Fprintln(os.Stderr, "consumer: the test process is gone")
-		os.Exit(3)
-	}()
-	go func() {
-		<-r.Running()
-		line("ready")
-	}()
-	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "consumer: Run:", err)
-		return 1
-	}
-	if ctx.Err() == nil {
-		fmt.Fprintln(os.Stderr, "consumer: Run returned before SIGTERM")
-		return 2
-	}
-	return 0
+	return runChild(r, line)
 }
 
 // (i) A queue ordered by key: 1,000 keys × 20 messages over orderedLanes lanes, 3 consumer
