@@ -131,6 +131,10 @@ const (
 	// PoisonReasonRejected: a consumer rejected the message without requeueing it (warren does
 	// for a message too large to publish as a poison copy; see DeadLetter).
 	PoisonReasonRejected = "rejected by its consumer"
+	// PoisonReasonSkipped: the message waited behind its order key, held after an earlier
+	// message of the key was poisoned, and an operator skipped the key's held messages
+	// (docs/ordering.md).
+	PoisonReasonSkipped = "skipped while its key was held"
 )
 
 // ReplaysKey counts how many times a message was replayed from a poison or parking queue (ops

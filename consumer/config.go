@@ -50,6 +50,11 @@ type Config struct {
 	KillClockSkew time.Duration
 	// OnKill, when set, is told what each subscription does about the kill topic.
 	OnKill func(KillEvent)
+	// GoOnAfterPoison, in a lane of a queue ordered by key (topology.Queue.Lanes), goes on
+	// with a key's next message once one is poisoned. By default the key is held: its later
+	// messages wait, parked on the broker, until an operator releases or skips them
+	// (docs/ordering.md).
+	GoOnAfterPoison bool
 	// RequeueDelay is how long a message that is nacked (a handler error that is not retried
 	// or poisoned, e.g. its retry could not be published) waits before it goes back to the
 	// queue, so that nothing is redelivered in a hot loop. Not when the subscriber closes.

@@ -44,6 +44,9 @@ func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, co
 		}()
 	}()
 	defer l.stopDrainCheck()
+	if sub.ordered {
+		go sub.watchHolds(l.cs)
+	}
 	if sub.mode == draining {
 		l.startDrainCheck()
 	}
@@ -67,6 +70,8 @@ type consumeLoop struct {
 	drain      *time.Ticker // while draining: when to look whether the queue is empty
 	drainTick  <-chan time.Time
 	slot       bool // a handler slot is held for the next delivery
+	// holdsLoaded: a lane's held keys were read (see laneHolds) at the session's first delivery.
+	holdsLoaded bool
 }
 
 // startConsumer sets the prefetch of ch, a channel of conn, cc's connection, and consumes the
@@ -224,6 +229,13 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 		close(cs.stopping)
 		return true, closed, channelLost(l.closedBy)
 	}
+	if sub.ordered && !l.holdsLoaded { // the lane's consumer is active: its holds are written
+		if err := sub.loadHolds(); err != nil {
+			l.stop()
+			return true, closed, fmt.Errorf("read the held keys: %w", err)
+		}
+		l.holdsLoaded = true
+	}
 	sub.recordLateness(d)
 	id, _ := d.Headers[contract.PublishIDHeader].(string)
 	if !cs.dups.claim(id) {
@@ -249,6 +261,11 @@ func (l *consumeLoop) handOut(h *handout) (bool, outcome, error) {
 	sub, s, cs := l.sub, l.sub.s, l.cs
 	consumed := s.consumes.Get(sub.queue, h.Delivery.Exchange)
 	cs.inflight.add() // before the receiver can settle it
+	if h.key != "" && sub.holds.parks(h) {
+		l.slot = false // settling frees it
+		go sub.park(h)
+		return false, closed, nil
+	}
 	select {
 	case sub.out <- h.msg:
 		l.slot = false // settling frees it

@@ -39,23 +39,13 @@ func (sub *subscription) poisonUndecodable(d amqp.Delivery, info contract.Delive
 			headers[k] = v
 		}
 	}
-	// Every property is kept but two (see warren.Marshaler): the user-id, which the broker
-	// refuses from another user, as a header; the expiration, which would expire the copy in
-	// the poison queue, in the poison record, which a replay restores it from.
-	if _, ok := headers[warren.MetadataUserID]; !ok && d.UserId != "" {
-		headers[warren.MetadataUserID] = d.UserId
-	}
 	now := time.Now()
 	warren.PoisonRecord{
 		Error: failure.Error(), ErrorType: contract.ErrorType(failure), Reason: reason, Handler: s.cfg.HandlerName,
 		Queue: sub.queue, Origin: &warren.Origin{Exchange: info.Exchange, RoutingKey: info.RoutingKey},
 		Attempts: 1, FirstFailure: now, LastFailure: now, TraceID: traceID(d.Headers), Expiration: d.Expiration,
 	}.EncodeTable(headers)
-	pub := amqp.Publishing{
-		Headers: headers, Body: d.Body, MessageId: d.MessageId, ContentType: d.ContentType,
-		ContentEncoding: d.ContentEncoding, DeliveryMode: amqp.Persistent, Timestamp: d.Timestamp,
-		CorrelationId: d.CorrelationId, ReplyTo: d.ReplyTo, Type: d.Type, AppId: d.AppId, Priority: d.Priority,
-	}
+	pub := publishingOf(d, headers) // the expiration is in the poison record, which a replay restores it from
 	fields := watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId, "reason": reason}
 	if size, err := amqpx.HeaderFrameSize(pub); err != nil || size > amqpx.MaxHeaderFrame {
 		s.logger.Error("Undecodable message too large to poison: rejected into its queue's dead-letter path", cause, fields)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/contract"
 )
@@ -48,12 +49,16 @@ func (f *flights) done() {
 // contract.Handling), and what settles its delivery.
 type handout struct {
 	contract.Handling
-	sub     *subscription
-	cs      *channelState
-	msg     *message.Message
-	tag     uint64
-	id      string // publish id
-	key     string // order key, in a lane of a queue ordered by key (see keyGate)
+	sub *subscription
+	cs  *channelState
+	msg *message.Message
+	tag uint64
+	id  string // publish id
+	key string // order key, in a lane of a queue ordered by key (see keyGate)
+	// In a lane of a queue ordered by key: the delivery (a held key's is parked as it is),
+	// and whether it is a held message moved back (contract.ReleasedHeader).
+	raw     *amqp.Delivery
+	marked  bool
 	done    context.CancelFunc
 	settled atomic.Bool
 }
@@ -81,18 +86,24 @@ func (h *handout) Settle(acked bool) {
 	go h.settle(false)
 }
 
-// settle acks the delivery of a message acked (and remembers its publish id, see copies), and
-// then ends the message's context. A nacked one goes back to the queue after RequeueDelay (at
+// settle settles the delivery as settleAs does, remembering a message acked.
+func (h *handout) settle(acked bool) { h.settleAs(acked, acked) }
+
+// settleAs acks the delivery of a message acked (and remembers its publish id, see copies,
+// if it was handled), and then ends the message's context. A nacked one goes back to the queue after RequeueDelay (at
 // once when the consumer stops), or, if contract.DeadLetter was called, is rejected into the
 // queue's dead-letter path.
-func (h *handout) settle(acked bool) {
+func (h *handout) settleAs(acked, handled bool) {
 	cs := h.cs
 	defer cs.inflight.done()
 	defer func() { <-cs.slots }()
 	defer h.done()
-	cs.dups.release(h.id, acked) // a nacked one is never remembered: a reject lost with its channel must be handled again
+	cs.dups.release(h.id, handled) // a nacked one is never remembered: a reject lost with its channel must be handled again
 	if h.key != "" && cs.gate != nil {
 		cs.gate.settled(h, !acked && !h.DeadLetterRequested())
+		if h.marked {
+			h.sub.holds.movedSettled(h.key)
+		}
 	}
 	if acked {
 		cs.acks.settle(h.tag, ack)

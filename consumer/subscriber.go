@@ -200,6 +200,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	home, ordered := s.laneOf(queue)
 	sub := &subscription{s: s, queue: home, consumed: queue, ordered: ordered, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
 		id: self().id + "-" + strconv.FormatUint(subscriptionSeq.Add(1), 10)}
+	if ordered {
+		sub.holds = &laneHolds{keys: map[string]*heldKey{}}
+	}
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)
 	s.readyMu.Unlock()

@@ -19,6 +19,7 @@ type subscription struct {
 	queue     string
 	consumed  string
 	ordered   bool
+	holds     *laneHolds // a lane's held keys; nil for other queues
 	out       chan *message.Message
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once

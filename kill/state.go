@@ -45,20 +45,8 @@ func ListenerQueue(queue string) string { return topology.KillExchange(queue) + 
 // turns. It is auto-deleted; readers of the state need configure and read permissions on it.
 func LockQueue(queue string) string { return topology.KillExchange(queue) + ".lock" }
 
-// stateArgs declare the kill state queue: durable (quorum), and short. A Killer purges it
-// and publishes one command, but x-max-length 1 with reject-publish does not keep it to
-// one (measured on RabbitMQ 3.10.8 and 4.0.5: a quorum queue refuses a publish only once
-// it is over the limit, so two fit, and the messages a reader holds do not count): it only
-// bounds what can be slipped in. Consumers therefore read several messages and take the
-// newest. A refused command that is read is requeued, which counts as a delivery: the
-// limit is the largest that means "unlimited" both on RabbitMQ 3.10 (where -1 drops a
-// message after its first return) and 4.x.
-var stateArgs = amqp.Table{
-	amqp.QueueTypeArg:  amqp.QueueTypeQuorum,
-	"x-max-length":     int64(1),
-	"x-overflow":       "reject-publish",
-	"x-delivery-limit": int64(math.MaxInt32),
-}
+// stateArgs declare the kill state queue: see statequeue.Args.
+var stateArgs = statequeue.Args
 
 // ReadState returns the kill command remembered for the consumers of queue: the newest
 // valid command of its kill state queue (StateQueue, named with secret), and whether there

@@ -103,6 +103,9 @@ func (p *Poison) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		if warren.IsPermanent(err) {
 			reason = warren.PoisonReasonPermanent
 		}
+		if _, herr := contract.HoldKey(msg.Context(), err); herr != nil {
+			return nil, &RequeueError{Err: fmt.Errorf("hold the order key of message %s: %w (handler error: %v)", msg.UUID, herr, err)}
+		}
 		poison := msg.Copy()
 		poison.SetContext(msg.Context())
 		setPoisonHeaders(poison, err, reason, queue, time.Now())

@@ -51,6 +51,11 @@ type HandlerConfig struct {
 	// middleware.BackoffConfig.InPlace), holding only its key. A message of the queue itself,
 	// which has no lane, is handled as it comes. Not with Exchange or Reply.
 	Lanes int
+	// GoOnAfterPoison, with Lanes, goes on with a key's next message once one of the key is
+	// poisoned. By default the key is held: its later messages wait, parked on the broker,
+	// until an operator releases them (handled in order) or skips them (poisoned), with
+	// `warren held` or package ops (docs/ordering.md).
+	GoOnAfterPoison bool
 	// Middleware run inside the default chain, around the handler itself (inside Backoff,
 	// Poison and Recoverer: see Router). This is the place of a middleware.Idempotent that
 	// makes a business operation happen once per message id (middleware.MessageIDKey) or per
@@ -127,7 +132,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 		concurrency = r.cfg.Concurrency
 	}
 	scfg := r.cfg.subscriber()
-	scfg.Concurrency, scfg.HandlerName = concurrency, h.Name
+	scfg.Concurrency, scfg.HandlerName, scfg.GoOnAfterPoison = concurrency, h.Name, h.GoOnAfterPoison
 	if q.Lanes > 0 { // the subscriber knows the lanes from its queue's declaration
 		scfg.Queues = append(slices.DeleteFunc(slices.Clone(scfg.Queues), func(l topology.Queue) bool { return l.Name == q.Name }), q)
 	}

@@ -29,7 +29,7 @@ func orderedRouter(t *testing.T, env *testenv.Env, q string, lanes int, retry mi
 	for i := range lanes {
 		names = append(names, topology.LaneQueue(q, i))
 	}
-	env.Remove(names, nil)
+	env.Remove(append(names, topology.HeldState(q)), nil)
 	return newRouter(t, env, func(c *router.Config) {
 		c.Declare = topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: lanes}}}
 		c.Retry = retry

@@ -2,6 +2,8 @@ package topology
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -129,4 +131,17 @@ func (b *Builder) laneChanges(ctx context.Context, conn *amqp.Connection, t Topo
 		}
 	}
 	return refused, surplus, nil
+}
+
+// HeldState is the name of the state queue of ordered queue queue's held keys: a key whose
+// message was poisoned, whose later messages wait in its HeldQueue until an operator
+// releases or skips them (docs/ordering.md).
+func HeldState(queue string) string { return queue + ".held" }
+
+// HeldQueue is the name of the queue where the messages of held key key of ordered queue
+// queue wait, in their order: HeldState(queue), a dot, and the first 16 bytes of the key's
+// SHA-256 in hex.
+func HeldQueue(queue, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return HeldState(queue) + "." + hex.EncodeToString(sum[:16])
 }

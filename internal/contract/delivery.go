@@ -34,7 +34,11 @@ type Handling struct {
 	// Stopping is closed when the consumer that delivered the message stops or loses its
 	// channel: a delivery not settled by then goes back to its queue, whatever its handler
 	// does. Nil when the subscriber does not say.
-	Stopping   <-chan struct{}
+	Stopping <-chan struct{}
+	// Hold holds the message's order key, failed for good with cause, in its lane of a
+	// queue ordered by key: the key's later messages wait until an operator releases or
+	// skips them (see package held). Nil where a poisoned message holds nothing.
+	Hold       func(cause error) error
 	deadLetter atomic.Bool
 }
 
@@ -93,6 +97,17 @@ func StoppingFrom(ctx context.Context) <-chan struct{} {
 		return h.Stopping
 	}
 	return nil
+}
+
+// HoldKey holds the order key of the message whose context is ctx, which failed for good
+// with cause, when its subscriber holds keys (see Handling.Hold); it reports whether it did.
+// The message is then to be poisoned as usual.
+func HoldKey(ctx context.Context, cause error) (bool, error) {
+	h := HandlingFrom(ctx)
+	if h == nil || h.Hold == nil {
+		return false, nil
+	}
+	return true, h.Hold(cause)
 }
 
 // DeadLetterRequested reports whether DeadLetter was called in the message's context.

@@ -39,6 +39,10 @@ const (
 	DueHeader = TransportHeaderPrefix + "due"
 )
 
+// ReleasedHeader marks a message of a held order key that an operator released, moved back
+// into its lane: it passes the key's hold (see package held).
+const ReleasedHeader = TransportHeaderPrefix + "released"
+
 // DigitHeader is the header that carries the digit of delay position p; the level exchange of
 // position p routes by it.
 func DigitHeader(p int) string { return TransportHeaderPrefix + "p" + strconv.Itoa(p) }

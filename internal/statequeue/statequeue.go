@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -23,6 +24,21 @@ import (
 
 	"github.com/warrenmq/warren/internal/amqpx"
 )
+
+// Args declare a state queue: durable (quorum), and short. A writer publishes the new state
+// and then acks what it read, but x-max-length 1 with reject-publish does not keep it to
+// one (measured on RabbitMQ 3.10.8 and 4.0.5: a quorum queue refuses a publish only once it
+// is over the limit, so two fit, and the messages a reader holds do not count): it only
+// bounds what can be slipped in. Readers therefore read several messages and take the
+// newest. A refused message that is read is requeued, which counts as a delivery: the limit
+// is the largest that means "unlimited" both on RabbitMQ 3.10 (where -1 drops a message
+// after its first return) and 4.x.
+var Args = amqp.Table{
+	amqp.QueueTypeArg:  amqp.QueueTypeQuorum,
+	"x-max-length":     int64(1),
+	"x-overflow":       "reject-publish",
+	"x-delivery-limit": int64(math.MaxInt32),
+}
 
 // Lock takes the lock of a state queue, which readers and writers hold while they read
 // or write it, and returns the function that releases it. The lock is an exclusive consumer
