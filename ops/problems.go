@@ -9,6 +9,7 @@ import (
 // Kinds of Problem.
 const (
 	ProblemPoison     = "poison"      // messages wait in a work queue's poison queue
+	ProblemHeld       = "held"        // keys of a queue ordered by key are held after a poisoned message
 	ProblemNoConsumer = "no-consumer" // a work queue that exists has no consumer
 	ProblemKilled     = "killed"      // a work queue's consumers were told to stop (kill)
 	ProblemMissing    = "missing"     // a work queue named does not exist
@@ -29,7 +30,7 @@ type Problem struct {
 }
 
 // Problems lists what is wrong in s, work queues first (in their order), then the delay
-// levels, then the broker: poison messages waiting, a work queue with no consumer, killed,
+// levels, then the broker: poison messages waiting, held keys, a work queue with no consumer, killed,
 // missing or down, delay levels missing or down, parked messages, the broker's alarms, node
 // resources near their limit and policies that change warren's queues (Status.Broker), and
 // the version's hazard (Status.Warning). Nil when nothing is.
@@ -48,6 +49,9 @@ func (s Status) Problems() []Problem {
 		}
 		if q.Poison > 0 {
 			add(ProblemPoison, q.Queue, "%d poison %s", q.Poison, plural(q.Poison, "message", "messages"))
+		}
+		if q.Held > 0 {
+			add(ProblemHeld, q.Queue, "%d held %s (warren held list %s)", q.Held, plural(q.Held, "key", "keys"), q.Queue)
 		}
 		if q.Kill == kill.Stop || q.Kill == kill.Delete {
 			add(ProblemKilled, q.Queue, "killed (%s)", q.Kill)

@@ -13,7 +13,7 @@ func TestProblems(t *testing.T) {
 		ServerVersion: "3.10.8", Warning: "hazard",
 		Queues: []QueueStatus{
 			{Queue: "ok", Exists: true, Consumers: 2, Poison: 0},
-			{Queue: "poisoned", Exists: true, Consumers: 1, Poison: 2},
+			{Queue: "poisoned", Exists: true, Consumers: 1, Poison: 2, Held: 2},
 			{Queue: "idle", Exists: true, Poison: -1},
 			{Queue: "stopped", Exists: true, Kill: kill.Stop, Poison: 1},
 			{Queue: "resumed", Exists: true, Kill: kill.Resume, Consumers: 1},
@@ -28,6 +28,7 @@ func TestProblems(t *testing.T) {
 	}
 	assert.Equal(t, []Problem{
 		{Kind: ProblemPoison, Queue: "poisoned", Text: "2 poison messages"},
+		{Kind: ProblemHeld, Queue: "poisoned", Text: "2 held keys (warren held list poisoned)"},
 		{Kind: ProblemNoConsumer, Queue: "idle", Text: "no consumer"},
 		{Kind: ProblemPoison, Queue: "stopped", Text: "1 poison message"},
 		{Kind: ProblemKilled, Queue: "stopped", Text: "killed (stop)"},

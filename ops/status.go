@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/held"
 	"github.com/warrenmq/warren/internal/mgmt"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/topology"
@@ -45,6 +46,10 @@ type QueueStatus struct {
 	// ones, and with the management API the larger of that and all it holds, those delivered
 	// and not acknowledged included (a browse of the queue holds what it read).
 	Poison int `json:"poison"`
+	// Held is the number of held keys of a queue ordered by key (see Ops.Held): keys whose
+	// message was poisoned and whose later messages wait for a release or a skip. 0 when
+	// nothing was ever held.
+	Held int `json:"held"`
 }
 
 // Unavailable reports whether the management API says the queue does not serve messages
@@ -166,6 +171,15 @@ func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, in *inspec
 		return s, err
 	} else if ok {
 		s.Poison = p.Messages
+	}
+	if _, ok, err := in.inspect(ctx, route{key: topology.HeldState(name)}); err != nil {
+		return s, err
+	} else if ok {
+		st, err := held.Read(ctx, conn, name)
+		if err != nil {
+			return s, err
+		}
+		s.Held = len(st.Keys)
 	}
 	c, found, err := kill.ReadState(ctx, conn, name, o.cfg.KillSecret)
 	if err != nil {

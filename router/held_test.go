@@ -131,3 +131,89 @@ func waitFor(t *testing.T, changed <-chan struct{}, mu *sync.Mutex, cond func() 
 		}
 	}
 }
+
+// A held key stays held across processes: the next process to consume its lane reads the
+// hold from the broker and parks the key's messages, and carries out a release.
+func TestAHeldKeyStaysHeldInTheNextProcess(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("held")
+	const lanes = 2
+	key := "k"
+	env.Remove([]string{topology.HeldQueue(q, key)}, nil)
+	var (
+		mu      sync.Mutex
+		handled []string
+		changed = make(chan struct{}, 1)
+	)
+	handler := func(msg *message.Message) error {
+		if msg.UUID == key+"/0" {
+			return warren.Permanent(errors.New("a bug"))
+		}
+		mu.Lock()
+		handled = append(handled, msg.UUID)
+		mu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	first := orderedRouter(t, env, q, lanes, middleware.BackoffConfig{MaxAttempts: 1})
+	require.NoError(t, first.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: lanes}, handler))
+	start(t, first)
+	o, err := ops.New(ops.Config{Connection: env.Connection()}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = o.Close() })
+	ctx := context.Background()
+	require.NoError(t, first.Publisher().Publish(q, keyed(key, 0), keyed(key, 1)))
+	require.Eventually(t, func() bool {
+		keys, err := o.Held(ctx, q)
+		require.NoError(t, err)
+		return len(keys) == 1 && keys[0].Messages == 1
+	}, testenv.Patience(), 50*time.Millisecond, "the key held, its second message parked")
+	require.NoError(t, first.Close())
+
+	second := orderedRouter(t, env, q, lanes, middleware.BackoffConfig{MaxAttempts: 1})
+	require.NoError(t, second.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: lanes}, handler))
+	start(t, second)
+	require.NoError(t, second.Publisher().Publish(q, keyed(key, 2)))
+	require.Eventually(t, func() bool {
+		keys, err := o.Held(ctx, q)
+		require.NoError(t, err)
+		return len(keys) == 1 && keys[0].Messages == 2
+	}, testenv.Patience(), 50*time.Millisecond, "the next process parks the key's message")
+	mu.Lock()
+	assert.Empty(t, handled)
+	mu.Unlock()
+	require.NoError(t, o.ReleaseKey(ctx, q, key))
+	waitFor(t, changed, &mu, func() bool { return len(handled) == 2 }, &handled)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{key + "/1", key + "/2"}, handled)
+}
+
+// A handler that goes on after poison holds nothing: the key's next message is handled.
+func TestGoOnAfterPoisonHoldsNothing(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("goon")
+	r := orderedRouter(t, env, q, 2, middleware.BackoffConfig{MaxAttempts: 1})
+	next := make(chan string, 1)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 2, GoOnAfterPoison: true}, func(msg *message.Message) error {
+		if msg.UUID == "k/0" {
+			return warren.Permanent(errors.New("a bug"))
+		}
+		next <- msg.UUID
+		return nil
+	}))
+	start(t, r)
+	require.NoError(t, r.Publisher().Publish(q, keyed("k", 0), keyed("k", 1)))
+	select {
+	case id := <-next:
+		assert.Equal(t, "k/1", id)
+	case <-time.After(testenv.Patience()):
+		t.Fatal("the key's next message was not handled")
+	}
+	assert.Equal(t, 1, env.Messages(topology.PoisonQueue(q)))
+}

@@ -177,7 +177,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.management, "management", "", "URL of RabbitMQ's management HTTP API with a user, e.g. http://guest:guest@127.0.0.1:15672/, for status, delays verify, ui and schedules list ("+managementDefault()+")")
 	root.AddCommand(newKill(g), newResume(g))
 	root.AddCommand(newTopology(g), newDelays(g), newPublish(g))
-	root.AddCommand(newStatus(g), newPoison(g), newParked(g), newUI(g), newSchedules(g), newScheduled(g), newOutbox(g))
+	root.AddCommand(newStatus(g), newPoison(g), newHeld(g), newParked(g), newUI(g), newSchedules(g), newScheduled(g), newOutbox(g))
 	return root
 }
 
