@@ -77,7 +77,9 @@ func TestHeldListAndRelease(t *testing.T) {
 	mu.Lock()
 	assert.Equal(t, []string{"m1", "m2"}, handled)
 	mu.Unlock()
-	require.Eventually(t, func() bool { return regexp.MustCompile(`(?m)^0 keys held`).MatchString(run(t, env.URL, "held", "list", q)) },
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`(?m)^0 keys held`).MatchString(run(t, env.URL, "held", "list", q))
+	},
 		testenv.Patience(), 100*time.Millisecond)
 	_, stderr, code := runCode(t, env.URL, "held", "skip", q, "nothing-held")
 	assert.NotZero(t, code)
