@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/consumerconns"
 	"github.com/warrenmq/warren/internal/contract"
@@ -45,6 +46,7 @@ func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, co
 	}()
 	defer l.stopDrainCheck()
 	if sub.ordered {
+		sub.holds.active.Store(false)
 		go sub.watchHolds(l.cs)
 	}
 	if sub.mode == draining {
@@ -70,8 +72,6 @@ type consumeLoop struct {
 	drain      *time.Ticker // while draining: when to look whether the queue is empty
 	drainTick  <-chan time.Time
 	slot       bool // a handler slot is held for the next delivery
-	// holdsLoaded: a lane's held keys were read (see laneHolds) at the session's first delivery.
-	holdsLoaded bool
 }
 
 // startConsumer sets the prefetch of ch, a channel of conn, cc's connection, and consumes the
@@ -229,29 +229,40 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 		close(cs.stopping)
 		return true, closed, channelLost(l.closedBy)
 	}
-	if sub.ordered && !l.holdsLoaded { // the lane's consumer is active: its holds are written
-		if err := sub.loadHolds(); err != nil {
+	if sub.ordered && !sub.holds.active.Load() { // the lane's consumer is active: its holds are written
+		if err := sub.loadHolds(true); err != nil {
 			l.stop()
 			return true, closed, fmt.Errorf("read the held keys: %w", err)
 		}
-		l.holdsLoaded = true
+		sub.holds.active.Store(true)
 	}
 	sub.recordLateness(d)
 	id, _ := d.Headers[contract.PublishIDHeader].(string)
 	if !cs.dups.claim(id) {
 		s.logger.Info("Copy of a message handled already: acked", watermill.LogFields{"queue": sub.queue, "message_id": d.MessageId})
 		cs.acks.settle(d.DeliveryTag, ack)
+		sub.settledUnhanded(d)
 		return false, closed, nil
 	}
 	h := sub.message(d, id, cs)
 	if h == nil {
 		cs.dups.release(id, false) // poisoned, or put back: never taken for done
+		sub.settledUnhanded(d)
 		return false, closed, nil
 	}
 	if h.key != "" && !cs.gate.admit(h) {
 		return false, closed, nil // waits behind its key; the slot stays for the next delivery
 	}
 	return l.handOut(h)
+}
+
+// settledUnhanded is told that d was settled without being handed out: a held message moved
+// back (see laneHolds) has the next one moved.
+func (sub *subscription) settledUnhanded(d amqp.Delivery) {
+	if _, marked := d.Headers[contract.ReleasedHeader]; marked && sub.ordered {
+		key, _ := d.Headers[warren.MetadataOrderKey].(string)
+		sub.holds.movedSettled(key)
+	}
 }
 
 // handOut hands h out to the subscription's receiver, holding a slot, and counts it in

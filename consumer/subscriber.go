@@ -201,7 +201,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	sub := &subscription{s: s, queue: home, consumed: queue, ordered: ordered, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
 		id: self().id + "-" + strconv.FormatUint(subscriptionSeq.Add(1), 10)}
 	if ordered {
-		sub.holds = &laneHolds{keys: map[string]*heldKey{}}
+		_, lane, _ := topology.ParseLane(queue)
+		sub.holds = &laneHolds{keys: map[string]*heldKey{}, queue: topology.HeldQueue(home, lane)}
 	}
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)

@@ -27,7 +27,7 @@ func TestOrderedQueueRoutesByKey(t *testing.T) {
 	const lanes = 3
 	var laneQueues []string
 	for i := range lanes {
-		laneQueues = append(laneQueues, topology.LaneQueue(q, i))
+		laneQueues = append(laneQueues, topology.LaneQueue(q, i), topology.HeldQueue(q, i))
 	}
 	env.Remove(laneQueues, nil)
 	p := newPublisher(t, env, func(c *dlx.Config) {

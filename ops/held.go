@@ -19,8 +19,9 @@ import (
 // (docs/ordering.md).
 type HeldKey struct {
 	Key string `json:"key"`
-	// Lane is the lane queue the key's messages come from; Queue the one they wait in
-	// (topology.HeldQueue), and Messages how many wait there.
+	// Lane is the lane queue the key's messages come from; Queue the one they wait in, the
+	// lane's held queue (topology.HeldQueue), and Messages how many messages wait there,
+	// those of the lane's other held keys included.
 	Lane     string `json:"lane"`
 	Queue    string `json:"queue"`
 	Messages int    `json:"messages"`
@@ -53,7 +54,8 @@ func (o *Ops) Held(ctx context.Context, queue string) ([]HeldKey, error) {
 		defer in.close()
 		keys = keys[:0]
 		for _, e := range st.Keys {
-			k := HeldKey{Key: e.Key, Lane: e.Lane, Queue: topology.HeldQueue(queue, e.Key), Since: e.Since,
+			_, lane, _ := topology.ParseLane(e.Lane)
+			k := HeldKey{Key: e.Key, Lane: e.Lane, Queue: topology.HeldQueue(queue, lane), Since: e.Since,
 				MessageID: e.MessageID, Error: e.Error, Handler: e.Handler, Action: e.Action}
 			q, _, err := in.inspect(ctx, route{key: k.Queue})
 			if err != nil {

@@ -27,7 +27,7 @@ func orderedRouter(t *testing.T, env *testenv.Env, q string, lanes int, retry mi
 	t.Helper()
 	var names []string
 	for i := range lanes {
-		names = append(names, topology.LaneQueue(q, i))
+		names = append(names, topology.LaneQueue(q, i), topology.HeldQueue(q, i))
 	}
 	env.Remove(append(names, topology.HeldState(q)), nil)
 	return newRouter(t, env, func(c *router.Config) {

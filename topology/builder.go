@@ -71,6 +71,7 @@ const (
 	workQueue role = iota
 	poisonQueue
 	levelQueue // a level or the parking queue
+	heldQueue  // where a lane's held keys wait (HeldQueue)
 )
 
 // Declare declares the delay levels (unless disabled) and everything in t on ch, once t
@@ -484,6 +485,9 @@ func hint(o object, existing QueueType, arg string) string {
 		return fmt.Sprintf("set Delay.QueueType to topology.%s, or choose another Delay.Prefix", constName(existing))
 	case o.role == levelQueue:
 		return "delete the delay levels of this name (once empty), or choose another Delay.Prefix"
+	case o.role == heldQueue:
+		return "it is where the held keys of a lane wait (docs/ordering.md): release or skip them (`warren held`), " +
+			"and once it is empty delete it and let warren declare it again"
 	case o.role == poisonQueue:
 		work := strings.TrimSuffix(o.name, PoisonQueue(""))
 		keep := ""

@@ -2,8 +2,6 @@ package topology
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -51,7 +49,8 @@ func Lane(key string, lanes int) int {
 
 // laneObjects are the lane queues of ordered queue q, each bound to the delivery exchange of
 // the delay levels by its own name: a lane's queue is a work queue of q's arguments (it
-// dead-letters into q's poison queue) with a single active consumer.
+// dead-letters into q's poison queue) with a single active consumer; and each lane's held
+// queue (HeldQueue), with the arguments of q's poison queue.
 func (b *Builder) laneObjects(q Queue) []object {
 	typ := b.QueueType(q)
 	var objs []object
@@ -59,7 +58,8 @@ func (b *Builder) laneObjects(q Queue) []object {
 		lane := LaneQueue(q.Name, i)
 		args := b.QueueArgs(q)
 		args["x-single-active-consumer"] = true
-		objs = append(objs, object{what: "queue", name: lane, args: args, role: workQueue, typ: typ})
+		objs = append(objs, object{what: "queue", name: lane, args: args, role: workQueue, typ: typ},
+			object{what: "queue", name: HeldQueue(q.Name, i), args: b.poisonArgs(q), role: heldQueue, typ: typ})
 		if !b.cfg.Delay.Disabled {
 			bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: lane, Headers: map[string]string{contract.DestQueueHeader: lane}}
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
@@ -116,6 +116,11 @@ func (b *Builder) laneChanges(ctx context.Context, conn *amqp.Connection, t Topo
 			if st.Messages > 0 || st.Consumers > 0 {
 				busy = append(busy, fmt.Sprintf("%s (%d ready, %d consumers)", st.Name, st.Messages, st.Consumers))
 			}
+			if held, ok, err := inspect(HeldQueue(q.Name, existing)); err != nil {
+				return nil, nil, err
+			} else if ok && held.Messages > 0 {
+				busy = append(busy, fmt.Sprintf("%s (%d held)", held.Name, held.Messages))
+			}
 		}
 		if existing == 0 || existing == q.Lanes {
 			continue // none declared yet, or the same
@@ -127,7 +132,7 @@ func (b *Builder) laneChanges(ctx context.Context, conn *amqp.Connection, t Topo
 			continue
 		}
 		for i := q.Lanes; i < existing; i++ {
-			surplus = append(surplus, LaneQueue(q.Name, i))
+			surplus = append(surplus, LaneQueue(q.Name, i), HeldQueue(q.Name, i))
 		}
 	}
 	return refused, surplus, nil
@@ -138,10 +143,7 @@ func (b *Builder) laneChanges(ctx context.Context, conn *amqp.Connection, t Topo
 // releases or skips them (docs/ordering.md).
 func HeldState(queue string) string { return queue + ".held" }
 
-// HeldQueue is the name of the queue where the messages of held key key of ordered queue
-// queue wait, in their order: HeldState(queue), a dot, and the first 16 bytes of the key's
-// SHA-256 in hex.
-func HeldQueue(queue, key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return HeldState(queue) + "." + hex.EncodeToString(sum[:16])
-}
+// HeldQueue is the name of the queue where the messages of the held keys of lane lane of
+// ordered queue queue wait, in their order: LaneQueue(queue, lane)+".held", declared with
+// the lane, with the arguments of its poison queue (docs/ordering.md).
+func HeldQueue(queue string, lane int) string { return LaneQueue(queue, lane) + ".held" }

@@ -47,7 +47,7 @@ func TestLanesOutOfRangeAreRefused(t *testing.T) {
 func laneNames(env *testenv.Env, q string, n int) {
 	var names []string
 	for i := range n + 4 {
-		names = append(names, topology.LaneQueue(q, i))
+		names = append(names, topology.LaneQueue(q, i), topology.HeldQueue(q, i))
 	}
 	env.Remove(names, nil)
 }
@@ -112,12 +112,16 @@ func TestChangeOfLanesIsRefusedUntilDrained(t *testing.T) {
 	dc, err := ch.PublishWithDeferredConfirm("", topology.LaneQueue(q, 3), true, false, amqp.Publishing{Body: []byte("left")})
 	require.NoError(t, err)
 	require.True(t, dc.Wait())
+	dc, err = ch.PublishWithDeferredConfirm("", topology.HeldQueue(q, 1), true, false, amqp.Publishing{Body: []byte("held")})
+	require.NoError(t, err)
+	require.True(t, dc.Wait())
 
 	for _, n := range []int{2, 6} {
 		err = b.Apply(ctx, env.Connection(), with(n))
 		require.Error(t, err, "%d lanes", n)
 		assert.ErrorContains(t, err, fmt.Sprintf("queue %q has 4 lanes on the broker and %d in the topology", q, n))
 		assert.ErrorContains(t, err, topology.LaneQueue(q, 3)+" (1 ready, 0 consumers)")
+		assert.ErrorContains(t, err, topology.HeldQueue(q, 1)+" (1 held)")
 		r, err := b.Verify(ctx, env.Connection(), with(n))
 		require.NoError(t, err)
 		assert.False(t, r.OK())
@@ -128,10 +132,14 @@ func TestChangeOfLanesIsRefusedUntilDrained(t *testing.T) {
 
 	_, err = env.Channel().QueuePurge(topology.LaneQueue(q, 3), false)
 	require.NoError(t, err)
+	_, err = env.Channel().QueuePurge(topology.HeldQueue(q, 1), false)
+	require.NoError(t, err)
 	require.NoError(t, b.Apply(ctx, env.Connection(), with(2)))
 	for i, exists := range []bool{true, true, false, false} {
 		_, err := env.Inspect(topology.LaneQueue(q, i))
 		assert.Equal(t, exists, err == nil, "lane %d: %v", i, err)
+		_, err = env.Inspect(topology.HeldQueue(q, i))
+		assert.Equal(t, exists, err == nil, "held queue of lane %d: %v", i, err)
 	}
 	require.NoError(t, b.Apply(ctx, env.Connection(), with(3)), "2 drained lanes grow to 3")
 	r, err := b.Verify(ctx, env.Connection(), with(3))

@@ -207,6 +207,35 @@ func (h *Handler) cancelScheduled(w http.ResponseWriter, r *http.Request, v url.
 	h.render(w, status, name, p)
 }
 
+// actOnHeld releases or skips the held key of the form's queue, and shows the held page.
+func (h *Handler) actOnHeld(w http.ResponseWriter, r *http.Request, v url.Values, a Action) {
+	queue, key := v.Get("queue"), v.Get("key")
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	act := h.cfg.Ops.ReleaseKey
+	if a == ActionSkip {
+		act = h.cfg.Ops.SkipKey
+	}
+	err := act(ctx, queue, key)
+	fields := watermill.LogFields{"key": key}
+	if err != nil {
+		fields["err"] = err.Error()
+	}
+	h.audit(r, a, queue, fields)
+	p := h.newPage(w, r)
+	status := http.StatusOK
+	name, _ := h.held(r, url.Values{"queue": {queue}}, p)
+	if err != nil {
+		p.Error, status = err.Error(), http.StatusBadGateway
+		if errors.Is(err, ops.ErrNotHeld) {
+			status = http.StatusConflict
+		}
+	} else {
+		p.Title = fmt.Sprintf("%s %q of %s: asked", a, key, queue)
+	}
+	h.render(w, status, name, p)
+}
+
 // jobs are the replays and deletes started, the last maxJobs kept.
 type jobs struct {
 	mu    sync.Mutex

@@ -464,3 +464,29 @@ func (h *Handler) scheduled(r *http.Request, v url.Values, p *page) (string, int
 	d.Entries, d.Shown = entries, entries[:min(len(entries), h.cfg.PageSize)]
 	return "scheduled", http.StatusOK
 }
+
+// heldData is the held page: the held keys of a queue ordered by key.
+type heldData struct {
+	Queue  string
+	Keys   []ops.HeldKey
+	ReadAt time.Time
+}
+
+// held lists the held keys of the queue of the form.
+func (h *Handler) held(r *http.Request, v url.Values, p *page) (string, int) {
+	d := heldData{Queue: v.Get("queue"), ReadAt: time.Now()}
+	p.Title, p.Data = "Held keys of "+d.Queue, &d
+	if d.Queue == "" {
+		p.Error = "name the queue ordered by key: ?queue="
+		return "held", http.StatusBadRequest
+	}
+	ctx, cancel := h.callCtx(r)
+	defer cancel()
+	keys, err := h.cfg.Ops.Held(ctx, d.Queue)
+	if err != nil {
+		p.Error = "cannot read the held keys: " + err.Error()
+		return "held", http.StatusBadGateway
+	}
+	d.Keys = keys
+	return "held", http.StatusOK
+}

@@ -37,6 +37,10 @@ const (
 	ActionKill   Action = "kill"   // stop every consumer of a queue
 	ActionResume Action = "resume" // let them consume again
 	ActionCancel Action = "cancel" // cancel a scheduled message (see package ledger)
+	// ActionRelease and ActionSkip act on a held key of a queue ordered by key (see
+	// ops.Ops.ReleaseKey and SkipKey).
+	ActionRelease Action = "release"
+	ActionSkip    Action = "skip"
 )
 
 // Config configures a Handler.
@@ -60,7 +64,8 @@ type Config struct {
 	// every link and form starts with it. The Handler is given the whole path: mount it
 	// with http.StripPrefix(Prefix, h) only if you set no Prefix.
 	Prefix string
-	// AllowActions lets the pages replay, delete, kill, resume and cancel. False, the default, is
+	// AllowActions lets the pages replay, delete, kill, resume, cancel, and release and skip
+	// held keys. False, the default, is
 	// read-only: every action is refused on the server, whatever the request.
 	AllowActions bool
 	// Authorize, if set, is called first with ActionView for every request the Handler is
@@ -285,6 +290,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET "+p+"/outbox", h.view(h.outboxPage))
 	m.HandleFunc("POST "+p+"/outbox/replay", h.act(ActionReplay, h.replayOutbox))
 	m.HandleFunc("POST "+p+"/cancel", h.act(ActionCancel, h.cancelScheduled))
+	m.HandleFunc("GET "+p+"/held", h.view(h.held))
+	m.HandleFunc("POST "+p+"/held/release", h.act(ActionRelease, h.actOnHeld))
+	m.HandleFunc("POST "+p+"/held/skip", h.act(ActionSkip, h.actOnHeld))
 	m.HandleFunc("POST "+p+"/replay", h.act(ActionReplay, h.replay))
 	m.HandleFunc("POST "+p+"/delete", h.act(ActionDelete, h.delete))
 	m.HandleFunc("POST "+p+"/kill", h.act(ActionKill, h.kill))

@@ -30,6 +30,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/internal/contract"
+	"github.com/warrenmq/warren/internal/held"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ops"
@@ -1121,4 +1122,49 @@ func TestOutboxUnreachable(t *testing.T) {
 	status, page = b.get("/outbox")
 	assert.Equal(t, http.StatusNotFound, status)
 	assert.Contains(t, page, "no outbox to show (ui.Config.Outbox; warren ui --postgres URL)")
+}
+
+// The held page lists a queue's held keys, and its release and skip ask for them; the
+// overview links to it.
+func TestHeldPageListsAndActs(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.WorkQueue("orders")
+	env.Remove([]string{topology.HeldState(q)}, nil)
+	conn, err := amqp.Dial(env.URL)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = held.Update(context.Background(), conn, q, func(st *held.State) bool {
+		for _, k := range []string{"order-1", "order-2"} {
+			st.Keys[k] = held.Entry{Key: k, Lane: topology.LaneQueue(q, 0), Since: time.Now(), MessageID: k + "/0", Error: "card declined"}
+		}
+		return true
+	})
+	require.NoError(t, err)
+	o, err := ops.New(ops.Config{Connection: env.Connection()}, nil)
+	require.NoError(t, err)
+	defer o.Close()
+	logs := &captureLogger{}
+	_, b := server(t, "", ui.Config{Ops: o, Queues: []string{q}, AllowActions: true, SampleInterval: -1}, logs)
+	_, overview := b.get("/")
+	assert.Contains(t, overview, "2 held keys (warren held list "+q+")", "a problem")
+	assert.Contains(t, overview, `href="/held?queue=`+q+`">2 held keys</a>`, "a link in the queue's row")
+	status, page := b.get("/held?queue=" + url.QueryEscape(q))
+	require.Equal(t, http.StatusOK, status, page)
+	assert.Contains(t, page, "2 held.")
+	assert.Contains(t, page, "<td>order-1</td>")
+
+	resp := b.post("/held/release", url.Values{"queue": {q}, "key": {"order-1"}}, token(t, page))
+	body := readAll(t, resp)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	resp = b.post("/held/skip", url.Values{"queue": {q}, "key": {"order-2"}}, token(t, body))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp = b.post("/held/skip", url.Values{"queue": {q}, "key": {"nosuch"}}, token(t, body))
+	assert.Equal(t, http.StatusConflict, resp.StatusCode)
+	keys, err := o.Held(context.Background(), q)
+	require.NoError(t, err)
+	require.Len(t, keys, 2)
+	assert.Equal(t, []string{"release", "skip"}, []string{keys[0].Action, keys[1].Action})
+	require.Len(t, logs.actions(), 3)
+	assert.Equal(t, "release", logs.actions()[0]["action"])
 }

@@ -28,9 +28,9 @@ func TestHeldListAndRelease(t *testing.T) {
 	const lanes, key = 2, "order-7"
 	var names []string
 	for i := range lanes {
-		names = append(names, topology.LaneQueue(q, i))
+		names = append(names, topology.LaneQueue(q, i), topology.HeldQueue(q, i))
 	}
-	env.Remove(append(names, topology.HeldState(q), topology.HeldQueue(q, key)), nil)
+	env.Remove(append(names, topology.HeldState(q)), nil)
 	r, err := router.New(router.Config{
 		Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})},
 		Declare: topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: lanes}}},

@@ -1,6 +1,6 @@
 // Package held is the broker state of the held keys of a queue ordered by key
-// (topology.Queue.Lanes): a key whose message was poisoned, whose later messages wait in the
-// key's queue (topology.HeldQueue) until an operator releases them (handled in order) or
+// (topology.Queue.Lanes): a key whose message was poisoned, whose later messages wait in its
+// lane's held queue (topology.HeldQueue) until an operator releases them (handled in order) or
 // skips them (poisoned). The state is one JSON document in the queue's state queue
 // (topology.HeldState), read and written under its lock through package statequeue. The
 // consumer of a key's lane writes a key in when it holds it and out when its queue is
@@ -50,10 +50,6 @@ type State struct {
 
 // LockQueue is the name of the lock queue of queue's held state (see statequeue.Lock).
 func LockQueue(queue string) string { return topology.HeldState(queue) + ".lock" }
-
-// QueueArgs declare a held key's queue: quorum, durable, with no delivery limit (a get
-// returned with a lost connection counts as a delivery).
-var QueueArgs = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": int64(1<<31 - 1)}
 
 // Read returns queue's held state; an empty one when its state queue does not exist.
 func Read(ctx context.Context, conn *amqp.Connection, queue string) (State, error) {
