@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -288,14 +289,17 @@ func (sub *subscription) pass(cs *channelState) {
 	}
 }
 
-// passOver gets the lane's held queue's messages, in order, until it is empty and no park
-// came meanwhile. The keys whose action was asked when it began are acted on: a released
-// one's messages are moved back into the lane one at a time, each once the one before it is
-// settled, a skipped one's poisoned; the others' messages stay unacknowledged and go back,
-// in their order, with one nack at the end (a quorum queue puts them back ahead of what was
-// parked since: measured on RabbitMQ 3.10.8 and 4.0.5). A key held again meanwhile (its
-// action withdrawn) is no longer acted on: its later messages go back too. It returns the
-// keys it let go.
+// passOver consumes the lane's held queue, in order, and publishes a marker into it; once
+// the marker comes back it has seen everything parked before it. The keys whose action was
+// asked when it began are acted on: a released one's messages are moved back into the lane
+// one at a time, each once the one before it is settled, a skipped one's poisoned; the
+// others' messages stay unacknowledged, and the consumer's channel closes at the end, which
+// puts them back in their order, ahead of what was parked meanwhile. A get does not: a
+// quorum queue returns more than 32 messages got on a channel, by a nack or a close, out of
+// order, while those a consumer held come back in order (measured on RabbitMQ 3.10.8 and
+// 4.0.5, docs/decisions.md). The held queue's single active consumer keeps two passes (of a
+// lane changing hands) apart. A key held again meanwhile (its action withdrawn) is no longer
+// acted on: its later messages go back too. It returns the keys it let go.
 func (sub *subscription) passOver(cs *channelState) (let []string, err error) {
 	hs := sub.holds
 	ctx, cancel := context.WithCancel(context.Background())
@@ -311,11 +315,27 @@ func (sub *subscription) passOver(cs *channelState) (let []string, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ch, err := conn.Channel()
+	ch, err := conn.Channel() // consumes; its close returns what was kept
 	if err != nil {
 		return nil, err
 	}
 	defer ch.Close()
+	pubCh, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	defer pubCh.Close()
+	confirmer, err := amqpx.NewConfirmer(pubCh)
+	if err != nil {
+		return nil, err
+	}
+	pub := func(queue string, p amqp.Publishing) error { // confirmed, and not returned
+		f, err := confirmer.Publish(ctx, "", queue, true, p)
+		if err != nil {
+			return err
+		}
+		return f.Wait(ctx)
+	}
 	acted := map[string]string{} // the keys acted on, by what was asked when the pass began
 	hs.mu.Lock()
 	for key, k := range hs.keys {
@@ -324,34 +344,51 @@ func (sub *subscription) passOver(cs *channelState) (let []string, err error) {
 		}
 	}
 	hs.mu.Unlock()
-	queue := sub.consumed + topology.HeldQueue("", 0)[len(topology.LaneQueue("", 0)):]
-	var kept uint64 // the last delivery tag kept unacknowledged, 0 for none
-	defer func() {
-		if kept > 0 && err == nil {
-			err = ch.Nack(kept, true, true)
-		}
-	}()
-	for {
+	var deliveries <-chan amqp.Delivery
+	if err := amqpx.Do(ctx, ch, func() (err error) {
+		deliveries, err = ch.Consume(hs.queue, "", false, false, false, false, nil)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	marker, parked := "", int64(0)
+	mark := func() error {
 		hs.mu.Lock()
-		parked := hs.parked
+		parked = hs.parked
 		hs.mu.Unlock()
+		marker = statequeue.NewID()
+		return pub(hs.queue, amqp.Publishing{Headers: amqp.Table{contract.HeldMarkerHeader: marker}, DeliveryMode: amqp.Persistent})
+	}
+	if err := mark(); err != nil {
+		return nil, err
+	}
+	for {
 		var d amqp.Delivery
 		var ok bool
-		if err := amqpx.Do(ctx, ch, func() (err error) { d, ok, err = ch.Get(queue, false); return err }); err != nil {
-			return let, err
+		select {
+		case d, ok = <-deliveries:
+		case <-ctx.Done():
+			return let, ctx.Err()
 		}
 		if !ok {
+			return let, errors.New("the held queue's channel closed")
+		}
+		if m, isMarker := d.Headers[contract.HeldMarkerHeader]; isMarker {
+			if err := d.Ack(false); err != nil {
+				return let, err
+			}
+			if m != marker { // a pass's that ended before its marker came back
+				continue
+			}
 			done, more := sub.letGo(acted, parked)
 			let = append(let, done...)
 			if !more {
 				return let, nil
 			}
-			select { // a park in flight: its message is to come
-			case <-time.After(10 * time.Millisecond):
-				continue
-			case <-ctx.Done():
-				return let, ctx.Err()
+			if err := mark(); err != nil { // a park in flight: its message comes before the next marker
+				return let, err
 			}
+			continue
 		}
 		key, _ := d.Headers[warren.MetadataOrderKey].(string)
 		hs.mu.Lock()
@@ -368,12 +405,11 @@ func (sub *subscription) passOver(cs *channelState) (let []string, err error) {
 		hs.mu.Unlock()
 		switch action {
 		case held.Release:
-			err = sub.moveBack(ctx, ch, d, key)
+			err = sub.moveBack(pub, d, key)
 		case held.Skip:
-			err = sub.poisonSkipped(ctx, ch, d, entry)
+			err = sub.poisonSkipped(pub, d, entry)
 		default:
-			kept = d.DeliveryTag
-			continue
+			continue // kept: back in order when ch closes
 		}
 		if err == nil {
 			err = d.Ack(false)
@@ -388,7 +424,7 @@ func (sub *subscription) passOver(cs *channelState) (let []string, err error) {
 }
 
 // moveBack publishes d into the lane, marked, and has the key wait for it (see awaitMoved).
-func (sub *subscription) moveBack(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, key string) error {
+func (sub *subscription) moveBack(pub func(string, amqp.Publishing) error, d amqp.Delivery, key string) error {
 	hs := sub.holds
 	hs.mu.Lock()
 	if k := hs.keys[key]; k != nil {
@@ -400,7 +436,7 @@ func (sub *subscription) moveBack(ctx context.Context, ch *amqp.Channel, d amqp.
 		headers[k] = v
 	}
 	headers[contract.ReleasedHeader] = true
-	return amqpx.PublishConfirmed(ctx, ch, "", sub.consumed, true, publishingOf(d, headers))
+	return pub(sub.consumed, publishingOf(d, headers))
 }
 
 // awaitMoved waits until the marked message moved last is settled.
@@ -424,7 +460,7 @@ func (sub *subscription) awaitMoved(ctx context.Context, key string) error {
 }
 
 // poisonSkipped publishes d, a held message an operator skipped, into the poison queue.
-func (sub *subscription) poisonSkipped(ctx context.Context, ch *amqp.Channel, d amqp.Delivery, e held.Entry) error {
+func (sub *subscription) poisonSkipped(pub func(string, amqp.Publishing) error, d amqp.Delivery, e held.Entry) error {
 	headers := amqp.Table{}
 	for k, v := range d.Headers {
 		if !warren.IsBookkeeping(k) {
@@ -439,11 +475,12 @@ func (sub *subscription) poisonSkipped(ctx context.Context, ch *amqp.Channel, d 
 		Origin:   &warren.Origin{RoutingKey: sub.consumed},
 		Attempts: 0, FirstFailure: now, LastFailure: now, TraceID: traceID(d.Headers),
 	}.EncodeTable(headers)
-	return amqpx.PublishConfirmed(ctx, ch, "", topology.PoisonQueue(sub.queue), true, publishingOf(d, headers))
+	return pub(topology.PoisonQueue(sub.queue), publishingOf(d, headers))
 }
 
 // letGo lets go each acted-on key whose messages are all out of the held queue: none is being
-// parked, and no park was done since parked was read, before a get found the queue empty.
+// parked, and no park was done since parked was read, before the marker that came back was
+// published.
 // This process's view first (what comes after is handled as it comes), then the state. It
 // returns the keys let go, and whether an acted-on key is left (a park in flight).
 func (sub *subscription) letGo(acted map[string]string, parked int64) (let []string, more bool) {

@@ -216,3 +216,68 @@ func TestGoOnAfterPoisonHoldsNothing(t *testing.T) {
 	}
 	assert.Equal(t, 1, env.Messages(topology.PoisonQueue(q)))
 }
+
+// A release takes one key's messages out of its lane's held queue and puts the others' back
+// in their order: many of them, interleaved (a quorum queue returns more than 32 messages got
+// one by one out of order).
+func TestAReleaseKeepsTheOtherHeldKeysInOrder(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("held")
+	r := orderedRouter(t, env, q, 1, middleware.BackoffConfig{MaxAttempts: 1})
+	const each = 60
+	var (
+		mu      sync.Mutex
+		handled = map[string][]string{}
+		changed = make(chan struct{}, 1)
+	)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: 1}, func(msg *message.Message) error {
+		if msg.UUID == "a/0" || msg.UUID == "b/0" {
+			return warren.Permanent(errors.New("a bug"))
+		}
+		mu.Lock()
+		handled[warren.OrderKey(msg)] = append(handled[warren.OrderKey(msg)], msg.UUID)
+		mu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+		return nil
+	}))
+	start(t, r)
+	o, err := ops.New(ops.Config{Connection: env.Connection()}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = o.Close() })
+	ctx := context.Background()
+	require.NoError(t, r.Publisher().Publish(q, keyed("a", 0), keyed("b", 0)))
+	require.Eventually(t, func() bool {
+		keys, err := o.Held(ctx, q)
+		require.NoError(t, err)
+		return len(keys) == 2
+	}, testenv.Patience(), 20*time.Millisecond, "both keys held")
+	var msgs []*message.Message
+	for i := 1; i <= each; i++ {
+		msgs = append(msgs, keyed("a", i), keyed("b", i))
+	}
+	require.NoError(t, r.Publisher().Publish(q, msgs...))
+	require.Eventually(t, func() bool { return env.Messages(topology.HeldQueue(q, 0)) == 2*each },
+		testenv.Patience(), 50*time.Millisecond, "every later message parked")
+
+	want := func(key string) []string {
+		var ids []string
+		for i := 1; i <= each; i++ {
+			ids = append(ids, fmt.Sprintf("%s/%d", key, i))
+		}
+		return ids
+	}
+	require.NoError(t, o.ReleaseKey(ctx, q, "a"))
+	waitFor(t, changed, &mu, func() bool { return len(handled["a"]) == each }, handled)
+	require.Eventually(t, func() bool { return env.Messages(topology.HeldQueue(q, 0)) == each },
+		testenv.Patience(), 50*time.Millisecond, "b's messages back in the held queue")
+	require.NoError(t, o.ReleaseKey(ctx, q, "b"))
+	waitFor(t, changed, &mu, func() bool { return len(handled["b"]) == each }, handled)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, want("a"), handled["a"])
+	assert.Equal(t, want("b"), handled["b"], "the key left held kept its order")
+}

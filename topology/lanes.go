@@ -50,7 +50,7 @@ func Lane(key string, lanes int) int {
 // laneObjects are the lane queues of ordered queue q, each bound to the delivery exchange of
 // the delay levels by its own name: a lane's queue is a work queue of q's arguments (it
 // dead-letters into q's poison queue) with a single active consumer; and each lane's held
-// queue (HeldQueue), with the arguments of q's poison queue.
+// queue (HeldQueue), with the arguments of q's poison queue and a single active consumer.
 func (b *Builder) laneObjects(q Queue) []object {
 	typ := b.QueueType(q)
 	var objs []object
@@ -58,8 +58,10 @@ func (b *Builder) laneObjects(q Queue) []object {
 		lane := LaneQueue(q.Name, i)
 		args := b.QueueArgs(q)
 		args["x-single-active-consumer"] = true
+		held := b.poisonArgs(q)
+		held["x-single-active-consumer"] = true
 		objs = append(objs, object{what: "queue", name: lane, args: args, role: workQueue, typ: typ},
-			object{what: "queue", name: HeldQueue(q.Name, i), args: b.poisonArgs(q), role: heldQueue, typ: typ})
+			object{what: "queue", name: HeldQueue(q.Name, i), args: held, role: heldQueue, typ: typ})
 		if !b.cfg.Delay.Disabled {
 			bd := Binding{Exchange: b.cfg.Delay.DeliveryExchange(), Queue: lane, Headers: map[string]string{contract.DestQueueHeader: lane}}
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
@@ -145,5 +147,6 @@ func HeldState(queue string) string { return queue + ".held" }
 
 // HeldQueue is the name of the queue where the messages of the held keys of lane lane of
 // ordered queue queue wait, in their order: LaneQueue(queue, lane)+".held", declared with
-// the lane, with the arguments of its poison queue (docs/ordering.md).
+// the lane, with the arguments of its poison queue and a single active consumer
+// (docs/ordering.md).
 func HeldQueue(queue string, lane int) string { return LaneQueue(queue, lane) + ".held" }

@@ -17,7 +17,7 @@ func newHeld(g *globals) *cobra.Command {
 		Use:   "held",
 		Short: "List, release or skip the held keys of a queue ordered by key",
 		Long: "A queue ordered by key (topology lanes) holds a key whose message was poisoned: the key's later\n" +
-			"messages wait, in their order, in the queue QUEUE.held.<digest> until the key is released (they\n" +
+			"messages wait, in their order, in the lane's held queue QUEUE.lane.N.held until the key is released (they\n" +
 			"are handled, in their order, then what comes after) or skipped (they go to the poison queue,\n" +
 			"with the reason, and what comes after is handled). The processes that handle the queue carry\n" +
 			"out a release or a skip within a second or so; none is while no process handles the queue.\n" +

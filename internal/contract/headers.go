@@ -43,6 +43,10 @@ const (
 // into its lane: it passes the key's hold (see package held).
 const ReleasedHeader = TransportHeaderPrefix + "released"
 
+// HeldMarkerHeader marks a message that a pass over a lane's held queue publishes into it:
+// when it comes back, the pass has seen everything parked before it (see package held).
+const HeldMarkerHeader = TransportHeaderPrefix + "held-marker"
+
 // DigitHeader is the header that carries the digit of delay position p; the level exchange of
 // position p routes by it.
 func DigitHeader(p int) string { return TransportHeaderPrefix + "p" + strconv.Itoa(p) }
