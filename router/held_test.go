@@ -218,8 +218,8 @@ func TestGoOnAfterPoisonHoldsNothing(t *testing.T) {
 }
 
 // A release takes one key's messages out of its lane's held queue and puts the others' back
-// in their order: many of them, interleaved (a quorum queue returns more than 32 messages got
-// one by one out of order).
+// in their order: many of them, interleaved (a quorum queue returns 200 messages got one by
+// one out of order: docs/decisions.md).
 func TestAReleaseKeepsTheOtherHeldKeysInOrder(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
