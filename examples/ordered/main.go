@@ -151,7 +151,9 @@ func cleanup(url string) {
 	}
 	for i := range lanes {
 		_, _ = ch.QueueDelete(topology.LaneQueue(queue, i), false, false, false)
+		_, _ = ch.QueueDelete(topology.HeldQueue(queue, i), false, false, false)
 	}
+	_, _ = ch.QueueDelete(topology.HeldState(queue), false, false, false)
 	_, _ = ch.QueueDelete(queue, false, false, false)
 	_, _ = ch.QueueDelete(topology.PoisonQueue(queue), false, false, false)
 	_ = ch.ExchangeDelete(topology.KillExchange(queue), false, false)

@@ -363,9 +363,9 @@ func consumeWarrenOrdered(queue string, delay topology.Delay) (time.Duration, er
 		return 0, err
 	}
 	top := topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: orderedLanes}}}
-	lanes := []string{router.MembersQueue(queue)}
+	lanes := []string{router.MembersQueue(queue), topology.HeldState(queue)}
 	for i := range orderedLanes {
-		lanes = append(lanes, topology.LaneQueue(queue, i))
+		lanes = append(lanes, topology.LaneQueue(queue, i), topology.HeldQueue(queue, i))
 	}
 	defer cleanup(lanes, nil)
 	conn, ch, err := confirmChannel(func(ch *amqp.Channel) error { return b.Declare(context.Background(), ch, top) })

@@ -74,9 +74,9 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
 	top := topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: isoLanes}}}
-	names := []string{router.MembersQueue(queue)}
+	names := []string{router.MembersQueue(queue), topology.HeldState(queue)}
 	for i := range isoLanes {
-		names = append(names, topology.LaneQueue(queue, i))
+		names = append(names, topology.LaneQueue(queue, i), topology.HeldQueue(queue, i))
 	}
 	defer cleanup(names, nil)
 	if recipe {

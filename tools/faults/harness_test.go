@@ -849,7 +849,7 @@ func (h *harness) settle(m *monitor) string {
 	}
 }
 
-// inQueues returns the queues of the node other than poison queues and held keys' queues
+// inQueues returns the queues of the node other than poison queues and the lanes' held queues
 // (and their state) that hold messages, by the
 // broker's full count (ready, unacknowledged, and held by a quorum queue's dead-letter
 // worker).
@@ -862,7 +862,7 @@ func (h *harness) inQueues() map[string]int {
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) != 2 || strings.HasSuffix(f[0], ".poison") ||
-			f[0] == topology.HeldState(h.queue) || strings.HasPrefix(f[0], topology.HeldState(h.queue)+".") {
+			f[0] == topology.HeldState(h.queue) || strings.HasSuffix(f[0], ".held") {
 			continue // held keys wait for an operator: see releaseHeld
 		}
 		if n, err := strconv.Atoi(f[1]); err == nil && n > 0 {
