@@ -49,10 +49,11 @@ func (sub *subscription) message(d amqp.Delivery, id string, cs *channelState) *
 	h := &handout{sub: sub, cs: cs, msg: msg, tag: d.DeliveryTag, id: id}
 	if sub.ordered {
 		h.key, _ = d.Headers[warren.MetadataOrderKey].(string)
-		h.raw = &d
+		h.raw = new(amqp.Delivery) // a copy of its own: &d would move d to the heap on every path
+		*h.raw = d
 		_, h.marked = d.Headers[contract.ReleasedHeader]
 		if h.key != "" && !sub.s.cfg.GoOnAfterPoison {
-			h.Hold = func(cause error) error { return sub.holdKey(h, cause) }
+			h.Holder = h
 		}
 	}
 	h.Delivery, h.DeadLetters, h.Stopping = info, true, cs.stopping

@@ -120,10 +120,11 @@ func (sub *subscription) stateExists() (bool, error) {
 	return err == nil, err
 }
 
-// holdKey holds the key of h, whose handler failed for good with cause (see
-// contract.Handling.Hold): the state first, then this process's view. A key held already is held again by this message: an action under way on it
+// Hold holds the key of h, whose handler failed for good with cause (see
+// contract.Holder): the state first, then this process's view. A key held already is held again by this message: an action under way on it
 // stops.
-func (sub *subscription) holdKey(h *handout, cause error) error {
+func (h *handout) Hold(cause error) error {
+	sub := h.sub
 	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
 	defer cancel()
 	conn, err := sub.holdsConn(ctx)

@@ -24,7 +24,10 @@ var consumerBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.S
 func (sub *subscription) run(ctx context.Context) {
 	s := sub.s
 	defer s.subs.Done()
-	defer close(sub.out)
+	defer close(sub.over)
+	if sub.closeOut {
+		defer close(sub.out)
+	}
 	defer sub.markReady() // ended: nobody waits for it any more
 	fields := watermill.LogFields{"queue": sub.queue}
 	// Closing ends the waits between sessions, as ctx does; a session itself hears closing on

@@ -193,12 +193,27 @@ func (s *Subscriber) laneOf(queue string) (string, bool) {
 // (topology.LaneQueue) is declared with that queue, shares its poison queue and kill topic,
 // and hands out one message of an order key at a time, in the order of the lane.
 func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
+	out := make(chan *message.Message)
+	if _, err := s.subscribe(ctx, queue, out, true); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// SubscribeInto is Subscribe handing the messages out on out, which several subscriptions
+// may share (a router's handler of a queue ordered by key reads its lanes' so, with no hop in
+// between); out is not closed: the channel returned is, once the subscription has ended.
+func (s *Subscriber) SubscribeInto(ctx context.Context, queue string, out chan<- *message.Message) (<-chan struct{}, error) {
+	return s.subscribe(ctx, queue, out, false)
+}
+
+func (s *Subscriber) subscribe(ctx context.Context, queue string, out chan<- *message.Message, closeOut bool) (<-chan struct{}, error) {
 	if err := s.SubscribeInitialize(queue); err != nil {
 		return nil, err
 	}
-	out := make(chan *message.Message)
 	home, ordered := s.laneOf(queue)
-	sub := &subscription{s: s, queue: home, consumed: queue, ordered: ordered, out: out, ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
+	sub := &subscription{s: s, queue: home, consumed: queue, ordered: ordered, out: out, closeOut: closeOut, over: make(chan struct{}),
+		ready: make(chan struct{}), lateness: telemetry.QueueOptions(queue),
 		id: self().id + "-" + strconv.FormatUint(subscriptionSeq.Add(1), 10)}
 	if ordered {
 		_, lane, _ := topology.ParseLane(queue)
@@ -209,7 +224,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, queue string) (<-chan *messa
 	s.readyMu.Unlock()
 	s.subs.Add(1)
 	go sub.run(ctx)
-	return out, nil
+	return sub.over, nil
 }
 
 // Ready returns a channel that is closed once every subscription made so far listens to its

@@ -20,7 +20,9 @@ type subscription struct {
 	consumed  string
 	ordered   bool
 	holds     *laneHolds // a lane's held keys; nil for other queues
-	out       chan *message.Message
+	out       chan<- *message.Message
+	closeOut  bool          // out is the subscription's own: closed when it ends
+	over      chan struct{} // closed when it ends
 	ready     chan struct{} // closed once it listens and consumes (or is paused), or has ended
 	readyOnce sync.Once
 	id        string // in answers to kill commands (kill.Answer.Instance)

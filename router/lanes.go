@@ -13,8 +13,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/statequeue"
 	"github.com/warrenmq/warren/topology"
 )
@@ -42,7 +42,7 @@ var laneBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.Secon
 // The lanes' single active consumer keeps a lane to one consumer even when two processes
 // believe they lease it.
 type lanes struct {
-	message.Subscriber
+	*consumer.Subscriber
 	n      int
 	dialer *amqpx.Dialer
 	logger watermill.LoggerAdapter
@@ -56,47 +56,23 @@ func MembersQueue(queue string) string { return queue + ".lanes" }
 // ordered queue queue holds while it does (see HandlerConfig.Lanes).
 func LeaseQueue(queue string, lane int) string { return topology.LaneQueue(queue, lane) + ".lease" }
 
-// Subscribe subscribes to queue and, as they are leased, to its lanes, and merges their
-// messages until ctx ends and every subscription has ended. A message that the handler can
-// no longer take, because ctx ended, is settled as failed: its delivery goes back to its queue.
+// Subscribe subscribes to queue and, as they are leased, to its lanes, all handing their
+// messages out on one channel (consumer.Subscriber.SubscribeInto), closed once ctx has ended
+// and every subscription has ended.
 func (l lanes) Subscribe(ctx context.Context, queue string) (<-chan *message.Message, error) {
-	in, err := l.Subscriber.Subscribe(ctx, queue)
+	out := make(chan *message.Message)
+	done, err := l.SubscribeInto(ctx, queue, out)
 	if err != nil {
 		return nil, err
 	}
-	m := &merger{ctx: ctx, out: make(chan *message.Message)}
-	m.add(in)
-	b := &balancer{lanes: l, queue: queue, m: m, held: map[int]*leased{}, start: offset(queue, l.n)}
-	m.wg.Go(func() { b.run(ctx) })
+	b := &balancer{lanes: l, queue: queue, out: out, held: map[int]*leased{}, start: offset(queue, l.n)}
+	b.subs.Go(func() { <-done })
+	b.subs.Go(func() { b.run(ctx) })
 	go func() {
-		m.wg.Wait()
-		close(m.out)
+		b.subs.Wait()
+		close(out)
 	}()
-	return m.out, nil
-}
-
-// merger forwards the messages of the subscriptions added to out.
-type merger struct {
-	ctx context.Context
-	out chan *message.Message
-	wg  sync.WaitGroup
-}
-
-// add forwards the messages of in until it closes, and returns a channel closed then.
-func (m *merger) add(in <-chan *message.Message) <-chan struct{} {
-	done := make(chan struct{})
-	m.wg.Go(func() {
-		defer close(done)
-		for msg := range in {
-			select {
-			case m.out <- msg:
-			case <-m.ctx.Done():
-				msg.Nack()
-				contract.Settle(msg.Context(), false)
-			}
-		}
-	})
-	return done
+	return out, nil
 }
 
 // leased is a lane the process consumes: cancel stops its subscription, done is closed once
@@ -111,7 +87,8 @@ type leased struct {
 type balancer struct {
 	lanes
 	queue string
-	m     *merger
+	out   chan *message.Message // the subscriptions' messages, the queue's and its lanes'
+	subs  sync.WaitGroup        // the subscriptions, and run
 	held  map[int]*leased
 	start int // the lane it tries first: processes start apart
 }
@@ -221,12 +198,13 @@ const leaseTry = 20 * time.Millisecond
 // take subscribes to lane, leased until unlock.
 func (b *balancer) take(ctx context.Context, lane int, unlock func()) error {
 	lctx, cancel := context.WithCancel(ctx)
-	in, err := b.Subscriber.Subscribe(lctx, topology.LaneQueue(b.queue, lane))
+	done, err := b.SubscribeInto(lctx, topology.LaneQueue(b.queue, lane), b.out)
 	if err != nil {
 		cancel()
 		return err
 	}
-	b.held[lane] = &leased{cancel: cancel, done: b.m.add(in), unlock: unlock}
+	b.subs.Go(func() { <-done }) // from run, which counts: never after Wait has returned
+	b.held[lane] = &leased{cancel: cancel, done: done, unlock: unlock}
 	b.logger.Debug("Lane taken", watermill.LogFields{"queue": b.queue, "lane": lane})
 	return nil
 }

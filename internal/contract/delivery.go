@@ -35,11 +35,17 @@ type Handling struct {
 	// channel: a delivery not settled by then goes back to its queue, whatever its handler
 	// does. Nil when the subscriber does not say.
 	Stopping <-chan struct{}
-	// Hold holds the message's order key, failed for good with cause, in its lane of a
-	// queue ordered by key: the key's later messages wait until an operator releases or
-	// skips them (see package held). Nil where a poisoned message holds nothing.
-	Hold       func(cause error) error
+	// Holder holds the message's order key, failed for good, in its lane of a queue ordered
+	// by key: the key's later messages wait until an operator releases or skips them (see
+	// package held). Nil where a poisoned message holds nothing.
+	Holder     Holder
 	deadLetter atomic.Bool
+}
+
+// Holder holds the order key of a message that failed for good with cause (see
+// Handling.Holder).
+type Holder interface {
+	Hold(cause error) error
 }
 
 // Settler settles a message handed out: acked, or nacked (requeued, or rejected when
@@ -100,14 +106,14 @@ func StoppingFrom(ctx context.Context) <-chan struct{} {
 }
 
 // HoldKey holds the order key of the message whose context is ctx, which failed for good
-// with cause, when its subscriber holds keys (see Handling.Hold); it reports whether it did.
+// with cause, when its subscriber holds keys (see Handling.Holder); it reports whether it did.
 // The message is then to be poisoned as usual.
 func HoldKey(ctx context.Context, cause error) (bool, error) {
 	h := HandlingFrom(ctx)
-	if h == nil || h.Hold == nil {
+	if h == nil || h.Holder == nil {
 		return false, nil
 	}
-	return true, h.Hold(cause)
+	return true, h.Holder.Hold(cause)
 }
 
 // DeadLetterRequested reports whether DeadLetter was called in the message's context.
