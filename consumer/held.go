@@ -23,6 +23,10 @@ import (
 // action on them.
 const holdsWatch = time.Second
 
+// holdsIdleMax is how seldom, at most, a lane whose consumer got no message yet reads the
+// held state.
+const holdsIdleMax = 30 * time.Second
+
 // laneHolds is what the subscription of a lane of a queue ordered by key knows of its lane's
 // held keys (see package held). It is loaded from the held state when a consume session's
 // consumer becomes active (its first delivery: the lane's single active consumer gets
@@ -120,9 +124,9 @@ func (sub *subscription) stateExists() (bool, error) {
 	return err == nil, err
 }
 
-// Hold holds the key of h, whose handler failed for good with cause (see
-// contract.Holder): the state first, then this process's view. A key held already is held again by this message: an action under way on it
-// stops.
+// Hold holds the key of h, whose handler failed for good with cause (see contract.Holder):
+// the state first, then this process's view. A key held already is held again by this
+// message: an action under way on it stops.
 func (h *handout) Hold(cause error) error {
 	sub := h.sub
 	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
@@ -225,16 +229,20 @@ func (sub *subscription) watchHolds(cs *channelState) {
 	t := time.NewTicker(holdsWatch)
 	defer t.Stop()
 	hs := sub.holds
+	loadEvery, loadAt := holdsWatch, time.Now()
 	for {
 		select {
 		case <-t.C:
 		case <-cs.stopping:
 			return
 		}
-		if !hs.active.Load() {
+		if !hs.active.Load() && !time.Now().Before(loadAt) {
 			// Not active yet, or idle since it became so: a lane taken over holds the keys the
 			// previous consumer held, and their actions are to be carried out even while no
-			// message comes (the first delivery reads them again).
+			// message comes (the first delivery reads them again). A read of the state writes
+			// it (see statequeue.Settle): an idle lane reads less and less often, up to every
+			// holdsIdleMax.
+			loadAt, loadEvery = time.Now().Add(loadEvery), min(2*loadEvery, holdsIdleMax)
 			if ok, err := sub.stateExists(); err != nil || !ok {
 				continue
 			}
