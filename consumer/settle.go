@@ -90,9 +90,9 @@ func (h *handout) Settle(acked bool) {
 func (h *handout) settle(acked bool) { h.settleAs(acked, acked) }
 
 // settleAs acks the delivery of a message acked (and remembers its publish id, see copies,
-// if it was handled), and then ends the message's context. A nacked one goes back to the queue after RequeueDelay (at
-// once when the consumer stops), or, if contract.DeadLetter was called, is rejected into the
-// queue's dead-letter path.
+// if it was handled), and then ends the message's context. A nacked one goes back to the
+// queue after RequeueDelay (at once when the consumer stops), or, if contract.DeadLetter was
+// called, is rejected into the queue's dead-letter path.
 func (h *handout) settleAs(acked, handled bool) {
 	cs := h.cs
 	defer cs.inflight.done()
