@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -678,4 +680,69 @@ func TestARepeatedFailureIsLoggedOnce(t *testing.T) {
 		testenv.Patience(), 10*time.Millisecond, "a different failure is an error again")
 	_, _, last = logger.count(failed)
 	assert.ErrorIs(t, last, other)
+}
+
+// The relay keeps each key's order into a queue ordered by key: its publisher routes every row
+// by its key to its lane, rows in the order written; a row without a key is set aside with
+// the reason.
+func TestTheRelayKeepsEachKeysOrder(t *testing.T) {
+	t.Parallel()
+	s := newSetup(t)
+	q := s.env.Queue("ordered")
+	const lanes, keys, seqs = 4, 5, 10
+	names := []string{topology.HeldState(q), router.MembersQueue(q)}
+	for i := range lanes {
+		names = append(names, topology.LaneQueue(q, i), topology.HeldQueue(q, i))
+	}
+	s.env.Remove(names, nil)
+	top := topology.Topology{Queues: []topology.Queue{{Name: q, Lanes: lanes}}}
+	s.relay(t, s.publisher(t, q, func(c *dlx.Config) { c.Declare = top }), nil)
+	for seq := range seqs {
+		var msgs []*message.Message
+		for k := range keys {
+			msg := message.NewMessage(fmt.Sprintf("k%d/%d", k, seq), nil)
+			warren.OrderBy(msg, fmt.Sprintf("k%d", k))
+			msgs = append(msgs, msg)
+		}
+		if seq == 3 {
+			msgs = append(msgs, message.NewMessage("keyless", nil))
+		}
+		s.write(t, true, q, msgs...)
+	}
+
+	r, err := router.New(router.Config{Connection: s.env.Connection(), Declare: top,
+		Topology: topology.Config{Delay: s.env.Delay(topology.Delay{QueueType: topology.Classic})}}, s.env.Logger())
+	require.NoError(t, err)
+	var (
+		mu  sync.Mutex
+		got = map[string][]string{}
+		n   int
+	)
+	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: q, Lanes: lanes}, func(msg *message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[warren.OrderKey(msg)] = append(got[warren.OrderKey(msg)], msg.UUID)
+		n++
+		return nil
+	}))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(context.Background()) }()
+	t.Cleanup(func() { _ = r.Close(); <-done })
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return n == keys*seqs },
+		testenv.Patience(), 50*time.Millisecond)
+	mu.Lock()
+	for k := range keys {
+		var want []string
+		for seq := range seqs {
+			want = append(want, fmt.Sprintf("k%d/%d", k, seq))
+		}
+		assert.Equal(t, want, got[fmt.Sprintf("k%d", k)])
+	}
+	mu.Unlock()
+	require.Eventually(t, func() bool { w, a := s.rows(t); return w == 0 && a == 1 },
+		testenv.Patience(), 50*time.Millisecond, "the keyless row set aside, the others published")
+	var reason string
+	require.NoError(t, s.pool.QueryRow(context.Background(), "SELECT reason FROM "+
+		pgx.Identifier{s.schema, "outbox"}.Sanitize()+" WHERE set_aside IS NOT NULL").Scan(&reason))
+	assert.Contains(t, reason, warren.ErrNoOrderKey.Error())
 }
