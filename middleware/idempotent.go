@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 )
 
 // ClaimState is what IdempotencyStore.Claim found.
@@ -208,7 +209,9 @@ const (
 )
 
 // claim claims key, waiting up to BusyWait while another holder holds it. It returns Busy
-// when the wait ends, or when msg's context ends (the consumer is stopping).
+// when the wait ends, when msg's context ends, or when its consumer stops (a lane given up to
+// another process, say: the delivery goes back to its queue whatever the handler does, and
+// the consumer's stop waits for its handlers).
 func (i *Idempotent) claim(msg *message.Message, key string) (ClaimState, error) {
 	ctx, cancel := i.storeContext(msg)
 	state, err := i.cfg.Store.Claim(ctx, key)
@@ -218,6 +221,7 @@ func (i *Idempotent) claim(msg *message.Message, key string) (ClaimState, error)
 	}
 	deadline := time.NewTimer(i.cfg.BusyWait)
 	defer deadline.Stop()
+	stopping := contract.StoppingFrom(msg.Context()) // nil where the subscriber does not say
 	pause := busyPollFirst
 	for {
 		next := time.NewTimer(pause)
@@ -227,6 +231,9 @@ func (i *Idempotent) claim(msg *message.Message, key string) (ClaimState, error)
 			next.Stop()
 			return Busy, nil
 		case <-msg.Context().Done():
+			next.Stop()
+			return Busy, nil
+		case <-stopping:
 			next.Stop()
 			return Busy, nil
 		}

@@ -179,6 +179,13 @@ func TestIdempotentRequeuesATwinAfterBusyWait(t *testing.T) {
 	_, err = slow.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(msg)
 	require.ErrorAs(t, err, &rq, "a consumer that stops does not wait")
 
+	given := make(chan struct{}) // a lane given up: the consumer stops, the message's context lives on
+	msg = delivered("q", "p")
+	msg.SetContext(contract.WithHandling(context.Background(), &contract.Handling{Delivery: contract.Delivery{Queue: "q", PublishID: "p"}, Stopping: given}))
+	time.AfterFunc(20*time.Millisecond, func() { close(given) })
+	_, err = slow.Middleware(func(*message.Message) ([]*message.Message, error) { return nil, nil })(msg)
+	require.ErrorAs(t, err, &rq, "a consumer that stops while the context lives does not wait either")
+
 	close(release)
 	require.NoError(t, <-done)
 	_, err = h(delivered("q", "p"))
