@@ -245,7 +245,8 @@ func (s *Subscriber) Ready() <-chan struct{} {
 	return all
 }
 
-// SubscribeInitialize declares queue without consuming it.
+// SubscribeInitialize declares queue without consuming it (a lane: see
+// topology.Builder.DeclareLane).
 func (s *Subscriber) SubscribeInitialize(queue string) error {
 	return amqpx.RetryLogged(context.Background(), s.cfg.Connection.ConnectTimeout, "consumer: declare "+queue, s.logger, nil, func(ctx context.Context) error {
 		conn, err := s.connection(ctx)
@@ -262,8 +263,10 @@ func (s *Subscriber) SubscribeInitialize(queue string) error {
 		// What the queue's arguments may be depends on the broker's version (see
 		// topology.Topology.ValidateFor).
 		b := s.builder.ForServer(amqpx.ServerVersion(conn))
-		home, _ := s.laneOf(queue)
-		return amqpx.GiveUpIfRefused(b.DeclareQueue(ctx, ch, s.queue(home)))
+		if home, lane, ok := topology.ParseLane(queue); ok && lane < s.listed[home].Lanes {
+			return amqpx.GiveUpIfRefused(b.DeclareLane(ctx, ch, s.queue(home), lane))
+		}
+		return amqpx.GiveUpIfRefused(b.DeclareQueue(ctx, ch, s.queue(queue)))
 	})
 }
 

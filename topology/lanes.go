@@ -47,6 +47,26 @@ func Lane(key string, lanes int) int {
 	return int(h % uint32(lanes))
 }
 
+// DeclareLane declares lane lane of ordered queue q (see Queue.Lanes), as DeclareQueue
+// would, but only what consuming the lane needs: the lane's queue, its held queue and its
+// binding from the delivery exchange, and q's poison queue, which the lane dead-letters into.
+// A process takes its lanes one by one: each declares a few objects rather than all of q's.
+func (b *Builder) DeclareLane(ctx context.Context, ch *amqp.Channel, q Queue, lane int) error {
+	if err := (Topology{Queues: []Queue{q}}).ValidateFor(b.cfg, b.server); err != nil {
+		return amqpx.GiveUp(err) // retrying cannot change it
+	}
+	name := LaneQueue(q.Name, lane)
+	objs := b.deliveryObjects()
+	for _, o := range b.queueObjects(q) {
+		switch {
+		case o.what == "queue" && (o.name == PoisonQueue(q.Name) || o.name == name || o.name == HeldQueue(q.Name, lane)),
+			o.what == "binding" && o.binding.Queue == name:
+			objs = append(objs, o)
+		}
+	}
+	return b.declare(ctx, ch, objs)
+}
+
 // laneObjects are the lane queues of ordered queue q, each bound to the delivery exchange of
 // the delay levels by its own name: a lane's queue is a work queue of q's arguments (it
 // dead-letters into q's poison queue) with a single active consumer; and each lane's held

@@ -215,3 +215,21 @@ func TestALaneTakenOverKeepsItsOrder(t *testing.T) {
 		}
 	}
 }
+
+// DeclareLane declares one lane and what it needs (its held queue, its binding, the poison
+// queue it dead-letters into), and nothing of the queue's other lanes.
+func TestDeclareLaneDeclaresOneLane(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	q := env.Queue("onelane")
+	laneNames(env, q, 3)
+	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 1}})
+	require.NoError(t, b.DeclareLane(context.Background(), env.Channel(), topology.Queue{Name: q, Lanes: 3}, 1))
+	for name, exists := range map[string]bool{
+		topology.LaneQueue(q, 1): true, topology.HeldQueue(q, 1): true, topology.PoisonQueue(q): true,
+		q: false, topology.LaneQueue(q, 0): false, topology.HeldQueue(q, 2): false,
+	} {
+		_, err := env.Inspect(name)
+		assert.Equal(t, exists, err == nil, "%s: %v", name, err)
+	}
+}
