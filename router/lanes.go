@@ -44,6 +44,7 @@ var laneBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.Secon
 type lanes struct {
 	*consumer.Subscriber
 	n      int
+	wait   time.Duration // for the first turn, at most: Connection.ConnectTimeout
 	dialer *amqpx.Dialer
 	logger watermill.LoggerAdapter
 }
@@ -65,13 +66,22 @@ func (l lanes) Subscribe(ctx context.Context, queue string) (<-chan *message.Mes
 	if err != nil {
 		return nil, err
 	}
-	b := &balancer{lanes: l, queue: queue, out: out, held: map[int]*leased{}, start: offset(queue, l.n)}
+	b := &balancer{lanes: l, queue: queue, out: out, held: map[int]*leased{}, start: offset(queue, l.n), first: make(chan struct{})}
 	b.subs.Go(func() { <-done })
 	b.subs.Go(func() { b.run(ctx) })
 	go func() {
 		b.subs.Wait()
 		close(out)
 	}()
+	// The router is running once its share of the lanes is taken, at the first turn; a broker
+	// that cannot be reached makes it run without them, for them to come later.
+	wait := time.NewTimer(l.wait)
+	defer wait.Stop()
+	select {
+	case <-b.first:
+	case <-wait.C:
+	case <-ctx.Done():
+	}
 	return out, nil
 }
 
@@ -91,6 +101,8 @@ type balancer struct {
 	subs  sync.WaitGroup        // the subscriptions, and run
 	held  map[int]*leased
 	start int // the lane it tries first: processes start apart
+	first chan struct{}
+	once  sync.Once // closes first, after the first turn
 }
 
 // offset is where this process starts looking for free lanes of queue among n.
@@ -142,6 +154,7 @@ func (b *balancer) session(ctx context.Context, conn *amqp.Connection, steady fu
 		if err := b.balance(ctx, conn, ch); err != nil {
 			return err
 		}
+		b.once.Do(func() { close(b.first) })
 		select {
 		case <-t.C:
 		case err := <-closed:
