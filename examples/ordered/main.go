@@ -1,7 +1,9 @@
 // Command ordered shows a queue ordered by key: the events of 20 orders (created, paid,
 // packed, shipped) are published one order after another into 4 lanes, handled 8 at a time
 // a lane, and every fifth order's payment fails once and is retried. Each order's events are
-// handled in the order they happened; other orders go on while one waits for its retry.
+// handled in the order they happened; other orders go on while one waits for its retry. One
+// order's payment fails for good: it is poisoned and the order is held (its packing and
+// shipping wait) until the program, as an operator would, releases it.
 //
 //	go run ./examples/ordered
 package main
@@ -23,6 +25,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/ops"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/topology"
 )
@@ -72,17 +75,21 @@ func run(url string) error {
 		total   int
 		done    = make(chan struct{})
 	)
+	const blocked = "o-13" // its payment fails for good: poisoned, and the order held
 	err = r.AddConsumerHandler(router.HandlerConfig{Name: "fulfil", Queue: queue, Lanes: lanes, Concurrency: 8}, func(msg *message.Message) error {
 		order, event, _ := strings.Cut(string(msg.Payload), " ")
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond) // work of uneven length
 		mu.Lock()
 		defer mu.Unlock()
+		if event == "paid" && order == blocked {
+			return warren.Permanent(errors.New("card blocked"))
+		}
 		if event == "paid" && (strings.HasSuffix(order, "0") || strings.HasSuffix(order, "5")) && middleware.Attempt(msg) == 1 {
 			retried[order] = true
 			return errors.New("card declined, try again")
 		}
 		handled[order] = append(handled[order], event)
-		if total++; total == orders*len(events) {
+		if total++; total == orders*len(events)-1 { // all but the blocked payment
 			close(done)
 		}
 		return nil
@@ -108,10 +115,13 @@ func run(url string) error {
 	if err := r.Publisher().Publish(queue, msgs...); err != nil {
 		return err
 	}
+	if err := releaseWhenHeld(ctx, url, blocked, &mu, handled); err != nil {
+		return err
+	}
 	select {
 	case <-done:
 	case <-time.After(2 * time.Minute):
-		return fmt.Errorf("%d of %d events handled", total, orders*len(events))
+		return fmt.Errorf("%d of %d events handled", total, orders*len(events)-1)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -119,13 +129,16 @@ func run(url string) error {
 	outOfOrder := 0
 	for o := range orders {
 		order := fmt.Sprintf("o-%02d", o)
-		got := strings.Join(handled[order], " ")
-		if got != strings.Join(events, " ") {
-			outOfOrder++
-		}
+		got, want := strings.Join(handled[order], " "), strings.Join(events, " ")
 		note := ""
-		if retried[order] {
+		switch {
+		case order == blocked:
+			want, note = "created packed shipped", "   (paid: poisoned, the order held, then released)"
+		case retried[order]:
 			note = "   (paid: failed once, retried)"
+		}
+		if got != want {
+			outOfOrder++
 		}
 		fmt.Printf("  %s  lane %d  %-28s%s\n", order, topology.Lane(order, lanes), got, note)
 	}
@@ -134,6 +147,35 @@ func run(url string) error {
 		return errors.New("an order's events were handled out of order")
 	}
 	return nil
+}
+
+// releaseWhenHeld waits until order is held, shows that its later events wait, and releases
+// it as an operator would (warren held release).
+func releaseWhenHeld(ctx context.Context, url, order string, mu *sync.Mutex, handled map[string][]string) error {
+	o, err := ops.New(ops.Config{Connection: warren.Connection{URL: url}}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	defer o.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		keys, err := o.Held(ctx, queue)
+		if err != nil {
+			return err
+		}
+		if len(keys) == 1 && keys[0].Messages == 2 { // packed and shipped, parked
+			mu.Lock()
+			fmt.Printf("%s held after %q: %s handled, %d events wait\n", order, keys[0].Error, strings.Join(handled[order], " "), keys[0].Messages)
+			mu.Unlock()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s was not held: %+v", order, keys)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Printf("release %s\n", order)
+	return o.ReleaseKey(ctx, queue, order)
 }
 
 // cleanup removes the example's queue, its lanes, poison queue and kill exchange; the delay
