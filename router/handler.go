@@ -147,8 +147,7 @@ func (r *Router) AddHandler(h HandlerConfig, fn message.HandlerFunc) error {
 	}
 	var wsub message.Subscriber = sub
 	if q.Lanes > 0 {
-		wsub = lanes{Subscriber: sub, n: q.Lanes, wait: r.cfg.Connection.WithDefaults().ConnectTimeout,
-			dialer: amqpx.NewDialer(r.cfg.Connection, "warren lanes "+h.Name, r.logger), logger: r.logger}
+		wsub = lanes{Subscriber: sub, n: q.Lanes, dialer: amqpx.NewDialer(r.cfg.Connection, "warren lanes "+h.Name, r.logger), logger: r.logger}
 	}
 	r.wm.AddConsumerHandler(h.Name, h.Queue, wsub, settling(handle))
 

@@ -44,7 +44,6 @@ var laneBackoff = amqpx.Backoff{Initial: 100 * time.Millisecond, Max: time.Secon
 type lanes struct {
 	*consumer.Subscriber
 	n      int
-	wait   time.Duration // for the first turn, at most: Connection.ConnectTimeout
 	dialer *amqpx.Dialer
 	logger watermill.LoggerAdapter
 }
@@ -66,22 +65,13 @@ func (l lanes) Subscribe(ctx context.Context, queue string) (<-chan *message.Mes
 	if err != nil {
 		return nil, err
 	}
-	b := &balancer{lanes: l, queue: queue, out: out, held: map[int]*leased{}, start: offset(queue, l.n), first: make(chan struct{})}
+	b := &balancer{lanes: l, queue: queue, out: out, held: map[int]*leased{}, start: offset(queue, l.n)}
 	b.subs.Go(func() { <-done })
 	b.subs.Go(func() { b.run(ctx) })
 	go func() {
 		b.subs.Wait()
 		close(out)
 	}()
-	// The router is running once its share of the lanes is taken, at the first turn; a broker
-	// that cannot be reached makes it run without them, for them to come later.
-	wait := time.NewTimer(l.wait)
-	defer wait.Stop()
-	select {
-	case <-b.first:
-	case <-wait.C:
-	case <-ctx.Done():
-	}
 	return out, nil
 }
 
@@ -101,8 +91,6 @@ type balancer struct {
 	subs  sync.WaitGroup        // the subscriptions, and run
 	held  map[int]*leased
 	start int // the lane it tries first: processes start apart
-	first chan struct{}
-	once  sync.Once // closes first, after the first turn
 }
 
 // offset is where this process starts looking for free lanes of queue among n.
@@ -154,7 +142,6 @@ func (b *balancer) session(ctx context.Context, conn *amqp.Connection, steady fu
 		if err := b.balance(ctx, conn, ch); err != nil {
 			return err
 		}
-		b.once.Do(func() { close(b.first) })
 		select {
 		case <-t.C:
 		case err := <-closed:
@@ -187,9 +174,10 @@ func (b *balancer) balance(ctx context.Context, conn *amqp.Connection, ch *amqp.
 		if b.held[lane] != nil {
 			continue
 		}
-		// One try: the lease of a lane another process holds is refused at once.
+		// One try: the lease of a lane another process holds is refused at once; a broker slow
+		// to answer is waited for, lest a free lane wait a turn.
 		tryCtx, cancel := context.WithTimeout(ctx, leaseTry)
-		unlock, err := statequeue.Lock(tryCtx, conn, LeaseQueue(b.queue, lane))
+		unlock, err := statequeue.TryLock(tryCtx, conn, LeaseQueue(b.queue, lane))
 		cancel()
 		switch {
 		case err != nil && conn.IsClosed():
@@ -205,8 +193,10 @@ func (b *balancer) balance(ctx context.Context, conn *amqp.Connection, ch *amqp.
 	return nil
 }
 
-// leaseTry is how long a balancer tries for a lane's lease: one try.
-const leaseTry = 20 * time.Millisecond
+// leaseTry bounds a balancer's try for a lane's lease (statequeue.TryLock): a broker that
+// answers later than this (busy delivering the other lanes, say) leaves the lane to the next
+// turn.
+const leaseTry = 5 * time.Second
 
 // take subscribes to lane, leased until unlock.
 func (b *balancer) take(ctx context.Context, lane int, unlock func()) error {

@@ -54,27 +54,10 @@ func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock 
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
 	for {
-		ch, err := conn.Channel()
-		if err != nil {
-			return nil, err
-		}
-		err = amqpx.Do(ctx, ch, func() error {
-			_, err := ch.QueueDeclare(lockQueue, false, true, false, false, amqp.Table{"x-expires": int32(time.Minute / time.Millisecond)})
-			return err
-		})
-		if err == nil {
-			err = amqpx.Do(ctx, ch, func() error {
-				_, err := ch.Consume(lockQueue, "", false, true, false, false, nil)
-				return err
-			})
-		}
-		if err == nil {
-			return func() { _ = ch.Close() }, nil
-		}
-		_ = ch.Close()
+		unlock, err := TryLock(ctx, conn, lockQueue)
 		var ae *amqp.Error
-		if ctx.Err() != nil || !errors.As(err, &ae) { // not a refusal: held by another (403), or just deleted by its last holder (404)
-			return nil, fmt.Errorf("lock %s: %w", lockQueue, err)
+		if err == nil || ctx.Err() != nil || !errors.As(err, &ae) { // not a refusal: held by another (403), or just deleted by its last holder (404)
+			return unlock, err
 		}
 		select {
 		case <-time.After(b.NextBackOff()):
@@ -82,6 +65,31 @@ func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock 
 			return nil, fmt.Errorf("lock %s: %w (last refusal: %v)", lockQueue, ctx.Err(), err)
 		}
 	}
+}
+
+// TryLock takes the lock as Lock does, once: a lock another holds is refused at once, with
+// the broker's error (an *amqp.Error, 403; 404 if its last holder just deleted it), however
+// long ctx lasts; ctx bounds the calls to a broker that is slow to answer.
+func TryLock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock func(), err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, err
+	}
+	err = amqpx.Do(ctx, ch, func() error {
+		_, err := ch.QueueDeclare(lockQueue, false, true, false, false, amqp.Table{"x-expires": int32(time.Minute / time.Millisecond)})
+		return err
+	})
+	if err == nil {
+		err = amqpx.Do(ctx, ch, func() error {
+			_, err := ch.Consume(lockQueue, "", false, true, false, false, nil)
+			return err
+		})
+	}
+	if err == nil {
+		return func() { _ = ch.Close() }, nil
+	}
+	_ = ch.Close()
+	return nil, fmt.Errorf("lock %s: %w", lockQueue, err)
 }
 
 // ReadMax bounds the messages read from a state queue at once. It holds one, but the
