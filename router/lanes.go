@@ -196,7 +196,7 @@ func (b *balancer) balance(ctx context.Context, conn *amqp.Connection, ch *amqp.
 // leaseTry bounds a balancer's try for a lane's lease (statequeue.TryLock): a broker that
 // answers later than this (busy delivering the other lanes, say) leaves the lane to the next
 // turn.
-const leaseTry = 5 * time.Second
+const leaseTry = time.Second
 
 // take subscribes to lane, leased until unlock.
 func (b *balancer) take(ctx context.Context, lane int, unlock func()) error {
