@@ -104,26 +104,6 @@ func (sub *subscription) loadHolds(final bool) error {
 	return nil
 }
 
-// stateExists reports whether the queue has a held state: whether a key was ever held.
-func (sub *subscription) stateExists() (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-	defer cancel()
-	conn, err := sub.holdsConn(ctx)
-	if err != nil {
-		return false, err
-	}
-	err = statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
-		return amqpx.Do(ctx, ch, func() error {
-			_, err := ch.QueueDeclarePassive(topology.HeldState(sub.queue), true, false, false, false, nil)
-			return err
-		})
-	})
-	if amqpx.IsNotFound(err) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // Hold holds the key of h, whose handler failed for good with cause (see contract.Holder):
 // the state first, then this process's view. A key held already is held again by this
 // message: an action under way on it stops.
@@ -243,9 +223,6 @@ func (sub *subscription) watchHolds(cs *channelState) {
 			// it (see statequeue.Settle): an idle lane reads less and less often, up to every
 			// holdsIdleMax.
 			loadAt, loadEvery = time.Now().Add(loadEvery), min(2*loadEvery, holdsIdleMax)
-			if ok, err := sub.stateExists(); err != nil || !ok {
-				continue
-			}
 			if err := sub.loadHolds(false); err != nil {
 				continue
 			}

@@ -61,6 +61,20 @@ func Read(ctx context.Context, conn *amqp.Connection, queue string) (State, erro
 // state queue is declared when a change is to be written into a queue that does not exist.
 func Update(ctx context.Context, conn *amqp.Connection, queue string, change func(*State) bool) (State, error) {
 	name := topology.HeldState(queue)
+	if change == nil { // a read of a queue that never held a key needs no lock (a lane's consumer reads as it starts)
+		err := statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
+			return amqpx.Do(ctx, ch, func() error {
+				_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+				return err
+			})
+		})
+		if amqpx.IsNotFound(err) {
+			return State{Keys: map[string]Entry{}}, nil
+		}
+		if err != nil {
+			return State{}, fmt.Errorf("held keys of %s: %w", queue, err)
+		}
+	}
 	unlock, err := statequeue.Lock(ctx, conn, LockQueue(queue))
 	if err != nil {
 		return State{}, err
