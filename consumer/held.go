@@ -193,7 +193,7 @@ func (sub *subscription) park(h *handout) {
 	h.settleAs(true, false) // parked, not handled: a copy moved back is handled
 }
 
-// movedSettled is told that a marked message of key was settled: the drain moves the next.
+// movedSettled is told that a marked message of key was settled: the pass moves the next.
 func (hs *laneHolds) movedSettled(key string) {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
@@ -204,7 +204,7 @@ func (hs *laneHolds) movedSettled(key string) {
 }
 
 // watchHolds reads the held state every holdsWatch while the lane has held keys, until the
-// session stops, and starts a drain for each key an operator acted on.
+// session stops, and starts a pass when an operator acted on one.
 func (sub *subscription) watchHolds(cs *channelState) {
 	t := time.NewTicker(holdsWatch)
 	defer t.Stop()
@@ -216,6 +216,7 @@ func (sub *subscription) watchHolds(cs *channelState) {
 		case <-cs.stopping:
 			return
 		}
+		loaded := false
 		if !hs.active.Load() && !time.Now().Before(loadAt) {
 			// Not active yet, or idle since it became so: a lane taken over holds the keys the
 			// previous consumer held, and their actions are to be carried out even while no
@@ -226,6 +227,7 @@ func (sub *subscription) watchHolds(cs *channelState) {
 			if err := sub.loadHolds(false); err != nil {
 				continue
 			}
+			loaded = true // with the actions
 		}
 		hs.mu.Lock()
 		n, seq := len(hs.keys), hs.seq
@@ -233,35 +235,49 @@ func (sub *subscription) watchHolds(cs *channelState) {
 		if n == 0 {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-		st, err := func() (held.State, error) {
-			conn, err := sub.holdsConn(ctx)
-			if err != nil {
-				return held.State{}, err
-			}
-			return held.Read(ctx, conn, sub.queue)
-		}()
-		cancel()
-		if err != nil {
-			sub.s.logger.Debug("Held keys not read", watermill.LogFields{"queue": sub.queue, "err": err.Error()})
+		if !loaded && !sub.readActions(seq) {
 			continue
 		}
 		hs.mu.Lock()
-		if hs.seq == seq { // else written meanwhile: read again next turn
-			acted := false
-			for key, k := range hs.keys {
-				if e, ok := st.Keys[key]; ok && e.MessageID == k.MessageID {
-					k.Action = e.Action
-				}
-				acted = acted || k.Action != ""
-			}
-			if acted && !hs.passing {
-				hs.passing = true
-				go sub.pass(cs)
-			}
+		acted := false
+		for _, k := range hs.keys {
+			acted = acted || k.Action != ""
+		}
+		if acted && !hs.passing {
+			hs.passing = true
+			go sub.pass(cs)
 		}
 		hs.mu.Unlock()
 	}
+}
+
+// readActions reads the held state and takes the operator's actions on the lane's held keys
+// from it, unless this process wrote the state since seq (then a read begun before is stale:
+// the next turn reads again); it reports whether it took them.
+func (sub *subscription) readActions(seq int64) bool {
+	hs := sub.holds
+	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
+	defer cancel()
+	conn, err := sub.holdsConn(ctx)
+	var st held.State
+	if err == nil {
+		st, err = held.Read(ctx, conn, sub.queue)
+	}
+	if err != nil {
+		sub.s.logger.Debug("Held keys not read", watermill.LogFields{"queue": sub.queue, "err": err.Error()})
+		return false
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.seq != seq {
+		return false
+	}
+	for key, k := range hs.keys {
+		if e, ok := st.Keys[key]; ok && e.MessageID == k.MessageID {
+			k.Action = e.Action
+		}
+	}
+	return true
 }
 
 // pass carries out the operator's actions on the lane's held keys (see laneHolds) in one
