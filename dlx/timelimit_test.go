@@ -127,22 +127,22 @@ func TestPublishHonoursTheMessageContext(t *testing.T) {
 	hang(t, p, proxy)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
 	msg := message.NewMessage("cancelled", nil)
 	msg.SetContext(ctx)
-	start := time.Now()
+	start := time.Now() // before the cancel is set: it cannot come sooner than 300 ms after start
+	time.AfterFunc(300*time.Millisecond, cancel)
 	err := p.Publish(q, msg)
 	elapsed := time.Since(start)
 	assert.True(t, elapsed >= 300*time.Millisecond && elapsed < 600*time.Millisecond, "returned after %s", elapsed)
 	require.ErrorIs(t, err, context.Canceled)
 
 	// Of several messages, the first context that ends ends the call.
+	start = time.Now()
 	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	other := message.NewMessage("other", nil)
 	msg = message.NewMessage("deadline", nil)
 	msg.SetContext(ctx)
-	start = time.Now()
 	err = p.Publish(q, other, msg)
 	elapsed = time.Since(start)
 	assert.True(t, elapsed >= 300*time.Millisecond && elapsed < 600*time.Millisecond, "returned after %s", elapsed)
