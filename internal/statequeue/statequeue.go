@@ -55,8 +55,7 @@ func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock 
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 2*time.Millisecond, 50*time.Millisecond, 0
 	for {
 		unlock, err := TryLock(ctx, conn, lockQueue)
-		var ae *amqp.Error
-		if err == nil || ctx.Err() != nil || !errors.As(err, &ae) { // not a refusal: held by another (403), or just deleted by its last holder (404)
+		if err == nil || ctx.Err() != nil || !refused(err) {
 			return unlock, err
 		}
 		select {
@@ -65,6 +64,14 @@ func Lock(ctx context.Context, conn *amqp.Connection, lockQueue string) (unlock 
 			return nil, fmt.Errorf("lock %s: %w (last refusal: %v)", lockQueue, ctx.Err(), err)
 		}
 	}
+}
+
+// refused reports whether err is the broker's refusal of a lock: held by another (403,
+// 405), or just deleted by its last holder (404). A channel or connection that is not open
+// (504) is no refusal: waiting on it would only wait out ctx.
+func refused(err error) bool {
+	var ae *amqp.Error
+	return errors.As(err, &ae) && (ae.Code == amqp.AccessRefused || ae.Code == amqp.NotFound || ae.Code == amqp.ResourceLocked)
 }
 
 // TryLock takes the lock as Lock does, once: a lock another holds is refused at once, with
