@@ -727,7 +727,7 @@ func TestTheRelayKeepsEachKeysOrder(t *testing.T) {
 	}))
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	t.Cleanup(func() { _ = r.Close(); <-done })
+	t.Cleanup(func() { _ = r.Close(); assert.NoError(t, <-done) })
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return n == keys*seqs },
 		testenv.Patience(), 50*time.Millisecond)
 	mu.Lock()

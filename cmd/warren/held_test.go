@@ -52,7 +52,7 @@ func TestHeldListAndRelease(t *testing.T) {
 	}))
 	done := make(chan error, 1)
 	go func() { done <- r.Run(context.Background()) }()
-	t.Cleanup(func() { _ = r.Close(); <-done })
+	t.Cleanup(func() { _ = r.Close(); assert.NoError(t, <-done) })
 	<-r.Running()
 	var msgs []*message.Message
 	for _, id := range []string{"m0", "m1", "m2"} {
