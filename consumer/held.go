@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,10 +58,16 @@ type heldKey struct {
 	moved   chan struct{} // closed when a marked message of the key is settled
 }
 
-// holdsConn returns the publishing connection, on which the held state is read and written
-// and held messages moved (see consumerconns.Conns).
-func (sub *subscription) holdsConn(ctx context.Context) (*amqp.Connection, error) {
-	return sub.s.conns.Publish.Get(ctx)
+// onHolds runs op, for up to ConnectTimeout, with the publishing connection (see
+// consumerconns.Conns), on which the held state is read and written and held messages moved.
+func (sub *subscription) onHolds(op func(ctx context.Context, conn *amqp.Connection) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
+	defer cancel()
+	conn, err := sub.s.conns.Publish.Get(ctx)
+	if err != nil {
+		return err
+	}
+	return op(ctx, conn)
 }
 
 // loadHolds replaces what the subscription knows of its lane's held keys with the state.
@@ -72,14 +79,11 @@ func (sub *subscription) loadHolds(final bool) error {
 	hs.mu.Lock()
 	seq := hs.seq
 	hs.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-	defer cancel()
-	conn, err := sub.holdsConn(ctx)
-	if err != nil {
+	var st held.State
+	if err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) (err error) {
+		st, err = held.Read(ctx, conn, sub.queue)
 		return err
-	}
-	st, err := held.Read(ctx, conn, sub.queue)
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	hs.mu.Lock()
@@ -108,24 +112,20 @@ func (sub *subscription) loadHolds(final bool) error {
 // the state first, then this process's view. A key held already is held again by this
 // message: an action under way on it stops.
 func (h *handout) Hold(cause error) error {
-	sub := h.sub
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-	defer cancel()
-	conn, err := sub.holdsConn(ctx)
-	if err != nil {
-		return err
-	}
-	hs := sub.holds
+	sub, hs := h.sub, h.sub.holds
 	hs.writing.Lock()
 	defer hs.writing.Unlock()
 	e := held.Entry{Key: h.key, Lane: sub.consumed, Since: time.Now().UTC(), MessageID: h.msg.UUID,
 		Error: cause.Error(), Handler: sub.s.cfg.HandlerName}
-	if _, err := held.Update(ctx, conn, sub.queue, func(st *held.State) bool {
-		if old, ok := st.Keys[h.key]; ok {
-			e.Since = old.Since
-		}
-		st.Keys[h.key] = e
-		return true
+	if err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
+		_, err := held.Update(ctx, conn, sub.queue, func(st *held.State) bool {
+			if old, ok := st.Keys[h.key]; ok {
+				e.Since = old.Since
+			}
+			st.Keys[h.key] = e
+			return true
+		})
+		return err
 	}); err != nil {
 		return err
 	}
@@ -159,22 +159,13 @@ func (hs *laneHolds) parks(h *handout) bool {
 // ends and the delivery goes back to the lane with the channel, in order (see keyGate). Its
 // expiration is not kept: a held message waits for an operator.
 func (sub *subscription) park(h *handout) {
-	err := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-		defer cancel()
-		conn, err := sub.holdsConn(ctx)
-		if err != nil {
-			return err
-		}
+	err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
 		return statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 			headers := amqp.Table{}
-			for k, v := range h.raw.Headers {
-				headers[k] = v
-			}
-			p := publishingOf(*h.raw, headers)
-			return amqpx.PublishConfirmed(ctx, ch, "", sub.holds.queue, true, p)
+			maps.Copy(headers, h.raw.Headers)
+			return amqpx.PublishConfirmed(ctx, ch, "", sub.holds.queue, true, publishingOf(*h.raw, headers))
 		})
-	}()
+	})
 	hs := sub.holds
 	hs.mu.Lock()
 	if k := hs.keys[h.key]; k != nil {
@@ -204,7 +195,11 @@ func (hs *laneHolds) movedSettled(key string) {
 }
 
 // watchHolds reads the held state every holdsWatch while the lane has held keys, until the
-// session stops, and starts a pass when an operator acted on one.
+// session stops, and starts a pass when an operator acted on one. Not active yet, or idle
+// since it became so, the lane reads it too: a lane taken over holds the keys the previous
+// consumer held, and their actions are to be carried out even while no message comes (the
+// first delivery reads them again). A read of the state writes it (see statequeue.Settle):
+// an idle lane without held keys reads less and less often, up to every holdsIdleMax.
 func (sub *subscription) watchHolds(cs *channelState) {
 	t := time.NewTicker(holdsWatch)
 	defer t.Stop()
@@ -216,26 +211,18 @@ func (sub *subscription) watchHolds(cs *channelState) {
 		case <-cs.stopping:
 			return
 		}
-		loaded := false
-		if !hs.active.Load() && !time.Now().Before(loadAt) {
-			// Not active yet, or idle since it became so: a lane taken over holds the keys the
-			// previous consumer held, and their actions are to be carried out even while no
-			// message comes (the first delivery reads them again). A read of the state writes
-			// it (see statequeue.Settle): an idle lane reads less and less often, up to every
-			// holdsIdleMax.
-			loadAt, loadEvery = time.Now().Add(loadEvery), min(2*loadEvery, holdsIdleMax)
-			if err := sub.loadHolds(false); err != nil {
-				continue
-			}
-			loaded = true // with the actions
-		}
 		hs.mu.Lock()
-		n, seq := len(hs.keys), hs.seq
+		n := len(hs.keys)
 		hs.mu.Unlock()
-		if n == 0 {
+		idle := !hs.active.Load() && !time.Now().Before(loadAt)
+		if idle {
+			loadAt, loadEvery = time.Now().Add(loadEvery), min(2*loadEvery, holdsIdleMax)
+		}
+		if n == 0 && !idle {
 			continue
 		}
-		if !loaded && !sub.readActions(seq) {
+		if err := sub.loadHolds(false); err != nil {
+			sub.s.logger.Debug("Held keys not read", watermill.LogFields{"queue": sub.queue, "err": err.Error()})
 			continue
 		}
 		hs.mu.Lock()
@@ -249,35 +236,6 @@ func (sub *subscription) watchHolds(cs *channelState) {
 		}
 		hs.mu.Unlock()
 	}
-}
-
-// readActions reads the held state and takes the operator's actions on the lane's held keys
-// from it, unless this process wrote the state since seq (then a read begun before is stale:
-// the next turn reads again); it reports whether it took them.
-func (sub *subscription) readActions(seq int64) bool {
-	hs := sub.holds
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-	defer cancel()
-	conn, err := sub.holdsConn(ctx)
-	var st held.State
-	if err == nil {
-		st, err = held.Read(ctx, conn, sub.queue)
-	}
-	if err != nil {
-		sub.s.logger.Debug("Held keys not read", watermill.LogFields{"queue": sub.queue, "err": err.Error()})
-		return false
-	}
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	if hs.seq != seq {
-		return false
-	}
-	for key, k := range hs.keys {
-		if e, ok := st.Keys[key]; ok && e.MessageID == k.MessageID {
-			k.Action = e.Action
-		}
-	}
-	return true
 }
 
 // pass carries out the operator's actions on the lane's held keys (see laneHolds) in one
@@ -320,7 +278,7 @@ func (sub *subscription) passOver(cs *channelState) (let []string, err error) {
 		case <-ctx.Done():
 		}
 	}()
-	conn, err := sub.holdsConn(ctx)
+	conn, err := sub.s.conns.Publish.Get(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -440,11 +398,8 @@ func (sub *subscription) moveBack(pub func(string, amqp.Publishing) error, d amq
 		k.moved = make(chan struct{})
 	}
 	hs.mu.Unlock()
-	headers := amqp.Table{}
-	for k, v := range d.Headers {
-		headers[k] = v
-	}
-	headers[contract.ReleasedHeader] = true
+	headers := amqp.Table{contract.ReleasedHeader: true}
+	maps.Copy(headers, d.Headers)
 	return pub(sub.consumed, publishingOf(d, headers))
 }
 
@@ -470,12 +425,7 @@ func (sub *subscription) awaitMoved(ctx context.Context, key string) error {
 
 // poisonSkipped publishes d, a held message an operator skipped, into the poison queue.
 func (sub *subscription) poisonSkipped(pub func(string, amqp.Publishing) error, d amqp.Delivery, e held.Entry) error {
-	headers := amqp.Table{}
-	for k, v := range d.Headers {
-		if !warren.IsBookkeeping(k) {
-			headers[k] = v
-		}
-	}
+	headers := withoutBookkeeping(d.Headers)
 	now := time.Now()
 	warren.PoisonRecord{
 		Error: fmt.Sprintf("its order key %q was held since %s behind message %s (%s), and skipped", e.Key,
@@ -489,8 +439,7 @@ func (sub *subscription) poisonSkipped(pub func(string, amqp.Publishing) error, 
 
 // letGo lets go each acted-on key whose messages are all out of the held queue: none is being
 // parked, and no park was done since parked was read, before the marker that came back was
-// published.
-// This process's view first (what comes after is handled as it comes), then the state. It
+// published. This process's view first (what comes after is handled as it comes), then the state. It
 // returns the keys let go, and whether an acted-on key is left (a park in flight).
 func (sub *subscription) letGo(acted map[string]string, parked int64) (let []string, more bool) {
 	hs := sub.holds
@@ -518,11 +467,8 @@ func (sub *subscription) letGo(acted map[string]string, parked int64) (let []str
 	if len(gone) == 0 {
 		return nil, more
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
-	defer cancel()
-	conn, err := sub.holdsConn(ctx)
-	if err == nil {
-		_, err = held.Update(ctx, conn, sub.queue, func(st *held.State) bool {
+	err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
+		_, err := held.Update(ctx, conn, sub.queue, func(st *held.State) bool {
 			changed := false
 			for key, id := range gone {
 				if e, ok := st.Keys[key]; ok && e.MessageID == id {
@@ -532,7 +478,8 @@ func (sub *subscription) letGo(acted map[string]string, parked int64) (let []str
 			}
 			return changed
 		})
-	}
+		return err
+	})
 	if err != nil {
 		// Let go here; the state still holds them: the next owner of the lane, or the next
 		// read, parks their messages and passes again.

@@ -33,12 +33,7 @@ func (sub *subscription) poisonUndecodable(d amqp.Delivery, info contract.Delive
 	if errors.As(cause, &unreadable) {
 		reason, failure = warren.PoisonReasonUnreadable, cause
 	}
-	headers := amqp.Table{}
-	for k, v := range d.Headers {
-		if !warren.IsBookkeeping(k) {
-			headers[k] = v
-		}
-	}
+	headers := withoutBookkeeping(d.Headers)
 	now := time.Now()
 	warren.PoisonRecord{
 		Error: failure.Error(), ErrorType: contract.ErrorType(failure), Reason: reason, Handler: s.cfg.HandlerName,
@@ -65,6 +60,18 @@ func (sub *subscription) poisonUndecodable(d amqp.Delivery, info contract.Delive
 	s.logger.Error("Undecodable message poisoned", cause, fields)
 	cs.acks.settle(d.DeliveryTag, ack)
 	s.metrics.Poisoned(context.Background(), sub.queue, reason)
+}
+
+// withoutBookkeeping returns a copy of h without warren's bookkeeping headers (see
+// warren.IsBookkeeping): what a poison copy of a delivery starts from.
+func withoutBookkeeping(h amqp.Table) amqp.Table {
+	out := amqp.Table{}
+	for k, v := range h {
+		if !warren.IsBookkeeping(k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // publishPoison publishes pub to the queue's poison queue on a confirm channel of its own of

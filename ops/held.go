@@ -53,15 +53,20 @@ func (o *Ops) Held(ctx context.Context, queue string) ([]HeldKey, error) {
 		in := &inspector{conn: conn}
 		defer in.close()
 		keys = keys[:0]
+		waiting := map[string]int{} // by held queue: a lane's keys share it
 		for _, e := range st.Keys {
 			_, lane, _ := topology.ParseLane(e.Lane)
 			k := HeldKey{Key: e.Key, Lane: e.Lane, Queue: topology.HeldQueue(queue, lane), Since: e.Since,
 				MessageID: e.MessageID, Error: e.Error, Handler: e.Handler, Action: e.Action}
-			q, _, err := in.inspect(ctx, route{key: k.Queue})
-			if err != nil {
-				return err
+			n, ok := waiting[k.Queue]
+			if !ok {
+				q, _, err := in.inspect(ctx, route{key: k.Queue})
+				if err != nil {
+					return err
+				}
+				n, waiting[k.Queue] = q.Messages, q.Messages
 			}
-			k.Messages = q.Messages
+			k.Messages = n
 			keys = append(keys, k)
 		}
 		return nil
@@ -110,16 +115,4 @@ func (o *Ops) act(ctx context.Context, queue, key, action string) error {
 		err = fmt.Errorf("ops: %s key %q of %s: %w", action, key, queue, ErrNotHeld)
 	}
 	return err
-}
-
-// onConnection runs op with the connection, for up to Timeout, retrying after a lost
-// connection (see call).
-func (o *Ops) onConnection(ctx context.Context, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
-	return o.call(ctx, what, func(ctx context.Context, _ *amqp.Channel) error {
-		conn, err := o.connection(ctx)
-		if err != nil {
-			return err
-		}
-		return op(ctx, conn)
-	})
 }

@@ -198,6 +198,19 @@ func (o *Ops) connection(ctx context.Context) (*amqp.Connection, error) {
 // call runs op on a channel of its own (a refusal closes the channel it comes on), for up to
 // Timeout, retrying after a lost connection. what names the call in errors.
 func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context, ch *amqp.Channel) error) error {
+	return o.onConnection(ctx, what, func(ctx context.Context, conn *amqp.Connection) error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = ch.Close() }()
+		return op(ctx, ch)
+	})
+}
+
+// onConnection runs op with the connection, for up to Timeout, retrying after a lost
+// connection, as call does, for an op that opens the channels it needs.
+func (o *Ops) onConnection(ctx context.Context, what string, op func(ctx context.Context, conn *amqp.Connection) error) error {
 	if _, err := o.connection(ctx); err != nil { // its own Timeout, before op's
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -208,12 +221,7 @@ func (o *Ops) call(ctx context.Context, what string, op func(ctx context.Context
 		}
 		stop := amqpx.Watch(ctx, conn)
 		defer stop()
-		ch, err := conn.Channel()
-		if err != nil {
-			return err
-		}
-		defer func() { _ = ch.Close() }()
-		return amqpx.GiveUpIfRefused(op(ctx, ch))
+		return amqpx.GiveUpIfRefused(op(ctx, conn))
 	})
 }
 

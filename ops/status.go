@@ -172,15 +172,11 @@ func (o *Ops) queueStatus(ctx context.Context, conn *amqp.Connection, in *inspec
 	} else if ok {
 		s.Poison = p.Messages
 	}
-	if _, ok, err := in.inspect(ctx, route{key: topology.HeldState(name)}); err != nil {
+	st, err := held.Read(ctx, conn, name) // empty, without a lock, when nothing was ever held
+	if err != nil {
 		return s, err
-	} else if ok {
-		st, err := held.Read(ctx, conn, name)
-		if err != nil {
-			return s, err
-		}
-		s.Held = len(st.Keys)
 	}
+	s.Held = len(st.Keys)
 	c, found, err := kill.ReadState(ctx, conn, name, o.cfg.KillSecret)
 	if err != nil {
 		return s, err
