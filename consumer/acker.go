@@ -9,9 +9,11 @@ import (
 
 // acker settles the deliveries of one channel from a single goroutine. Acks that are waiting
 // together for consecutive delivery tags, from the lowest one not yet settled, go out as one
-// multiple ack: under load the broker gets a fraction of the ack frames; when idle, every ack
-// goes out at once, as before. Nothing waits on a slower handler: acks out of order go out
-// one by one.
+// multiple ack: under load the broker gets a fraction of the ack frames; when idle, an ack
+// goes out lingerFor after it was asked for. An ack above a tag not yet settled (its handler finished first among
+// concurrent ones) waits up to lateFor for the tags below it, to go out in a later multiple
+// ack; after that, it goes out alone: a slower handler holds the acks after it that long at
+// most.
 //
 // Once hold is called (the consumer is stopping and its channel will close), settlements are
 // kept and go out together at close, as few frames as they can: a quorum queue's channel
@@ -26,9 +28,10 @@ type acker struct {
 	stop    chan struct{}
 	done    chan struct{}
 
-	target  int             // settlements worth one write
-	next    uint64          // the lowest delivery tag not settled
-	settled map[uint64]bool // tags above next, settled one by one
+	target  int                  // settlements worth one write
+	next    uint64               // the lowest delivery tag not settled
+	settled map[uint64]bool      // tags above next, settled one by one
+	late    map[uint64]time.Time // acks above next not yet sent, and when they came: they wait for the tags below
 	failed  bool
 }
 
@@ -55,13 +58,19 @@ const (
 )
 
 // lingerFor is how long the acker waits for more settlements before it writes.
-const lingerFor = time.Millisecond
+const lingerFor = 4 * time.Millisecond
+
+// lateFor is how long an ack above an unsettled tag waits for a multiple ack to cover it.
+// Handlers that run concurrently finish in a different order than their deliveries came:
+// acked one by one, a quorum queue's consumer sends the broker several times the ack frames
+// (measured: docs/decisions.md).
+const lateFor = 2 * lingerFor
 
 func newAcker(ch settler, prefetch int, logger watermill.LoggerAdapter) *acker {
 	a := &acker{
 		ch: ch, logger: logger, target: max(1, prefetch/4),
 		reqs: make(chan settlement, 256), holding: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
-		next: 1, settled: map[uint64]bool{},
+		next: 1, settled: map[uint64]bool{}, late: map[uint64]time.Time{},
 	}
 	go a.run()
 	return a
@@ -85,6 +94,16 @@ func (a *acker) hold() {
 	}
 }
 
+// isHolding reports whether hold was called.
+func (a *acker) isHolding() bool {
+	select {
+	case <-a.holding:
+		return true
+	default:
+		return false
+	}
+}
+
 // close settles what was asked for so far and stops.
 func (a *acker) close() {
 	close(a.stop)
@@ -97,8 +116,12 @@ func (a *acker) run() {
 	batch := make([]settlement, 0, cap(a.reqs))
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
+	lateTimer := time.NewTimer(time.Hour)
+	lateTimer.Stop()
 	for {
 		select {
+		case <-lateTimer.C:
+			a.apply(nil)
 		case s := <-a.reqs:
 			batch = append(batch[:0], s)
 			linger.Reset(lingerFor)
@@ -114,10 +137,9 @@ func (a *acker) run() {
 				}
 			}
 			linger.Stop()
-			select {
-			case <-a.holding:
+			if a.isHolding() {
 				held = append(held, batch...)
-			default:
+			} else {
 				a.apply(batch)
 			}
 		case <-a.stop:
@@ -127,18 +149,24 @@ func (a *acker) run() {
 					held = append(held, s)
 				default:
 					a.apply(held)
+					a.sendLate(time.Time{})
 					return
 				}
 			}
 		}
+		if oldest, ok := a.oldestLate(); ok && !a.isHolding() { // once holding, close sends them
+			lateTimer.Reset(time.Until(oldest.Add(lateFor)))
+		}
 	}
 }
 
+// apply writes batch: nacks at once, the run of acks from next as one multiple ack; the acks
+// above a gap wait in late, and go out alone once they have waited lateFor.
 func (a *acker) apply(batch []settlement) {
-	acks := map[uint64]bool{}
+	now := time.Now()
 	for _, s := range batch {
 		if s.how == ack {
-			acks[s.tag] = true
+			a.late[s.tag] = now
 			continue
 		}
 		a.check(a.ch.Nack(s.tag, false, s.how == requeue))
@@ -148,8 +176,8 @@ func (a *acker) apply(batch []settlement) {
 	// run settled before are no longer outstanding, and a multiple ack skips them).
 	var last uint64
 	for {
-		if acks[a.next] {
-			delete(acks, a.next)
+		if _, ok := a.late[a.next]; ok {
+			delete(a.late, a.next)
 			last = a.next
 		} else if a.settled[a.next] {
 			delete(a.settled, a.next)
@@ -161,10 +189,29 @@ func (a *acker) apply(batch []settlement) {
 	if last != 0 {
 		a.check(a.ch.Ack(last, true))
 	}
-	for tag := range acks {
-		a.check(a.ch.Ack(tag, false))
-		a.settled[tag] = true
+	a.sendLate(now.Add(-lateFor))
+}
+
+// sendLate acks alone each ack waiting above a gap since before (all of them with the zero
+// time).
+func (a *acker) sendLate(before time.Time) {
+	for tag, at := range a.late {
+		if before.IsZero() || !at.After(before) {
+			a.check(a.ch.Ack(tag, false))
+			a.settled[tag] = true
+			delete(a.late, tag)
+		}
 	}
+}
+
+// oldestLate returns when the oldest ack waiting above a gap came, if one waits.
+func (a *acker) oldestLate() (oldest time.Time, ok bool) {
+	for _, at := range a.late {
+		if !ok || at.Before(oldest) {
+			oldest, ok = at, true
+		}
+	}
+	return oldest, ok
 }
 
 func (a *acker) check(err error) {

@@ -92,9 +92,9 @@ func TestAckerCoalescesInOrderAcks(t *testing.T) {
 	})
 }
 
-// An ack above an unsettled tag goes out alone, without waiting for the tags below; a later
-// multiple ack covers the run, skipping the tags acked alone before.
-func TestAckerSendsOutOfOrderAcksAlone(t *testing.T) {
+// An ack above an unsettled tag waits for the tags below it, and goes out in the multiple ack
+// that covers them once they are settled.
+func TestAckerCoversOutOfOrderAcksWithALaterRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ch := &fakeSettler{}
 		a := newAcker(ch, 8, watermill.NopLogger{}) // a write every 2 settlements
@@ -102,6 +102,32 @@ func TestAckerSendsOutOfOrderAcksAlone(t *testing.T) {
 
 		a.settle(2, ack)
 		a.settle(4, ack) // tag 1 is outstanding: no run
+		synctest.Wait()
+		assert.Empty(t, ch.written(), "acks above a gap wait for it")
+
+		a.settle(1, ack)
+		a.settle(3, ack) // 1..4 now settled: one multiple ack
+		synctest.Wait()
+		assert.Equal(t, []frame{ackFrame(4, true)}, ch.written())
+		a.close()
+		assert.Equal(t, uint64(5), a.next)
+		assert.Empty(t, a.late)
+		assert.Empty(t, a.settled)
+	})
+}
+
+// An ack above a tag that stays unsettled goes out alone once it has waited lateFor; a later
+// multiple ack covers the run, skipping the tags acked alone before.
+func TestAckerSendsOutOfOrderAcksAloneAfterLateFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ch := &fakeSettler{}
+		a := newAcker(ch, 8, watermill.NopLogger{}) // a write every 2 settlements
+
+		a.settle(2, ack)
+		a.settle(4, ack) // tag 1 is outstanding: a slow handler
+		synctest.Wait()
+		assert.Empty(t, ch.written())
+		time.Sleep(lateFor) // the bubble's fake clock: they have waited lateFor
 		synctest.Wait()
 		singles := ch.written()
 		assert.ElementsMatch(t, []frame{ackFrame(2, false), ackFrame(4, false)}, singles)
@@ -117,6 +143,19 @@ func TestAckerSendsOutOfOrderAcksAlone(t *testing.T) {
 		assert.Equal(t, []frame{ackFrame(3, true), ackFrame(6, true)}, ch.written()[len(singles):])
 		assert.Equal(t, uint64(7), a.next)
 		assert.Empty(t, a.settled, "the tags acked alone are forgotten once the run passes them")
+	})
+}
+
+// Acks still waiting above a gap when the acker closes go out alone: the channel is closing.
+func TestAckerCloseSendsTheWaitingAcks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ch := &fakeSettler{}
+		a := newAcker(ch, 1, watermill.NopLogger{}) // every settlement a write of its own
+		a.settle(2, ack)
+		synctest.Wait()
+		assert.Empty(t, ch.written())
+		a.close()
+		assert.Equal(t, []frame{ackFrame(2, false)}, ch.written())
 	})
 }
 
@@ -235,7 +274,8 @@ func TestAckerLogsChannelErrorOnce(t *testing.T) {
 		a.settle(2, reject)
 		a.close()
 
-		assert.Equal(t, []frame{ackFrame(1, true), ackFrame(3, false), nackFrame(4, true), nackFrame(2, false)}, ch.written())
+		assert.Equal(t, []frame{ackFrame(1, true), nackFrame(4, true), nackFrame(2, false), ackFrame(3, true)}, ch.written(),
+			"ack 3 waits above the gap at 2: the run through it goes out at close")
 		errs := logger.Captured()[watermill.ErrorLogLevel]
 		require.Len(t, errs, 1)
 		assert.ErrorIs(t, errs[0].Err, closed)
