@@ -52,8 +52,9 @@ const (
 // removes the valid commands it supersedes (see newest and statequeue.Settle), holding the
 // state's lock (statequeue.Lock). It reads once no command of the queue is out (see
 // statequeue.Read: a reader that lost its connection gives the lock back before the broker
-// returns what it held). A state queue that exists holds a command; if it looks empty, it is
-// read again, for up to ConnectTimeout.
+// returns what it held). A state queue that does not exist is found so without the lock
+// (statequeue.Exists): most queues were never killed. A state queue that exists holds a
+// command; if it looks empty, it is read again, for up to ConnectTimeout.
 func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (c kill.Command, body []byte, found stateFound, err error) {
 	s := sub.s
 	name := kill.StateQueue(sub.queue, s.cfg.KillSecret)
@@ -62,10 +63,14 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 	b.MaxInterval = 200 * time.Millisecond
 	b.MaxElapsedTime = s.cfg.Connection.ConnectTimeout
 	for {
-		got := false
+		got, missing := false, false
 		err := func() error {
 			opCtx, cancel := context.WithTimeout(ctx, s.cfg.Connection.ConnectTimeout)
 			defer cancel()
+			if exists, err := statequeue.Exists(opCtx, conn, name); err != nil || !exists {
+				missing = err == nil
+				return err
+			}
 			unlock, err := statequeue.Lock(opCtx, conn, kill.LockQueue(sub.queue))
 			if err != nil {
 				return err
@@ -83,7 +88,7 @@ func (sub *subscription) readState(ctx context.Context, conn *amqp.Connection) (
 			})
 		}()
 		switch {
-		case amqpx.IsNotFound(err):
+		case missing || amqpx.IsNotFound(err):
 			return kill.Command{}, nil, absent, nil
 		case ctx.Err() != nil:
 			return kill.Command{}, nil, unknown, nil

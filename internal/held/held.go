@@ -62,17 +62,12 @@ func Read(ctx context.Context, conn *amqp.Connection, queue string) (State, erro
 func Update(ctx context.Context, conn *amqp.Connection, queue string, change func(*State) bool) (State, error) {
 	name := topology.HeldState(queue)
 	if change == nil { // a read of a queue that never held a key needs no lock (a lane's consumer reads as it starts)
-		err := statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
-			return amqpx.Do(ctx, ch, func() error {
-				_, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-				return err
-			})
-		})
-		if amqpx.IsNotFound(err) {
-			return State{Keys: map[string]Entry{}}, nil
-		}
+		exists, err := statequeue.Exists(ctx, conn, name)
 		if err != nil {
 			return State{}, fmt.Errorf("held keys of %s: %w", queue, err)
+		}
+		if !exists {
+			return State{Keys: map[string]Entry{}}, nil
 		}
 	}
 	unlock, err := statequeue.Lock(ctx, conn, LockQueue(queue))

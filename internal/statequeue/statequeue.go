@@ -210,6 +210,23 @@ func OnChannel(conn *amqp.Connection, op func(ch *amqp.Channel) error) error {
 	return op(ch)
 }
 
+// Exists reports whether the state queue queue exists, by a passive declare on a channel of
+// its own, without the lock. A reader that finds none needs no lock: a state written after
+// this answer is one the reader could not have read under the lock either. It is one round
+// trip, where the lock takes three.
+func Exists(ctx context.Context, conn *amqp.Connection, queue string) (bool, error) {
+	err := OnChannel(conn, func(ch *amqp.Channel) error {
+		return amqpx.Do(ctx, ch, func() error {
+			_, err := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			return err
+		})
+	})
+	if amqpx.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // NewID returns a random id of 16 hex digits: a command's correlation id, a consumer
 // process's id in its answers.
 func NewID() string {
