@@ -72,7 +72,6 @@ func benchConsume() {
 		{"handlers20", contender{"warren 20 handlers", func(q string) (time.Duration, error) {
 			return consumeWarrenHandlers(q, delay, 20)
 		}}},
-		{"ordered", contender{"warren ordered", func(q string) (time.Duration, error) { return consumeWarrenOrdered(q, delay) }}},
 	} {
 		if want(c.key) {
 			index[c.key] = len(contenders)
@@ -80,7 +79,7 @@ func benchConsume() {
 		}
 	}
 	cmp := compare("consume", *consume, contenders)
-	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis; warren 20 handlers: the same messages spread over 20 queues, one handler each in one router, which consumes them all on one connection; warren ordered: the same messages, of %d keys in turn, in the %d lanes of a queue ordered by key, one handler with HandlerConfig.Lanes)\n", *redisAddr, orderedKeys, orderedLanes)
+	fmt.Printf("   (raw: prefetch 256; warren: default chain and concurrency 64, tracing into an SDK provider with a discarding exporter, metrics into the global MeterProvider, a no-op; watermill-amqp: default router and config, prefetch 1; warren+CopyStore: warren with router.Config.CopyStore in the Redis at %s; warren+metrics: warren with router.Config.MeterProvider an SDK MeterProvider read by a ManualReader, collected once per run; warren+idem: warren with middleware.Idempotent keyed by MessageIDKey in the handler's Middleware, on a MemoryStore (mem) or a redisstore.Store in the same Redis; warren 20 handlers: the same messages spread over 20 queues, one handler each in one router, which consumes them all on one connection)\n", *redisAddr)
 	line := func(name, a, b string, of func(i, j int) float64) {
 		i, okA := index[a]
 		j, okB := index[b]
@@ -99,7 +98,6 @@ func benchConsume() {
 	ratio("consume_idem_redis_vs_warren", "idem-redis", "warren")
 	ratio("consume_20handlers_vs_warren", "handlers20", "warren")
 	ratio("consume_20handlers_vs_raw", "handlers20", "raw")
-	ratio("ordered_vs_unordered", "ordered", "warren")
 }
 
 // consumeWarrenMetrics is consumeWarren with metrics recorded into an SDK MeterProvider, as a
@@ -345,69 +343,4 @@ func consumeWatermill(queue string) (time.Duration, error) {
 	<-done
 	elapsed := w.stop()
 	return elapsed, r.Close()
-}
-
-// Keys and lanes of the ordered contender.
-const (
-	orderedKeys  = 2000
-	orderedLanes = 8
-)
-
-// consumeWarrenOrdered is consumeWarren on a queue ordered by key: the *consume messages, of
-// orderedKeys keys in turn, wait in the lanes of their keys (as warren's publisher routes
-// them), and a handler with HandlerConfig.Lanes handles them one key at a time.
-func consumeWarrenOrdered(queue string, delay topology.Delay) (time.Duration, error) {
-	tcfg := config(delay)
-	b, err := topology.NewBuilder(tcfg, nil)
-	if err != nil {
-		return 0, err
-	}
-	top := topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: orderedLanes}}}
-	lanes := []string{router.MembersQueue(queue), topology.HeldState(queue)}
-	for i := range orderedLanes {
-		lanes = append(lanes, topology.LaneQueue(queue, i), topology.HeldQueue(queue, i))
-	}
-	defer cleanup(lanes, nil)
-	conn, ch, err := confirmChannel(func(ch *amqp.Channel) error { return b.Declare(context.Background(), ch, top) })
-	if err != nil {
-		return 0, err
-	}
-	body := make([]byte, 256)
-	var last *amqp.DeferredConfirmation
-	for i := range *consume {
-		id, key := watermill.NewUUID(), fmt.Sprintf("key-%d", i%orderedKeys)
-		last, err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", topology.LaneQueue(queue, topology.Lane(key, orderedLanes)),
-			false, false, amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent, MessageId: id,
-				Headers: amqp.Table{contract.PublishIDHeader: id, warren.MetadataOrderKey: key}})
-		if err != nil {
-			_ = conn.Close()
-			return 0, err
-		}
-	}
-	ok := last.Wait()
-	_ = conn.Close()
-	if !ok {
-		return 0, fmt.Errorf("fill: not confirmed")
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	r, err := router.New(router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg, Declare: top, TracerProvider: tp}, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer r.Close()
-	var n atomic.Int64
-	done := make(chan struct{})
-	if err := r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Lanes: orderedLanes}, func(*message.Message) error {
-		if n.Add(1) == int64(*consume) {
-			close(done)
-		}
-		return nil
-	}); err != nil {
-		return 0, err
-	}
-	w := startSpan()
-	go func() { _ = r.Run(context.Background()) }()
-	<-done
-	return w.stop(), nil
 }

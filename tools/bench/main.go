@@ -35,7 +35,7 @@ var (
 	dpubs      = flag.Int("delay-publishers", 16, "goroutines publishing the delayed messages")
 	listEvery  = flag.Duration("list-every", 100*time.Millisecond, "ledger section: how often the ledger is listed while the messages wait")
 	only       = flag.String("only", "", "comma-separated sections to run: publish,consume,rpc,delay,ledger,kill,ui,outbox,ordered (default all)")
-	consumers  = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20,ordered (default all)")
+	consumers  = flag.String("consumers", "", "comma-separated contenders of the consume section: raw,warren,watermill,copystore,metrics,idem-memory,idem-redis,handlers20 (default all)")
 	qtype      = flag.String("queue-type", "", "type of every queue, warren's and the others' (default warren's default, quorum)")
 	dclassic   = flag.Bool("delay-classic", true, "run the delay bench once more with classic levels (delay_classic_* lines)")
 	profileDir = flag.String("profile", "", "write, into this directory, a CPU profile of every contender's first round (NAME.cpu.pprof) and allocation profiles of its second, with every allocation recorded (NAME.allocs.pprof less NAME.allocs-base.pprof: go tool pprof -diff_base)")

@@ -8,12 +8,16 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
@@ -21,16 +25,17 @@ import (
 )
 
 var (
-	orderedRate = flag.Int("ordered-rate", 500, "ordered section: messages published per second")
-	orderedFor  = flag.Duration("ordered-for", 60*time.Second, "ordered section: how long the load runs, and one key fails")
+	orderedMessages = flag.Int("ordered-messages", 100000, "ordered section: messages drained per run by the ordered contender and the plain router (0: no rate runs)")
+	orderedRate     = flag.Int("ordered-rate", 500, "ordered section: messages published per second")
+	orderedFor      = flag.Duration("ordered-for", 60*time.Second, "ordered section: how long the load runs, and one key fails")
 )
 
-// The held key of the ordered section, and the lanes of its queues.
+// The keys and lanes of the ordered section's queues, and its held key.
 const (
-	heldKey     = "k0000"
-	isoLanes    = 8
-	isoKeys     = 2000
-	isoRetryGap = time.Second
+	orderedKeys  = 2000
+	orderedLanes = 8
+	heldKey      = "k0000"
+	isoRetryGap  = time.Second
 )
 
 // isolation is what one run of the ordered section saw of the keys other than heldKey.
@@ -44,10 +49,11 @@ type isolation struct {
 // p99 latency of the other keys on a queue ordered by key with and without the failing key,
 // and the rate of the keys that share its lane, against the usual recipe (a queue with a
 // single active consumer per hash of the key, handled one message at a time, where a failure
-// holds everything behind it).
+// holds everything behind it); then the rate of a queue ordered by key against the plain
+// router's (benchOrderedRate).
 func benchOrdered() {
 	fmt.Printf("== ordered: %d msg/s of %d keys for %s over %d lanes; one key (%s) failing the whole run, retried every %s\n",
-		*orderedRate, isoKeys, *orderedFor, isoLanes, heldKey, isoRetryGap)
+		*orderedRate, orderedKeys, *orderedFor, orderedLanes, heldKey, isoRetryGap)
 	base, err := orderedIsolation(false, false)
 	must(err)
 	held, err := orderedIsolation(true, false)
@@ -64,24 +70,27 @@ func benchOrdered() {
 	result("ratio ordered_other_keys_p99", "%.2f", float64(held.p99)/float64(base.p99))
 	// The recipe's lane may handle nothing while the key is held: counted as one message.
 	result("ratio ordered_vs_sac_recipe", "%.1f", held.laneRate/max(recipe.laneRate, 1/orderedFor.Seconds()))
+	if *orderedMessages > 0 { // after: what the broker does after its heavy runs must not move the latencies above
+		benchOrderedRate()
+	}
 }
 
-// orderedIsolation runs the load once: on a queue ordered by key (or, recipe, on isoLanes
+// orderedIsolation runs the load once: on a queue ordered by key (or, recipe, on orderedLanes
 // queues with a single active consumer, one handler each with Concurrency 1), heldKey failing
 // every attempt when held.
 func orderedIsolation(held, recipe bool) (isolation, error) {
 	queue := name("ordered")
 	delay := config(topology.Delay{Prefix: name("delay"), Levels: 1}).Delay
 	defer cleanupDelay(delay)
-	top := topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: isoLanes}}}
+	top := topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: orderedLanes}}}
 	names := []string{router.MembersQueue(queue), topology.HeldState(queue)}
-	for i := range isoLanes {
+	for i := range orderedLanes {
 		names = append(names, topology.LaneQueue(queue, i), topology.HeldQueue(queue, i))
 	}
 	defer cleanup(names, nil)
 	if recipe {
 		top.Queues = nil
-		for i := range isoLanes {
+		for i := range orderedLanes {
 			top.Queues = append(top.Queues, topology.Queue{Name: topology.LaneQueue(queue, i), Args: map[string]any{"x-single-active-consumer": true}})
 		}
 	}
@@ -103,7 +112,7 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 		laneCount int
 		counting  = true
 	)
-	heldLane := topology.Lane(heldKey, isoLanes)
+	heldLane := topology.Lane(heldKey, orderedLanes)
 	handle := func(msg *message.Message) error {
 		key := warren.OrderKey(msg)
 		if held && key == heldKey {
@@ -113,7 +122,7 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		latencies = append(latencies, lat)
-		if counting && topology.Lane(key, isoLanes) == heldLane {
+		if counting && topology.Lane(key, orderedLanes) == heldLane {
 			laneCount++
 		}
 		return nil
@@ -125,7 +134,7 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 				return isolation{}, err
 			}
 		}
-	} else if err := r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Lanes: isoLanes, Retry: retry}, handle); err != nil {
+	} else if err := r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Lanes: orderedLanes, Retry: retry}, handle); err != nil {
 		return isolation{}, err
 	}
 	go func() { _ = r.Run(context.Background()) }()
@@ -142,7 +151,7 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 		<-tick.C
 		var msgs []*message.Message
 		for range batch {
-			key := fmt.Sprintf("k%04d", published%isoKeys)
+			key := fmt.Sprintf("k%04d", published%orderedKeys)
 			body := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixNano()))
 			msg := message.NewMessage(watermill.NewUUID(), body)
 			warren.OrderBy(msg, key)
@@ -156,7 +165,7 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 			continue
 		}
 		for _, m := range msgs { // the recipe's publisher picks the queue by the hash itself
-			if err := pub.Publish(topology.LaneQueue(queue, topology.Lane(warren.OrderKey(m), isoLanes)), m); err != nil {
+			if err := pub.Publish(topology.LaneQueue(queue, topology.Lane(warren.OrderKey(m), orderedLanes)), m); err != nil {
 				return isolation{}, err
 			}
 		}
@@ -173,7 +182,7 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 	case recipe:
 		others = 0
 	case held:
-		others -= (published + isoKeys - 1) / isoKeys
+		others -= (published + orderedKeys - 1) / orderedKeys
 	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		mu.Lock()
@@ -191,4 +200,96 @@ func orderedIsolation(held, recipe bool) (isolation, error) {
 		iso.p99 = latencies[len(latencies)*99/100]
 	}
 	return iso, nil
+}
+
+// benchOrderedRate: how fast a handler with HandlerConfig.Lanes drains *orderedMessages
+// messages of orderedKeys keys in its queue's lanes, against the plain router on as many in
+// a plain queue (consumeWarren), in interleaved rounds. The runs are long enough that the
+// lanes' start (leases, subscriptions: printed) is not most of them: the consume section's
+// 20,000 messages are drained in well under a second.
+func benchOrderedRate() {
+	fmt.Printf("== ordered rate: %d persistent 256 B messages per run, of %d keys in turn, in the %d lanes of a %s queue ordered by key, against a plain one; median of %d runs\n",
+		*orderedMessages, orderedKeys, orderedLanes, queueType(), *rounds)
+	delay := config(topology.Delay{Prefix: name("delay")}).Delay
+	defer cleanupDelay(delay)
+	defer func(n int) { *consume = n }(*consume)
+	*consume = *orderedMessages // the messages consumeWarren and consumeWarrenOrdered fill and drain
+	lanesStarted = nil
+	cmp := compare("ordered", *consume, []contender{
+		{"warren router", func(q string) (time.Duration, error) { return consumeWarren(q, delay, warrenOptions{}) }},
+		{"warren ordered", func(q string) (time.Duration, error) { return consumeWarrenOrdered(q, delay) }},
+	})
+	fmt.Printf("   (both: the default chain and concurrency 64, tracing into an SDK provider with a discarding exporter; ordered: one handler with HandlerConfig.Lanes, its lanes all delivering %.0f ms after Run, the median)\n",
+		median(lanesStarted))
+	result("ratio ordered_vs_unordered", "%.2f", cmp.ratio(1, 0))
+}
+
+// lanesStarted is, for every run of consumeWarrenOrdered, how long after Run every lane had
+// delivered a message, in milliseconds.
+var lanesStarted []float64
+
+// consumeWarrenOrdered is consumeWarren on a queue ordered by key: the *consume messages, of
+// orderedKeys keys in turn, wait in the lanes of their keys (as warren's publisher routes
+// them), and a handler with HandlerConfig.Lanes handles them one key at a time.
+func consumeWarrenOrdered(queue string, delay topology.Delay) (time.Duration, error) {
+	tcfg := config(delay)
+	b, err := topology.NewBuilder(tcfg, nil)
+	if err != nil {
+		return 0, err
+	}
+	top := topology.Topology{Queues: []topology.Queue{{Name: queue, Lanes: orderedLanes}}}
+	lanes := []string{router.MembersQueue(queue), topology.HeldState(queue)}
+	for i := range orderedLanes {
+		lanes = append(lanes, topology.LaneQueue(queue, i), topology.HeldQueue(queue, i))
+	}
+	defer cleanup(lanes, nil)
+	conn, ch, err := confirmChannel(func(ch *amqp.Channel) error { return b.Declare(context.Background(), ch, top) })
+	if err != nil {
+		return 0, err
+	}
+	body := make([]byte, 256)
+	var last *amqp.DeferredConfirmation
+	for i := range *consume {
+		id, key := watermill.NewUUID(), fmt.Sprintf("key-%d", i%orderedKeys)
+		last, err = ch.PublishWithDeferredConfirmWithContext(context.Background(), "", topology.LaneQueue(queue, topology.Lane(key, orderedLanes)),
+			false, false, amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent, MessageId: id,
+				Headers: amqp.Table{contract.PublishIDHeader: id, warren.MetadataOrderKey: key}})
+		if err != nil {
+			_ = conn.Close()
+			return 0, err
+		}
+	}
+	ok := last.Wait()
+	_ = conn.Close()
+	if !ok {
+		return 0, fmt.Errorf("fill: not confirmed")
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discard{}))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	r, err := router.New(router.Config{Connection: warren.Connection{URL: *url}, Topology: tcfg, Declare: top, TracerProvider: tp}, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	var n, started atomic.Int64
+	var seen [orderedLanes]atomic.Bool
+	var allLanes time.Time
+	done := make(chan struct{})
+	if err := r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Lanes: orderedLanes}, func(m *message.Message) error {
+		if !seen[topology.Lane(warren.OrderKey(m), orderedLanes)].Swap(true) && started.Add(1) == orderedLanes {
+			allLanes = time.Now()
+		}
+		if n.Add(1) == int64(*consume) {
+			close(done)
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	w := startSpan()
+	go func() { _ = r.Run(context.Background()) }()
+	<-done
+	elapsed := w.stop()
+	lanesStarted = append(lanesStarted, float64(allLanes.Sub(w.start).Microseconds())/1000)
+	return elapsed, nil
 }
