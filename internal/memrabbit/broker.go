@@ -1,0 +1,182 @@
+// Package memrabbit is a RabbitMQ broker in the test process: it speaks AMQP 0-9-1 to
+// amqp091-go over in-memory connections (net.Pipe), so that warren's components run on it
+// unchanged, and keeps its exchanges, bindings and queues in memory. Its timers are Go
+// timers: inside a testing/synctest bubble they run on the bubble's fake clock.
+//
+// The frame codec (spec091.go, read.go, write.go, types.go) is amqp091-go's, under its
+// licence (LICENSE in this directory).
+package memrabbit
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+)
+
+// Broker is one in-memory RabbitMQ node with a single virtual host.
+type Broker struct {
+	mu        sync.Mutex
+	exchanges map[string]*exchange
+	queues    map[string]*queue
+	conns     map[*conn]bool
+	closed    bool
+	seq       int // for server-named queues and consumer tags
+}
+
+// New returns a broker with RabbitMQ's predeclared exchanges.
+func New() *Broker {
+	b := &Broker{exchanges: map[string]*exchange{}, queues: map[string]*queue{}, conns: map[*conn]bool{}}
+	for name, kind := range map[string]string{
+		"": "direct", "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
+		"amq.headers": "headers", "amq.match": "headers",
+	} {
+		b.exchanges[name] = &exchange{name: name, kind: kind, durable: true}
+	}
+	return b
+}
+
+// Dial connects to the broker: it returns the client's end of a new in-memory connection,
+// and serves the other end until either closes.
+func (b *Broker) Dial() (net.Conn, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, fmt.Errorf("memrabbit: the broker is closed")
+	}
+	server, client := net.Pipe()
+	c := newConn(b, server)
+	b.conns[c] = true
+	go c.serve()
+	return client, nil
+}
+
+// Close closes every connection and refuses new ones.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	conns := make([]*conn, 0, len(b.conns))
+	for c := range b.conns {
+		conns = append(conns, c)
+	}
+	b.mu.Unlock()
+	for _, c := range conns {
+		_ = c.nc.Close()
+	}
+	return nil
+}
+
+// exchange routes what is published to it to the queues bound to it.
+type exchange struct {
+	name       string
+	kind       string // direct, fanout, topic, headers
+	durable    bool
+	autoDelete bool
+	internal   bool
+	args       Table
+	bindings   []binding
+}
+
+// binding binds a queue to an exchange.
+type binding struct {
+	queue string
+	key   string
+	args  Table
+}
+
+// route returns the names of the queues msg goes to, each once.
+func (x *exchange) route(key string, headers Table) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, bd := range x.bindings {
+		if seen[bd.queue] || !x.matches(bd, key, headers) {
+			continue
+		}
+		seen[bd.queue] = true
+		out = append(out, bd.queue)
+	}
+	return out
+}
+
+func (x *exchange) matches(bd binding, key string, headers Table) bool {
+	switch x.kind {
+	case "fanout":
+		return true
+	case "topic":
+		return topicMatch(strings.Split(bd.key, "."), strings.Split(key, "."))
+	case "headers":
+		return headersMatch(bd.args, headers)
+	default:
+		return bd.key == key
+	}
+}
+
+// topicMatch matches a topic binding's words against a routing key's: * is one word, # zero
+// or more.
+func topicMatch(pattern, words []string) bool {
+	if len(pattern) == 0 {
+		return len(words) == 0
+	}
+	switch pattern[0] {
+	case "#":
+		for i := 0; i <= len(words); i++ {
+			if topicMatch(pattern[1:], words[i:]) {
+				return true
+			}
+		}
+		return false
+	case "*":
+		return len(words) > 0 && topicMatch(pattern[1:], words[1:])
+	default:
+		return len(words) > 0 && words[0] == pattern[0] && topicMatch(pattern[1:], words[1:])
+	}
+}
+
+// headersMatch matches a headers binding (x-match all, the default, or any; keys that start
+// with "x-" are not matched) against a message's headers.
+func headersMatch(args, headers Table) bool {
+	mode, _ := args["x-match"].(string)
+	any := strings.HasPrefix(mode, "any")
+	matched, tried := 0, 0
+	for k, want := range args {
+		if strings.HasPrefix(k, "x-") {
+			continue
+		}
+		tried++
+		got, ok := headers[k]
+		if ok && (want == nil || fmt.Sprint(want) == fmt.Sprint(got)) {
+			matched++
+		}
+	}
+	if any {
+		return matched > 0
+	}
+	return matched == tried
+}
+
+// stored is a message in the broker.
+type stored struct {
+	exchange   string
+	routingKey string
+	props      properties
+	body       []byte
+}
+
+// queue holds messages for its consumers.
+type queue struct {
+	name       string
+	durable    bool
+	exclusive  *conn // the connection that declared it exclusive
+	autoDelete bool
+	args       Table
+	ready      []*queued
+	consumers  []*consumer
+	next       int  // the consumer the next delivery tries first
+	hadConsumer bool // an auto-delete queue goes with its last consumer
+}
+
+// queued is a message waiting in a queue: redelivered once it was delivered and came back.
+type queued struct {
+	msg         *stored
+	redelivered bool
+}

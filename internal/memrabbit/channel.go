@@ -1,0 +1,353 @@
+package memrabbit
+
+import (
+	"fmt"
+	"slices"
+)
+
+// channel is a channel of a connection. Its state is read and written under the broker's
+// lock.
+type channel struct {
+	c       *conn
+	id      uint16
+	closing bool // the broker sent channel.close and waits for close-ok
+
+	confirming bool
+	confirmed  uint64 // publishes since confirm.select: the last confirm's tag
+
+	publishing *basicPublish // waiting for its header and body
+	size       uint64
+	content    []byte
+
+	prefetch  int // 0: unlimited
+	consumers map[string]*consumer
+	unacked   map[uint64]*delivery
+	tags      []uint64 // the unacked delivery tags, in order
+	lastTag   uint64
+}
+
+// consumer consumes a queue on a channel.
+type consumer struct {
+	tag       string
+	ch        *channel
+	queue     *queue
+	noAck     bool
+	exclusive bool
+}
+
+// delivery is a message delivered on a channel, not yet settled.
+type delivery struct {
+	q   *queue
+	msg *stored
+}
+
+func newChannel(c *conn, id uint16) *channel {
+	return &channel{c: c, id: id, consumers: map[string]*consumer{}, unacked: map[uint64]*delivery{}}
+}
+
+// errChannel is a channel error: the broker closes the channel with it.
+type errChannel struct {
+	code uint16
+	text string
+}
+
+func (e *errChannel) Error() string { return fmt.Sprintf("channel error %d: %s", e.code, e.text) }
+
+func channelErr(code uint16, format string, args ...any) error {
+	return &errChannel{code: code, text: fmt.Sprintf(format, args...)}
+}
+
+// method handles a method of the channel, holding the broker's lock. A channel error closes
+// the channel; a connection error is returned.
+func (ch *channel) method(m message) error {
+	err := ch.do(m)
+	if ce, ok := err.(*errChannel); ok {
+		classID, methodID := m.id()
+		ch.closeLocked()
+		ch.closing = true
+		ch.c.sendMethod(ch.id, &channelClose{ReplyCode: ce.code, ReplyText: ce.text, ClassId: classID, MethodId: methodID})
+		return nil
+	}
+	return err
+}
+
+func (ch *channel) do(m message) error {
+	b := ch.c.b
+	if ch.publishing != nil {
+		return &errConnection{code: codeCommandInvalid, text: "COMMAND_INVALID - expected content header"}
+	}
+	switch m := m.(type) {
+	case *channelClose:
+		ch.closeLocked()
+		delete(ch.c.channels, ch.id)
+		ch.c.sendMethod(ch.id, &channelCloseOk{})
+	case *channelFlow:
+		ch.c.sendMethod(ch.id, &channelFlowOk{Active: m.Active})
+	case *basicQos:
+		ch.prefetch = int(m.PrefetchCount)
+		ch.c.sendMethod(ch.id, &basicQosOk{})
+		b.dispatchLocked()
+	case *confirmSelect:
+		ch.confirming = true
+		if !m.Nowait {
+			ch.c.sendMethod(ch.id, &confirmSelectOk{})
+		}
+	case *exchangeDeclare:
+		if err := b.declareExchangeLocked(m); err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &exchangeDeclareOk{})
+		}
+	case *exchangeDelete:
+		if err := b.deleteExchange(m); err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &exchangeDeleteOk{})
+		}
+	case *queueDeclare:
+		ok, err := b.declareQueueLocked(ch.c, m)
+		if err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, ok)
+		}
+	case *queueBind:
+		if err := b.bindLocked(ch.c, m.Queue, m.Exchange, m.RoutingKey, m.Arguments, true); err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &queueBindOk{})
+		}
+	case *queueUnbind:
+		if err := b.bindLocked(ch.c, m.Queue, m.Exchange, m.RoutingKey, m.Arguments, false); err != nil {
+			return err
+		}
+		ch.c.sendMethod(ch.id, &queueUnbindOk{})
+	case *queuePurge:
+		q, err := b.queueFor(ch.c, m.Queue)
+		if err != nil {
+			return err
+		}
+		n := len(q.ready)
+		q.ready = nil
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &queuePurgeOk{MessageCount: uint32(n)})
+		}
+	case *queueDelete:
+		n, err := b.deleteQueueChecked(ch.c, m)
+		if err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &queueDeleteOk{MessageCount: uint32(n)})
+		}
+	case *basicPublish:
+		if _, ok := b.exchanges[m.Exchange]; !ok {
+			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
+		}
+		ch.publishing, ch.size, ch.content = m, 0, nil
+	case *basicConsume:
+		return ch.consume(m)
+	case *basicCancel:
+		if cs := ch.consumers[m.ConsumerTag]; cs != nil {
+			ch.cancelLocked(cs)
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &basicCancelOk{ConsumerTag: m.ConsumerTag})
+		}
+	case *basicGet:
+		return ch.get(m)
+	case *basicAck:
+		return ch.settle(m.DeliveryTag, m.Multiple, false, false)
+	case *basicNack:
+		return ch.settle(m.DeliveryTag, m.Multiple, true, m.Requeue)
+	case *basicReject:
+		return ch.settle(m.DeliveryTag, false, true, m.Requeue)
+	case *basicRecover:
+		ch.requeueAllLocked()
+		ch.c.sendMethod(ch.id, &basicRecoverOk{})
+	default:
+		return &errConnection{code: codeNotImplemented, text: fmt.Sprintf("NOT_IMPLEMENTED - %T", m)}
+	}
+	return nil
+}
+
+// header starts the content of the message being published.
+func (ch *channel) header(f *headerFrame) error {
+	if ch.publishing == nil {
+		return &errConnection{code: codeCommandInvalid, text: "COMMAND_INVALID - unexpected content header"}
+	}
+	ch.publishing.Properties = f.Properties
+	ch.size = f.Size
+	if ch.size == 0 {
+		return ch.publish()
+	}
+	return nil
+}
+
+// body adds a body frame to the message being published.
+func (ch *channel) body(p []byte) error {
+	if ch.publishing == nil {
+		return &errConnection{code: codeCommandInvalid, text: "COMMAND_INVALID - unexpected content body"}
+	}
+	ch.content = append(ch.content, p...)
+	if uint64(len(ch.content)) >= ch.size {
+		return ch.publish()
+	}
+	return nil
+}
+
+// publish routes the message whose content is complete, returns it when it is mandatory
+// and unroutable, and confirms it.
+func (ch *channel) publish() error {
+	b := ch.c.b
+	m := ch.publishing
+	ch.publishing = nil
+	msg := &stored{exchange: m.Exchange, routingKey: m.RoutingKey, props: m.Properties, body: ch.content}
+	ch.content = nil
+	routed := b.publishLocked(msg)
+	if !routed && m.Mandatory {
+		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: codeNoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
+			RoutingKey: m.RoutingKey, Properties: msg.props, Body: msg.body})
+	}
+	if ch.confirming {
+		ch.confirmed++
+		ch.c.sendMethod(ch.id, &basicAck{DeliveryTag: ch.confirmed})
+	}
+	return nil
+}
+
+// consume adds a consumer.
+func (ch *channel) consume(m *basicConsume) error {
+	b := ch.c.b
+	q, err := b.queueFor(ch.c, m.Queue)
+	if err != nil {
+		return err
+	}
+	tag := m.ConsumerTag
+	if tag == "" {
+		b.seq++
+		tag = fmt.Sprintf("amq.ctag-%d", b.seq)
+	}
+	if ch.consumers[tag] != nil {
+		return &errConnection{code: 530, text: fmt.Sprintf("NOT_ALLOWED - attempt to reuse consumer tag '%s'", tag)}
+	}
+	for _, other := range q.consumers {
+		if other.exclusive {
+			return channelErr(codeAccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
+		}
+	}
+	if m.Exclusive && len(q.consumers) > 0 {
+		return channelErr(codeAccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
+	}
+	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive}
+	ch.consumers[tag] = cs
+	q.consumers = append(q.consumers, cs)
+	q.hadConsumer = true
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &basicConsumeOk{ConsumerTag: tag})
+	}
+	b.dispatchLocked()
+	return nil
+}
+
+// get takes one message of a queue.
+func (ch *channel) get(m *basicGet) error {
+	b := ch.c.b
+	q, err := b.queueFor(ch.c, m.Queue)
+	if err != nil {
+		return err
+	}
+	if len(q.ready) == 0 {
+		ch.c.sendMethod(ch.id, &basicGetEmpty{})
+		return nil
+	}
+	qd := q.ready[0]
+	q.ready = q.ready[1:]
+	tag := ch.track(q, qd.msg, m.NoAck)
+	ch.c.sendMethod(ch.id, &basicGetOk{DeliveryTag: tag, Redelivered: qd.redelivered, Exchange: qd.msg.exchange,
+		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: qd.msg.props, Body: qd.msg.body})
+	return nil
+}
+
+// track gives a delivery its tag, and keeps it until it is settled unless noAck.
+func (ch *channel) track(q *queue, msg *stored, noAck bool) uint64 {
+	ch.lastTag++
+	if !noAck {
+		ch.unacked[ch.lastTag] = &delivery{q: q, msg: msg}
+		ch.tags = append(ch.tags, ch.lastTag)
+	}
+	return ch.lastTag
+}
+
+// settle acks, or nacks (requeued or dropped), one delivery tag or every one up to it.
+func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
+	var tags []uint64
+	switch {
+	case multiple && tag == 0:
+		tags = slices.Clone(ch.tags)
+	case multiple:
+		for _, t := range ch.tags {
+			if t <= tag {
+				tags = append(tags, t)
+			}
+		}
+	default:
+		if ch.unacked[tag] == nil {
+			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
+		}
+		tags = []uint64{tag}
+	}
+	if multiple && len(tags) == 0 && tag != 0 {
+		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
+	}
+	var back []*delivery
+	for _, t := range tags {
+		d := ch.unacked[t]
+		delete(ch.unacked, t)
+		if nack && requeue {
+			back = append(back, d)
+		}
+	}
+	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
+	ch.c.b.requeueLocked(back)
+	ch.c.b.dispatchLocked()
+	return nil
+}
+
+// requeueAllLocked returns every unacked delivery of the channel to its queue.
+func (ch *channel) requeueAllLocked() {
+	back := make([]*delivery, 0, len(ch.tags))
+	for _, t := range ch.tags {
+		back = append(back, ch.unacked[t])
+	}
+	ch.unacked, ch.tags = map[uint64]*delivery{}, nil
+	ch.c.b.requeueLocked(back)
+}
+
+// cancelLocked removes a consumer.
+func (ch *channel) cancelLocked(cs *consumer) {
+	delete(ch.consumers, cs.tag)
+	q := cs.queue
+	q.consumers = slices.DeleteFunc(q.consumers, func(o *consumer) bool { return o == cs })
+	if q.autoDelete && q.hadConsumer && len(q.consumers) == 0 {
+		ch.c.b.deleteQueueLocked(q.name)
+	}
+}
+
+// closeLocked ends the channel's consumers and returns its unacked messages.
+func (ch *channel) closeLocked() {
+	for _, cs := range ch.consumers {
+		ch.cancelLocked(cs)
+	}
+	ch.requeueAllLocked()
+	ch.c.b.dispatchLocked()
+}
+
+// room reports whether the channel's prefetch lets it take another delivery.
+func (ch *channel) room() bool {
+	return !ch.closing && (ch.prefetch == 0 || len(ch.tags) < ch.prefetch)
+}

@@ -1,0 +1,272 @@
+package memrabbit
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+)
+
+// The broker's operations on its exchanges and queues, called with its lock held.
+
+// declareExchangeLocked declares an exchange, or checks one that exists against m.
+func (b *Broker) declareExchangeLocked(m *exchangeDeclare) error {
+	x, ok := b.exchanges[m.Exchange]
+	if m.Passive {
+		if !ok {
+			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
+		}
+		return nil
+	}
+	if m.Exchange == "" || strings.HasPrefix(m.Exchange, "amq.") && !ok {
+		return channelErr(codeAccessRefused, "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'", m.Exchange)
+	}
+	switch m.Type {
+	case "direct", "fanout", "topic", "headers":
+	default:
+		return &errConnection{code: codeCommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - unknown exchange type '%s'", m.Type)}
+	}
+	if ok {
+		if x.kind != m.Type || x.durable != m.Durable || x.autoDelete != m.AutoDelete || x.internal != m.Internal || !sameArgs(x.args, m.Arguments) {
+			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for exchange '%s' in vhost '/'", m.Exchange)
+		}
+		return nil
+	}
+	b.exchanges[m.Exchange] = &exchange{name: m.Exchange, kind: m.Type, durable: m.Durable, autoDelete: m.AutoDelete,
+		internal: m.Internal, args: m.Arguments}
+	return nil
+}
+
+// deleteExchange deletes an exchange (one that does not exist is no error, as on RabbitMQ
+// 3.10 and later).
+func (b *Broker) deleteExchange(m *exchangeDelete) error {
+	x, ok := b.exchanges[m.Exchange]
+	if !ok {
+		return nil
+	}
+	if m.Exchange == "" || strings.HasPrefix(m.Exchange, "amq.") {
+		return channelErr(codeAccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+	}
+	if m.IfUnused && len(x.bindings) > 0 {
+		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use", m.Exchange)
+	}
+	delete(b.exchanges, m.Exchange)
+	return nil
+}
+
+// sameArgs reports whether two declarations' arguments are equivalent.
+func sameArgs(a, b Table) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return reflect.DeepEqual(normalize(a), normalize(b))
+}
+
+// normalize makes integer arguments of any width compare equal, as the broker does.
+func normalize(t Table) map[string]any {
+	out := map[string]any{}
+	for k, v := range t {
+		switch n := v.(type) {
+		case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
+			out[k] = fmt.Sprint(n)
+		default:
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// declareQueueLocked declares a queue for c, or checks one that exists against m.
+func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, error) {
+	name := m.Queue
+	if name == "" && !m.Passive {
+		b.seq++
+		name = fmt.Sprintf("amq.gen-%08d", b.seq)
+	}
+	q, ok := b.queues[name]
+	if ok && q.exclusive != nil && q.exclusive != c {
+		return nil, channelErr(codeResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
+	}
+	if m.Passive {
+		if !ok {
+			return nil, channelErr(codeNotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
+		}
+		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
+	}
+	if strings.HasPrefix(name, "amq.") && !ok && m.Queue != "" {
+		return nil, channelErr(codeAccessRefused, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'", name)
+	}
+	if ok {
+		if q.durable != m.Durable || q.autoDelete != m.AutoDelete || (q.exclusive != nil) != m.Exclusive || !sameArgs(q.args, m.Arguments) {
+			return nil, channelErr(codePreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for queue '%s' in vhost '/'", name)
+		}
+		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
+	}
+	q = &queue{name: name, durable: m.Durable, autoDelete: m.AutoDelete, args: m.Arguments}
+	if m.Exclusive {
+		q.exclusive = c
+	}
+	b.queues[name] = q
+	return &queueDeclareOk{Queue: name}, nil
+}
+
+// queueFor returns the queue name, which c may use.
+func (b *Broker) queueFor(c *conn, name string) (*queue, error) {
+	q, ok := b.queues[name]
+	if !ok {
+		return nil, channelErr(codeNotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
+	}
+	if q.exclusive != nil && q.exclusive != c {
+		return nil, channelErr(codeResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
+	}
+	return q, nil
+}
+
+// bindLocked binds (or unbinds) queue to exchange.
+func (b *Broker) bindLocked(c *conn, queueName, exchangeName, key string, args Table, bind bool) error {
+	if _, err := b.queueFor(c, queueName); err != nil {
+		return err
+	}
+	x, ok := b.exchanges[exchangeName]
+	if !ok {
+		return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", exchangeName)
+	}
+	if exchangeName == "" {
+		return channelErr(codeAccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+	}
+	i := -1
+	for j, bd := range x.bindings {
+		if bd.queue == queueName && bd.key == key && sameArgs(bd.args, args) {
+			i = j
+		}
+	}
+	switch {
+	case bind && i < 0:
+		x.bindings = append(x.bindings, binding{queue: queueName, key: key, args: args})
+	case !bind && i >= 0:
+		x.bindings = append(x.bindings[:i], x.bindings[i+1:]...)
+		b.autoDeleteExchangeLocked(x)
+	}
+	return nil
+}
+
+// autoDeleteExchangeLocked deletes an auto-delete exchange that lost its last binding.
+func (b *Broker) autoDeleteExchangeLocked(x *exchange) {
+	if x.autoDelete && len(x.bindings) == 0 {
+		delete(b.exchanges, x.name)
+	}
+}
+
+// deleteQueueChecked deletes a queue as queue.delete asks, and returns how many messages it
+// held.
+func (b *Broker) deleteQueueChecked(c *conn, m *queueDelete) (int, error) {
+	q, ok := b.queues[m.Queue]
+	if !ok {
+		return 0, nil
+	}
+	if _, err := b.queueFor(c, m.Queue); err != nil {
+		return 0, err
+	}
+	if m.IfUnused && len(q.consumers) > 0 {
+		return 0, channelErr(codePreconditionFailed, "PRECONDITION_FAILED - queue '%s' in vhost '/' in use", m.Queue)
+	}
+	if m.IfEmpty && len(q.ready) > 0 {
+		return 0, channelErr(codePreconditionFailed, "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty", m.Queue)
+	}
+	n := len(q.ready)
+	b.deleteQueueLocked(m.Queue)
+	return n, nil
+}
+
+// deleteQueueLocked deletes a queue: its consumers are cancelled (the broker tells their
+// channels), its bindings go.
+func (b *Broker) deleteQueueLocked(name string) {
+	q, ok := b.queues[name]
+	if !ok {
+		return
+	}
+	delete(b.queues, name)
+	for _, cs := range q.consumers {
+		delete(cs.ch.consumers, cs.tag)
+		cs.ch.c.sendMethod(cs.ch.id, &basicCancel{ConsumerTag: cs.tag, NoWait: true})
+	}
+	q.consumers = nil
+	for _, x := range b.exchanges {
+		kept := x.bindings[:0]
+		for _, bd := range x.bindings {
+			if bd.queue != name {
+				kept = append(kept, bd)
+			}
+		}
+		if len(kept) != len(x.bindings) {
+			x.bindings = kept
+			b.autoDeleteExchangeLocked(x)
+		}
+	}
+}
+
+// publishLocked routes msg from its exchange to queues, and reports whether any took it.
+func (b *Broker) publishLocked(msg *stored) bool {
+	var names []string
+	if msg.exchange == "" {
+		if _, ok := b.queues[msg.routingKey]; ok {
+			names = []string{msg.routingKey}
+		}
+	} else if x, ok := b.exchanges[msg.exchange]; ok {
+		names = x.route(msg.routingKey, msg.props.Headers)
+	}
+	for _, name := range names {
+		q := b.queues[name]
+		q.ready = append(q.ready, &queued{msg: msg})
+	}
+	b.dispatchLocked()
+	return len(names) > 0
+}
+
+// requeueLocked returns deliveries to their queues, marked redelivered: in the order of
+// their delivery, before what waits there (as a classic queue does).
+func (b *Broker) requeueLocked(ds []*delivery) {
+	byQueue := map[*queue][]*queued{}
+	var order []*queue
+	for _, d := range ds {
+		if _, ok := byQueue[d.q]; !ok {
+			order = append(order, d.q)
+		}
+		byQueue[d.q] = append(byQueue[d.q], &queued{msg: d.msg, redelivered: true})
+	}
+	for _, q := range order {
+		if b.queues[q.name] != q {
+			continue // deleted
+		}
+		q.ready = append(byQueue[q], q.ready...)
+	}
+}
+
+// dispatchLocked delivers what the queues hold to their consumers, round robin, as far as
+// their channels' prefetch lets them.
+func (b *Broker) dispatchLocked() {
+	for _, q := range b.queues {
+		for len(q.ready) > 0 {
+			cs := q.nextConsumer()
+			if cs == nil {
+				break
+			}
+			qd := q.ready[0]
+			q.ready = q.ready[1:]
+			tag := cs.ch.track(q, qd.msg, cs.noAck)
+			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
+				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: qd.msg.props, Body: qd.msg.body})
+		}
+	}
+}
+
+// nextConsumer returns the next consumer, round robin, whose channel has room.
+func (q *queue) nextConsumer() *consumer {
+	for i := range q.consumers {
+		cs := q.consumers[(q.next+i)%len(q.consumers)]
+		if cs.noAck || cs.ch.room() {
+			q.next = (q.next + i + 1) % len(q.consumers)
+			return cs
+		}
+	}
+	return nil
+}

@@ -1,0 +1,315 @@
+package memrabbit
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+)
+
+// Limits the broker tunes connections to, as RabbitMQ's defaults.
+const (
+	channelMax = 2047
+	frameMax   = 131072
+)
+
+// AMQP reply codes the broker sends.
+const (
+	codeNotFound           = 404
+	codeAccessRefused      = 403
+	codeResourceLocked     = 405
+	codePreconditionFailed = 406
+	codeNoRoute            = 312
+	codeCommandInvalid     = 503
+	codeChannelError       = 504
+	codeNotImplemented     = 540
+)
+
+// conn is the server's end of one client connection. Frames to the client are queued and
+// written by a goroutine of their own (writeLoop), so that the broker never waits for a
+// client while it holds its lock.
+type conn struct {
+	b        *Broker
+	nc       net.Conn
+	channels map[uint16]*channel // read and written under b.mu
+
+	outMu  sync.Mutex
+	out    [][]frame
+	wake   chan struct{} // a send to it says out has frames
+	closed chan struct{} // closed once the connection is closed
+	once   sync.Once
+}
+
+func newConn(b *Broker, nc net.Conn) *conn {
+	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+}
+
+// send queues frames to be written together, in order.
+func (c *conn) send(fs ...frame) {
+	c.outMu.Lock()
+	c.out = append(c.out, fs)
+	c.outMu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendMethod queues a method, with its content when it carries one.
+func (c *conn) sendMethod(ch uint16, m message) {
+	mc, ok := m.(messageWithContent)
+	if !ok {
+		c.send(&methodFrame{ChannelId: ch, Method: m})
+		return
+	}
+	props, body := mc.getContent()
+	fs := []frame{&methodFrame{ChannelId: ch, Method: m}, &headerFrame{ChannelId: ch, ClassId: 60, Size: uint64(len(body)), Properties: props}}
+	for len(body) > 0 {
+		n := min(len(body), frameMax-frameHeaderSize)
+		fs = append(fs, &bodyFrame{ChannelId: ch, Body: body[:n]})
+		body = body[n:]
+	}
+	c.send(fs...)
+}
+
+// writeLoop writes the queued frames until the connection closes.
+func (c *conn) writeLoop() {
+	w := bufio.NewWriter(c.nc)
+	for {
+		select {
+		case <-c.wake:
+		case <-c.closed:
+			return
+		}
+		c.outMu.Lock()
+		batches := c.out
+		c.out = nil
+		c.outMu.Unlock()
+		for _, fs := range batches {
+			for _, f := range fs {
+				if err := f.write(w); err != nil {
+					c.close()
+					return
+				}
+			}
+			if _, isClose := fs[0].(*methodFrame); isClose {
+				if mf := fs[0].(*methodFrame); isCloseOk(mf.Method) {
+					_ = w.Flush()
+					c.close()
+					return
+				}
+			}
+		}
+		if err := w.Flush(); err != nil {
+			c.close()
+			return
+		}
+	}
+}
+
+func isCloseOk(m message) bool {
+	_, ok := m.(*connectionCloseOk)
+	return ok
+}
+
+// close closes the connection, once: its channels' unacked messages go back to their queues,
+// its exclusive queues are deleted.
+func (c *conn) close() {
+	c.once.Do(func() {
+		close(c.closed)
+		_ = c.nc.Close()
+		b := c.b
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, ch := range c.channels {
+			ch.closeLocked()
+		}
+		c.channels = map[uint16]*channel{}
+		for name, q := range b.queues {
+			if q.exclusive == c {
+				b.deleteQueueLocked(name)
+			}
+		}
+		delete(b.conns, c)
+	})
+}
+
+// errConnection is a connection error the broker sends before it closes.
+type errConnection struct {
+	code        uint16
+	text        string
+	class, meth uint16
+}
+
+func (e *errConnection) Error() string { return fmt.Sprintf("connection error %d: %s", e.code, e.text) }
+
+// serve runs the connection: the handshake, then every frame the client sends.
+func (c *conn) serve() {
+	go c.writeLoop()
+	defer c.close()
+	r := reader{r: bufio.NewReader(c.nc)}
+	header := make([]byte, 8)
+	if _, err := io.ReadFull(r.r, header); err != nil || !bytes.Equal(header, []byte("AMQP\x00\x00\x09\x01")) {
+		return
+	}
+	if err := c.handshake(&r); err != nil {
+		return
+	}
+	for {
+		f, err := r.ReadFrame()
+		if err != nil {
+			return
+		}
+		if err := c.frame(f); err != nil {
+			var ce *errConnection
+			if errors.As(err, &ce) {
+				c.sendMethod(0, &connectionClose{ReplyCode: ce.code, ReplyText: ce.text, ClassId: ce.class, MethodId: ce.meth})
+			}
+			if errors.Is(err, errClosing) || ce != nil {
+				c.drainUntilCloseOk(&r)
+			}
+			return
+		}
+	}
+}
+
+// errClosing says the client closed the connection.
+var errClosing = errors.New("closing")
+
+// drainUntilCloseOk reads what the client still sends until its close-ok or close.
+func (c *conn) drainUntilCloseOk(r *reader) {
+	for {
+		f, err := r.ReadFrame()
+		if err != nil {
+			return
+		}
+		if mf, ok := f.(*methodFrame); ok {
+			switch mf.Method.(type) {
+			case *connectionCloseOk:
+				return
+			case *connectionClose:
+				c.sendMethod(0, &connectionCloseOk{})
+				<-c.closed
+				return
+			}
+		}
+	}
+}
+
+// handshake: start, start-ok, tune, tune-ok, open, open-ok.
+func (c *conn) handshake(r *reader) error {
+	c.sendMethod(0, &connectionStart{VersionMajor: 0, VersionMinor: 9, Mechanisms: "PLAIN AMQPLAIN", Locales: "en_US",
+		ServerProperties: Table{
+			"product": "RabbitMQ", "version": "3.10.8", "platform": "warren memrabbit",
+			"capabilities": Table{
+				"publisher_confirms": true, "exchange_exchange_bindings": true, "basic.nack": true,
+				"consumer_cancel_notify": true, "connection.blocked": true, "consumer_priorities": true,
+				"authentication_failure_close": true, "per_consumer_qos": true, "direct_reply_to": true,
+			},
+		}})
+	if _, err := expect[*connectionStartOk](r); err != nil {
+		return err
+	}
+	c.sendMethod(0, &connectionTune{ChannelMax: channelMax, FrameMax: frameMax, Heartbeat: 0})
+	if _, err := expect[*connectionTuneOk](r); err != nil {
+		return err
+	}
+	if _, err := expect[*connectionOpen](r); err != nil {
+		return err
+	}
+	c.sendMethod(0, &connectionOpenOk{})
+	return nil
+}
+
+// expect reads the next frame, which must be method M on channel 0.
+func expect[M message](r *reader) (M, error) {
+	var zero M
+	for {
+		f, err := r.ReadFrame()
+		if err != nil {
+			return zero, err
+		}
+		if _, ok := f.(*heartbeatFrame); ok {
+			continue
+		}
+		mf, ok := f.(*methodFrame)
+		if !ok {
+			return zero, fmt.Errorf("handshake: unexpected frame %T", f)
+		}
+		m, ok := mf.Method.(M)
+		if !ok {
+			return zero, fmt.Errorf("handshake: unexpected method %T", mf.Method)
+		}
+		return m, nil
+	}
+}
+
+// frame handles one frame from the client.
+func (c *conn) frame(f frame) error {
+	switch f := f.(type) {
+	case *heartbeatFrame:
+		return nil
+	case *methodFrame:
+		if f.ChannelId == 0 {
+			switch f.Method.(type) {
+			case *connectionClose:
+				c.sendMethod(0, &connectionCloseOk{})
+				<-c.closed
+				return errClosing
+			case *connectionCloseOk:
+				return errClosing
+			case *connectionBlocked, *connectionUnblocked:
+				return nil
+			}
+			return &errConnection{code: codeCommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - %T on channel 0", f.Method)}
+		}
+		return c.method(f.ChannelId, f.Method)
+	case *headerFrame:
+		return c.content(f.ChannelId, func(ch *channel) error { return ch.header(f) })
+	case *bodyFrame:
+		return c.content(f.ChannelId, func(ch *channel) error { return ch.body(f.Body) })
+	}
+	return nil
+}
+
+// method handles a method on channel id.
+func (c *conn) method(id uint16, m message) error {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := c.channels[id]
+	if open, ok := m.(*channelOpen); ok {
+		_ = open
+		if ch != nil {
+			return &errConnection{code: codeChannelError, text: fmt.Sprintf("CHANNEL_ERROR - second 'channel.open' seen on channel %d", id)}
+		}
+		c.channels[id] = newChannel(c, id)
+		c.sendMethod(id, &channelOpenOk{})
+		return nil
+	}
+	if ch == nil {
+		return &errConnection{code: codeChannelError, text: fmt.Sprintf("CHANNEL_ERROR - expected 'channel.open' on channel %d", id)}
+	}
+	if ch.closing {
+		if _, ok := m.(*channelCloseOk); ok {
+			delete(c.channels, id)
+		}
+		return nil // after the broker closed the channel, everything but close-ok is dropped
+	}
+	return ch.method(m)
+}
+
+// content hands a content frame to its channel.
+func (c *conn) content(id uint16, do func(*channel) error) error {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := c.channels[id]
+	if ch == nil || ch.closing {
+		return nil
+	}
+	return do(ch)
+}
