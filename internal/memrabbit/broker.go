@@ -164,14 +164,14 @@ type stored struct {
 
 // queue holds messages for its consumers.
 type queue struct {
-	name       string
-	durable    bool
-	exclusive  *conn // the connection that declared it exclusive
-	autoDelete bool
-	args       Table
-	ready      []*queued
-	consumers  []*consumer
-	next       int  // the consumer the next delivery tries first
+	name        string
+	durable     bool
+	exclusive   *conn // the connection that declared it exclusive
+	autoDelete  bool
+	args        Table
+	ready       []*queued
+	consumers   []*consumer
+	next        int  // the consumer the next delivery tries first
 	hadConsumer bool // an auto-delete queue goes with its last consumer
 }
 
