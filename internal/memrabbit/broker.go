@@ -14,8 +14,16 @@ import (
 	"sync"
 )
 
+// Config configures a Broker.
+type Config struct {
+	// Version is the RabbitMQ version whose behaviour the broker follows where versions
+	// differ: "3.10" (the default) or "4.0".
+	Version string
+}
+
 // Broker is one in-memory RabbitMQ node with a single virtual host.
 type Broker struct {
+	cfg       Config
 	mu        sync.Mutex
 	exchanges map[string]*exchange
 	queues    map[string]*queue
@@ -25,8 +33,11 @@ type Broker struct {
 }
 
 // New returns a broker with RabbitMQ's predeclared exchanges.
-func New() *Broker {
-	b := &Broker{exchanges: map[string]*exchange{}, queues: map[string]*queue{}, conns: map[*conn]bool{}}
+func New(cfg Config) *Broker {
+	if cfg.Version == "" {
+		cfg.Version = "3.10"
+	}
+	b := &Broker{cfg: cfg, exchanges: map[string]*exchange{}, queues: map[string]*queue{}, conns: map[*conn]bool{}}
 	for name, kind := range map[string]string{
 		"": "direct", "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
 		"amq.headers": "headers", "amq.match": "headers",
@@ -77,24 +88,57 @@ type exchange struct {
 	bindings   []binding
 }
 
-// binding binds a queue to an exchange.
+// binding binds a queue, or an exchange, to an exchange.
 type binding struct {
-	queue string
-	key   string
-	args  Table
+	queue      string // the queue, or the exchange when toExchange
+	toExchange bool
+	key        string
+	args       Table
 }
 
-// route returns the names of the queues msg goes to, each once.
-func (x *exchange) route(key string, headers Table) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, bd := range x.bindings {
-		if seen[bd.queue] || !x.matches(bd, key, headers) {
-			continue
+// routeLocked returns the queues a message published to exchange x with key and headers
+// goes to, each once: through the exchanges bound to x, and to x's alternate exchange (and
+// its own) when nothing else takes it.
+func (b *Broker) routeLocked(x *exchange, key string, headers Table) []*queue {
+	var out []*queue
+	seenQ, seenX := map[string]bool{}, map[string]bool{}
+	var walk func(x *exchange) bool
+	walk = func(x *exchange) bool {
+		if seenX[x.name] {
+			return false
 		}
-		seen[bd.queue] = true
-		out = append(out, bd.queue)
+		seenX[x.name] = true
+		routed := false
+		for _, bd := range x.bindings {
+			if !x.matches(bd, key, headers) {
+				continue
+			}
+			if bd.toExchange {
+				if to, ok := b.exchanges[bd.queue]; ok && walk(to) {
+					routed = true
+				}
+				continue
+			}
+			q, ok := b.queues[bd.queue]
+			if !ok {
+				continue
+			}
+			routed = true
+			if !seenQ[q.name] {
+				seenQ[q.name] = true
+				out = append(out, q)
+			}
+		}
+		if !routed {
+			if ae, ok := x.args["alternate-exchange"].(string); ok {
+				if to, ok := b.exchanges[ae]; ok {
+					routed = walk(to)
+				}
+			}
+		}
+		return routed
 	}
+	walk(x)
 	return out
 }
 
@@ -152,31 +196,4 @@ func headersMatch(args, headers Table) bool {
 		return matched > 0
 	}
 	return matched == tried
-}
-
-// stored is a message in the broker.
-type stored struct {
-	exchange   string
-	routingKey string
-	props      properties
-	body       []byte
-}
-
-// queue holds messages for its consumers.
-type queue struct {
-	name        string
-	durable     bool
-	exclusive   *conn // the connection that declared it exclusive
-	autoDelete  bool
-	args        Table
-	ready       []*queued
-	consumers   []*consumer
-	next        int  // the consumer the next delivery tries first
-	hadConsumer bool // an auto-delete queue goes with its last consumer
-}
-
-// queued is a message waiting in a queue: redelivered once it was delivered and came back.
-type queued struct {
-	msg         *stored
-	redelivered bool
 }

@@ -37,8 +37,8 @@ type consumer struct {
 
 // delivery is a message delivered on a channel, not yet settled.
 type delivery struct {
-	q   *queue
-	msg *stored
+	q  *queue
+	qd *queued
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -114,15 +114,29 @@ func (ch *channel) do(m message) error {
 		if !m.NoWait {
 			ch.c.sendMethod(ch.id, ok)
 		}
+	case *exchangeBind:
+		if err := b.bindLocked(ch.c, m.Destination, m.Source, m.RoutingKey, m.Arguments, true, true); err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &exchangeBindOk{})
+		}
+	case *exchangeUnbind:
+		if err := b.bindLocked(ch.c, m.Destination, m.Source, m.RoutingKey, m.Arguments, false, true); err != nil {
+			return err
+		}
+		if !m.NoWait {
+			ch.c.sendMethod(ch.id, &exchangeUnbindOk{})
+		}
 	case *queueBind:
-		if err := b.bindLocked(ch.c, m.Queue, m.Exchange, m.RoutingKey, m.Arguments, true); err != nil {
+		if err := b.bindLocked(ch.c, m.Queue, m.Exchange, m.RoutingKey, m.Arguments, true, false); err != nil {
 			return err
 		}
 		if !m.NoWait {
 			ch.c.sendMethod(ch.id, &queueBindOk{})
 		}
 	case *queueUnbind:
-		if err := b.bindLocked(ch.c, m.Queue, m.Exchange, m.RoutingKey, m.Arguments, false); err != nil {
+		if err := b.bindLocked(ch.c, m.Queue, m.Exchange, m.RoutingKey, m.Arguments, false, false); err != nil {
 			return err
 		}
 		ch.c.sendMethod(ch.id, &queueUnbindOk{})
@@ -208,14 +222,18 @@ func (ch *channel) publish() error {
 	ch.publishing = nil
 	msg := &stored{exchange: m.Exchange, routingKey: m.RoutingKey, props: m.Properties, body: ch.content}
 	ch.content = nil
-	routed := b.publishLocked(msg)
+	routed, refused := b.publishLocked(msg)
 	if !routed && m.Mandatory {
 		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: codeNoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
 			RoutingKey: m.RoutingKey, Properties: msg.props, Body: msg.body})
 	}
 	if ch.confirming {
 		ch.confirmed++
-		ch.c.sendMethod(ch.id, &basicAck{DeliveryTag: ch.confirmed})
+		if refused {
+			ch.c.sendMethod(ch.id, &basicNack{DeliveryTag: ch.confirmed})
+		} else {
+			ch.c.sendMethod(ch.id, &basicAck{DeliveryTag: ch.confirmed})
+		}
 	}
 	return nil
 }
@@ -267,17 +285,18 @@ func (ch *channel) get(m *basicGet) error {
 	}
 	qd := q.ready[0]
 	q.ready = q.ready[1:]
-	tag := ch.track(q, qd.msg, m.NoAck)
+	b.armExpiryLocked(q)
+	tag := ch.track(q, qd, m.NoAck)
 	ch.c.sendMethod(ch.id, &basicGetOk{DeliveryTag: tag, Redelivered: qd.redelivered, Exchange: qd.msg.exchange,
-		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: qd.msg.props, Body: qd.msg.body})
+		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: deliveredProps(qd), Body: qd.msg.body})
 	return nil
 }
 
 // track gives a delivery its tag, and keeps it until it is settled unless noAck.
-func (ch *channel) track(q *queue, msg *stored, noAck bool) uint64 {
+func (ch *channel) track(q *queue, qd *queued, noAck bool) uint64 {
 	ch.lastTag++
 	if !noAck {
-		ch.unacked[ch.lastTag] = &delivery{q: q, msg: msg}
+		ch.unacked[ch.lastTag] = &delivery{q: q, qd: qd}
 		ch.tags = append(ch.tags, ch.lastTag)
 	}
 	return ch.lastTag
@@ -306,14 +325,13 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 	}
 	var back []*delivery
 	for _, t := range tags {
-		d := ch.unacked[t]
+		back = append(back, ch.unacked[t])
 		delete(ch.unacked, t)
-		if nack && requeue {
-			back = append(back, d)
-		}
 	}
 	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
-	ch.c.b.requeueLocked(back)
+	if nack {
+		ch.c.b.requeueLocked(back, !requeue)
+	}
 	ch.c.b.dispatchLocked()
 	return nil
 }
@@ -325,7 +343,7 @@ func (ch *channel) requeueAllLocked() {
 		back = append(back, ch.unacked[t])
 	}
 	ch.unacked, ch.tags = map[uint64]*delivery{}, nil
-	ch.c.b.requeueLocked(back)
+	ch.c.b.requeueLocked(back, false)
 }
 
 // cancelLocked removes a consumer.

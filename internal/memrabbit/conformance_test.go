@@ -32,7 +32,7 @@ type side struct {
 func conformance(t *testing.T, c func(s side)) {
 	t.Run("model", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := memrabbit.New()
+			b := memrabbit.New(memrabbit.Config{})
 			defer b.Close()
 			c(side{t: t, name: func(n string) string { return n }, dial: func() *amqp.Connection {
 				conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
@@ -286,5 +286,215 @@ func TestAnInequivalentRedeclareFailsWith406(t *testing.T) {
 		var ae *amqp.Error
 		require.True(s.t, errors.As(err, &ae), "%v", err)
 		assert.Equal(s.t, 406, ae.Code)
+	})
+}
+
+// deadLetterTo declares, on ch, an exchange and a queue bound to it with key "#"... a fanout
+// exchange and its queue, where the case's dead letters go; it returns the exchange and the
+// queue's deliveries.
+func deadLetterTo(s side, ch *amqp.Channel) (string, <-chan amqp.Delivery) {
+	s.t.Helper()
+	dlx, dlq := s.name("dlx"), s.name("dlq")
+	require.NoError(s.t, ch.ExchangeDeclare(dlx, "fanout", false, false, false, false, nil))
+	_, err := ch.QueueDeclare(dlq, false, false, false, false, nil)
+	require.NoError(s.t, err)
+	require.NoError(s.t, ch.QueueBind(dlq, "", dlx, false, nil))
+	ds, err := ch.Consume(dlq, "", true, false, false, false, nil)
+	require.NoError(s.t, err)
+	return dlx, ds
+}
+
+// death returns the first x-death entry of d, without its time.
+func death(s side, d amqp.Delivery) amqp.Table {
+	s.t.Helper()
+	deaths, ok := d.Headers["x-death"].([]any)
+	require.True(s.t, ok, "x-death: %#v", d.Headers["x-death"])
+	require.NotEmpty(s.t, deaths)
+	e, ok := deaths[0].(amqp.Table)
+	require.True(s.t, ok)
+	_, isTime := e["time"].(time.Time)
+	assert.True(s.t, isTime, "time: %#v", e["time"])
+	out := amqp.Table{}
+	for k, v := range e {
+		if k != "time" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func TestAQueueTTLDeadLettersWithXDeath(t *testing.T) {
+	for _, kind := range []string{"classic", "quorum"} {
+		t.Run(kind, func(t *testing.T) {
+			conformance(t, func(s side) {
+				ch, err := s.dial().Channel()
+				require.NoError(s.t, err)
+				dlx, dead := deadLetterTo(s, ch)
+				q := s.name("q")
+				_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind,
+					"x-message-ttl": int32(100), "x-dead-letter-exchange": dlx})
+				require.NoError(s.t, err)
+				start := time.Now()
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte("late"), Headers: amqp.Table{"mine": "kept"}})
+				d := receive(s, dead)
+				assert.GreaterOrEqual(s.t, time.Since(start), 100*time.Millisecond, "not before its TTL")
+				assert.Equal(s.t, "late", string(d.Body))
+				assert.Equal(s.t, q, d.RoutingKey, "the original routing key")
+				assert.Equal(s.t, dlx, d.Exchange)
+				assert.Equal(s.t, "kept", d.Headers["mine"])
+				assert.Equal(s.t, amqp.Table{"count": int64(1), "reason": "expired", "queue": q, "exchange": "",
+					"routing-keys": []any{q}}, death(s, d))
+				assert.Equal(s.t, "expired", d.Headers["x-first-death-reason"])
+				assert.Equal(s.t, q, d.Headers["x-first-death-queue"])
+				assert.Equal(s.t, "", d.Headers["x-first-death-exchange"])
+			})
+		})
+	}
+}
+
+func TestAPerMessageExpirationExpiresOnlyAtTheHead(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("slow"), Expiration: "400"})
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("fast"), Expiration: "50"})
+		first := receive(s, dead)
+		assert.Equal(s.t, "slow", string(first.Body), "the later, shorter one waits behind the head")
+		assert.Equal(s.t, "", first.Expiration, "the expiration goes")
+		assert.Equal(s.t, "400", death(s, first)["original-expiration"])
+		assert.Equal(s.t, "fast", string(receive(s, dead).Body))
+	})
+}
+
+func TestARejectedMessageIsDeadLetteredWithItsRoutingKeyReplaced(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": dlx,
+			"x-dead-letter-routing-key": "parked"})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("bad")})
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, receive(s, ds).Reject(false))
+		d := receive(s, dead)
+		assert.Equal(s.t, "parked", d.RoutingKey)
+		assert.Equal(s.t, amqp.Table{"count": int64(1), "reason": "rejected", "queue": q, "exchange": "",
+			"routing-keys": []any{q}}, death(s, d))
+	})
+}
+
+func TestAQuorumQueueDeadLettersPastItsDeliveryLimit(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum",
+			"x-delivery-limit": int64(2), "x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("again")})
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		var counts []any
+		for range 3 {
+			d := receive(s, ds)
+			counts = append(counts, d.Headers["x-delivery-count"])
+			require.NoError(s.t, d.Nack(false, true))
+		}
+		assert.Equal(s.t, []any{nil, int64(1), int64(2)}, counts)
+		d := receive(s, dead)
+		assert.Equal(s.t, "delivery_limit", death(s, d)["reason"])
+		none(s, ds)
+	})
+}
+
+func TestExchangeToExchangeBindingsAndAlternateExchangesRoute(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		front, back, ae := s.name("front"), s.name("back"), s.name("ae")
+		require.NoError(s.t, ch.ExchangeDeclare(ae, "fanout", false, false, false, false, nil))
+		require.NoError(s.t, ch.ExchangeDeclare(front, "direct", false, false, false, false, amqp.Table{"alternate-exchange": ae}))
+		require.NoError(s.t, ch.ExchangeDeclare(back, "topic", false, false, false, false, nil))
+		require.NoError(s.t, ch.ExchangeBind(back, "k", front, false, nil))
+		q, parked := s.name("q"), s.name("parked")
+		for _, n := range []string{q, parked} {
+			_, err = ch.QueueDeclare(n, false, false, false, false, nil)
+			require.NoError(s.t, err)
+		}
+		require.NoError(s.t, ch.QueueBind(q, "#", back, false, nil))
+		require.NoError(s.t, ch.QueueBind(parked, "", ae, false, nil))
+		publish(s, ch, front, "k", amqp.Publishing{Body: []byte("through")})
+		publish(s, ch, front, "other", amqp.Publishing{Body: []byte("aside")})
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, "through", string(receive(s, ds).Body))
+		ps, err := ch.Consume(parked, "", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, "aside", string(receive(s, ps).Body))
+		none(s, ds)
+	})
+}
+
+func TestMaxLengthDropsTheHeadOrRefusesThePublish(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		dlx, dead := deadLetterTo(s, ch)
+		drop, refuse := s.name("drop"), s.name("refuse")
+		_, err = ch.QueueDeclare(drop, true, false, false, false, amqp.Table{"x-max-length": int64(2), "x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		_, err = ch.QueueDeclare(refuse, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-max-length": int64(1),
+			"x-overflow": "reject-publish"})
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3"} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", drop, false, false, amqp.Publishing{Body: []byte(b)})
+			require.NoError(s.t, err)
+			assert.True(s.t, dc.Wait())
+		}
+		d := receive(s, dead)
+		assert.Equal(s.t, "1", string(d.Body))
+		assert.Equal(s.t, "maxlen", death(s, d)["reason"])
+		var acked []bool
+		for _, b := range []string{"1", "2", "3"} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", refuse, false, false, amqp.Publishing{Body: []byte(b)})
+			require.NoError(s.t, err)
+			acked = append(acked, dc.Wait())
+		}
+		assert.Equal(s.t, []bool{true, true, false}, acked, "a quorum queue refuses only once it is over its limit")
+	})
+}
+
+func TestASingleActiveConsumerGetsEverythingUntilItGoes(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		first, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = first.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true})
+		require.NoError(s.t, err)
+		a, err := first.Consume(q, "a", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		second, err := conn.Channel()
+		require.NoError(s.t, err)
+		bs, err := second.Consume(q, "b", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2"} {
+			publish(s, first, "", q, amqp.Publishing{Body: []byte(b)})
+		}
+		assert.Equal(s.t, "1", string(receive(s, a).Body))
+		assert.Equal(s.t, "2", string(receive(s, a).Body))
+		none(s, bs)
+		require.NoError(s.t, first.Close()) // unacked: back to the queue, to b
+		got := []string{string(receive(s, bs).Body), string(receive(s, bs).Body)}
+		assert.Equal(s.t, []string{"1", "2"}, got)
 	})
 }

@@ -2,6 +2,7 @@ package memrabbit
 
 import (
 	"fmt"
+	"time"
 	"reflect"
 	"strings"
 )
@@ -101,7 +102,7 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 		}
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
 	}
-	q = &queue{name: name, durable: m.Durable, autoDelete: m.AutoDelete, args: m.Arguments}
+	q = b.newQueue(name, m.Durable, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
 		q.exclusive = c
 	}
@@ -121,27 +122,31 @@ func (b *Broker) queueFor(c *conn, name string) (*queue, error) {
 	return q, nil
 }
 
-// bindLocked binds (or unbinds) queue to exchange.
-func (b *Broker) bindLocked(c *conn, queueName, exchangeName, key string, args Table, bind bool) error {
-	if _, err := b.queueFor(c, queueName); err != nil {
+// bindLocked binds (or unbinds) a queue, or an exchange (toExchange), to exchange.
+func (b *Broker) bindLocked(c *conn, dest, exchangeName, key string, args Table, bind, toExchange bool) error {
+	if toExchange {
+		if _, ok := b.exchanges[dest]; !ok {
+			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", dest)
+		}
+	} else if _, err := b.queueFor(c, dest); err != nil {
 		return err
 	}
 	x, ok := b.exchanges[exchangeName]
 	if !ok {
 		return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", exchangeName)
 	}
-	if exchangeName == "" {
+	if exchangeName == "" || toExchange && dest == "" {
 		return channelErr(codeAccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	i := -1
 	for j, bd := range x.bindings {
-		if bd.queue == queueName && bd.key == key && sameArgs(bd.args, args) {
+		if bd.queue == dest && bd.toExchange == toExchange && bd.key == key && sameArgs(bd.args, args) {
 			i = j
 		}
 	}
 	switch {
 	case bind && i < 0:
-		x.bindings = append(x.bindings, binding{queue: queueName, key: key, args: args})
+		x.bindings = append(x.bindings, binding{queue: dest, toExchange: toExchange, key: key, args: args})
 	case !bind && i >= 0:
 		x.bindings = append(x.bindings[:i], x.bindings[i+1:]...)
 		b.autoDeleteExchangeLocked(x)
@@ -185,6 +190,11 @@ func (b *Broker) deleteQueueLocked(name string) {
 		return
 	}
 	delete(b.queues, name)
+	for _, t := range []*time.Timer{q.expiry, q.unused} {
+		if t != nil {
+			t.Stop()
+		}
+	}
 	for _, cs := range q.consumers {
 		delete(cs.ch.consumers, cs.tag)
 		cs.ch.c.sendMethod(cs.ch.id, &basicCancel{ConsumerTag: cs.tag, NoWait: true})
@@ -193,7 +203,7 @@ func (b *Broker) deleteQueueLocked(name string) {
 	for _, x := range b.exchanges {
 		kept := x.bindings[:0]
 		for _, bd := range x.bindings {
-			if bd.queue != name {
+			if bd.toExchange || bd.queue != name {
 				kept = append(kept, bd)
 			}
 		}
@@ -204,40 +214,43 @@ func (b *Broker) deleteQueueLocked(name string) {
 	}
 }
 
-// publishLocked routes msg from its exchange to queues, and reports whether any took it.
-func (b *Broker) publishLocked(msg *stored) bool {
-	var names []string
+// publishLocked routes msg from its exchange to queues, and reports whether any took it,
+// and whether one refused it (x-overflow reject-publish: the publish is nacked).
+func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
+	var queues []*queue
 	if msg.exchange == "" {
-		if _, ok := b.queues[msg.routingKey]; ok {
-			names = []string{msg.routingKey}
+		if q, ok := b.queues[msg.routingKey]; ok {
+			queues = []*queue{q}
 		}
 	} else if x, ok := b.exchanges[msg.exchange]; ok {
-		names = x.route(msg.routingKey, msg.props.Headers)
+		queues = b.routeLocked(x, msg.routingKey, msg.props.Headers)
 	}
-	for _, name := range names {
-		q := b.queues[name]
-		q.ready = append(q.ready, &queued{msg: msg})
+	for _, q := range queues {
+		if !b.enqueueLocked(q, msg) {
+			refused = true
+		}
 	}
 	b.dispatchLocked()
-	return len(names) > 0
+	return len(queues) > 0, refused
 }
 
-// requeueLocked returns deliveries to their queues, marked redelivered: in the order of
-// their delivery, before what waits there (as a classic queue does).
-func (b *Broker) requeueLocked(ds []*delivery) {
-	byQueue := map[*queue][]*queued{}
+// requeueLocked returns deliveries to their queues (see returnLocked), rejected ones to be
+// dead-lettered.
+func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
+	back := map[*queue][]*queued{}
 	var order []*queue
 	for _, d := range ds {
-		if _, ok := byQueue[d.q]; !ok {
+		if _, ok := back[d.q]; !ok {
 			order = append(order, d.q)
 		}
-		byQueue[d.q] = append(byQueue[d.q], &queued{msg: d.msg, redelivered: true})
+		back[d.q] = append(back[d.q], d.qd)
 	}
 	for _, q := range order {
-		if b.queues[q.name] != q {
-			continue // deleted
+		if reject {
+			b.returnLocked(q, nil, back[q])
+		} else {
+			b.returnLocked(q, back[q], nil)
 		}
-		q.ready = append(byQueue[q], q.ready...)
 	}
 }
 
@@ -252,15 +265,38 @@ func (b *Broker) dispatchLocked() {
 			}
 			qd := q.ready[0]
 			q.ready = q.ready[1:]
-			tag := cs.ch.track(q, qd.msg, cs.noAck)
+			tag := cs.ch.track(q, qd, cs.noAck)
 			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
-				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: qd.msg.props, Body: qd.msg.body})
+				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
 		}
+		b.armExpiryLocked(q)
 	}
 }
 
-// nextConsumer returns the next consumer, round robin, whose channel has room.
+// deliveredProps are the properties qd is delivered with: a quorum queue tells how often it
+// was returned (x-delivery-count).
+func deliveredProps(qd *queued) properties {
+	p := qd.msg.props
+	if qd.deliveries > 0 {
+		h := Table{}
+		for k, v := range p.Headers {
+			h[k] = v
+		}
+		h["x-delivery-count"] = int64(qd.deliveries)
+		p.Headers = h
+	}
+	return p
+}
+
+// nextConsumer returns the next consumer, round robin, whose channel has room; with a single
+// active consumer, only the first.
 func (q *queue) nextConsumer() *consumer {
+	if q.single {
+		if len(q.consumers) > 0 && (q.consumers[0].noAck || q.consumers[0].ch.room()) {
+			return q.consumers[0]
+		}
+		return nil
+	}
 	for i := range q.consumers {
 		cs := q.consumers[(q.next+i)%len(q.consumers)]
 		if cs.noAck || cs.ch.room() {

@@ -1,0 +1,299 @@
+package memrabbit
+
+import (
+	"slices"
+	"strconv"
+	"time"
+)
+
+// stored is a message in the broker.
+type stored struct {
+	exchange   string
+	routingKey string
+	props      properties
+	body       []byte
+}
+
+// queued is a message waiting in a queue: redelivered once it was delivered and came back.
+type queued struct {
+	msg         *stored
+	redelivered bool
+	expires     time.Time // zero: never
+	deliveries  int       // returns to a quorum queue (x-delivery-count)
+}
+
+// queue holds messages for its consumers.
+type queue struct {
+	name        string
+	durable     bool
+	exclusive   *conn // the connection that declared it exclusive
+	autoDelete  bool
+	args        Table
+	ready       []*queued
+	consumers   []*consumer
+	next        int  // the consumer the next delivery tries first
+	hadConsumer bool // an auto-delete queue goes with its last consumer
+
+	// From the arguments.
+	quorum        bool
+	ttl           time.Duration // x-message-ttl; negative: none
+	dlx           *string       // x-dead-letter-exchange
+	dlrk          *string       // x-dead-letter-routing-key
+	maxLength     int           // x-max-length; negative: none
+	overflow      string        // x-overflow: drop-head, reject-publish, reject-publish-dlx
+	deliveryLimit int           // x-delivery-limit (quorum); negative: none
+	single        bool          // x-single-active-consumer
+	expires       time.Duration // x-expires; zero: never
+
+	expiry *time.Timer // for the head's expiration
+	unused *time.Timer // for x-expires
+}
+
+// newQueue returns a queue declared with args.
+func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
+	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
+		ttl: -1, maxLength: -1, overflow: "drop-head", deliveryLimit: -1}
+	q.quorum = args["x-queue-type"] == "quorum"
+	if ms, ok := intArg(args["x-message-ttl"]); ok {
+		q.ttl = time.Duration(ms) * time.Millisecond
+	}
+	if x, ok := args["x-dead-letter-exchange"].(string); ok {
+		q.dlx = &x
+	}
+	if k, ok := args["x-dead-letter-routing-key"].(string); ok {
+		q.dlrk = &k
+	}
+	if n, ok := intArg(args["x-max-length"]); ok {
+		q.maxLength = int(n)
+	}
+	if o, ok := args["x-overflow"].(string); ok {
+		q.overflow = o
+	}
+	if n, ok := intArg(args["x-delivery-limit"]); ok && q.quorum {
+		q.deliveryLimit = int(n)
+	} else if q.quorum && b.cfg.Version >= "4" {
+		q.deliveryLimit = 20 // RabbitMQ 4.0's default
+	}
+	q.single, _ = args["x-single-active-consumer"].(bool)
+	if ms, ok := intArg(args["x-expires"]); ok {
+		q.expires = time.Duration(ms) * time.Millisecond
+	}
+	return q
+}
+
+// intArg returns an integer argument of any width.
+func intArg(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// enqueueLocked puts msg at the tail of q, and reports false when q refuses it (x-overflow
+// reject-publish): the publish is then nacked.
+func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
+	if q.maxLength >= 0 && q.full() {
+		switch q.overflow {
+		case "reject-publish":
+			return false
+		case "reject-publish-dlx":
+			b.deadLetterLocked(q, &queued{msg: msg}, "maxlen")
+			return false
+		}
+	}
+	qd := &queued{msg: msg}
+	if exp := expiryOf(q, msg, time.Now()); !exp.IsZero() {
+		qd.expires = exp
+	}
+	q.ready = append(q.ready, qd)
+	for q.maxLength >= 0 && len(q.ready) > q.maxLength && q.overflow == "drop-head" {
+		head := q.ready[0]
+		q.ready = q.ready[1:]
+		b.deadLetterLocked(q, head, "maxlen")
+	}
+	b.armExpiryLocked(q)
+	return true
+}
+
+// full reports whether q refuses one more message: a classic queue at its limit, a quorum
+// queue over it (measured on 3.10.8 and 4.0.5: a quorum queue of x-max-length 1 takes two).
+func (q *queue) full() bool {
+	if q.quorum {
+		return len(q.ready) > q.maxLength
+	}
+	return len(q.ready) >= q.maxLength
+}
+
+// expiryOf is when msg, enqueued at now, expires in q: the queue's TTL or the message's
+// expiration, whichever is sooner; zero: never.
+func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
+	ttl := q.ttl
+	if msg.props.Expiration != "" {
+		if ms, err := strconv.ParseInt(msg.props.Expiration, 10, 64); err == nil && ms >= 0 {
+			if d := time.Duration(ms) * time.Millisecond; ttl < 0 || d < ttl {
+				ttl = d
+			}
+		}
+	}
+	if ttl < 0 {
+		return time.Time{}
+	}
+	return now.Add(ttl)
+}
+
+// armExpiryLocked sets q's timer for its head's expiration, expiring at once the heads that
+// are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for it.
+func (b *Broker) armExpiryLocked(q *queue) {
+	now := time.Now()
+	for len(q.ready) > 0 && !q.ready[0].expires.IsZero() && !q.ready[0].expires.After(now) {
+		head := q.ready[0]
+		q.ready = q.ready[1:]
+		b.deadLetterLocked(q, head, "expired")
+	}
+	if q.expiry != nil {
+		q.expiry.Stop()
+		q.expiry = nil
+	}
+	if len(q.ready) == 0 || q.ready[0].expires.IsZero() {
+		return
+	}
+	q.expiry = time.AfterFunc(q.ready[0].expires.Sub(now), func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.queues[q.name] == q {
+			b.armExpiryLocked(q)
+			b.dispatchLocked()
+		}
+	})
+}
+
+// returnLocked puts delivered messages back at the head of q, in the order they were
+// delivered, marked redelivered; a quorum queue counts the return, and dead-letters a
+// message returned more often than its delivery limit. rejected are nacked without requeue:
+// dead-lettered.
+func (b *Broker) returnLocked(q *queue, back []*queued, rejected []*queued) {
+	if b.queues[q.name] != q {
+		return // deleted
+	}
+	for _, qd := range rejected {
+		b.deadLetterLocked(q, qd, "rejected")
+	}
+	var kept []*queued
+	for _, qd := range back {
+		qd.redelivered = true
+		if q.quorum {
+			qd.deliveries++
+			if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
+				b.deadLetterLocked(q, qd, "delivery_limit")
+				continue
+			}
+		}
+		kept = append(kept, qd)
+	}
+	q.ready = append(kept, q.ready...)
+	b.armExpiryLocked(q)
+}
+
+// deadLetterLocked sends qd, which leaves q for reason, to q's dead-letter exchange, with
+// its x-death header updated; without one (or when it does not exist) the message is
+// dropped.
+func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
+	if q.dlx == nil {
+		return
+	}
+	x, ok := b.exchanges[*q.dlx]
+	if !ok {
+		return
+	}
+	msg := *qd.msg
+	msg.props.Headers = deathHeaders(b.cfg.Version, qd.msg, q.name, reason, time.Now())
+	msg.props.Expiration = ""
+	if q.dlrk != nil {
+		msg.routingKey = *q.dlrk
+	}
+	msg.exchange = *q.dlx
+	for _, to := range b.routeLocked(x, msg.routingKey, msg.props.Headers) {
+		if reason != "rejected" && isCycle(to.name, msg.props.Headers["x-death"]) {
+			continue // dropped, as RabbitMQ drops a fully automatic dead-letter cycle
+		}
+		b.enqueueLocked(to, &msg)
+	}
+}
+
+// deathHeaders returns msg's headers with the death recorded: the x-death entry of the
+// queue and reason counted and moved to the front (a new one otherwise), and the
+// x-first-death-* headers set once (x-last-death-* too, from RabbitMQ 3.13).
+func deathHeaders(version string, msg *stored, queueName, reason string, now time.Time) Table {
+	h := Table{}
+	for k, v := range msg.props.Headers {
+		h[k] = v
+	}
+	deaths, _ := h["x-death"].([]any)
+	var entry Table
+	var rest []any
+	for _, d := range deaths {
+		t, ok := d.(Table)
+		if ok && entry == nil && t["queue"] == queueName && t["reason"] == reason {
+			entry = Table{}
+			for k, v := range t {
+				entry[k] = v
+			}
+			n, _ := intArg(t["count"])
+			entry["count"] = n + 1
+			entry["time"] = now.Truncate(time.Second)
+			continue
+		}
+		rest = append(rest, d)
+	}
+	if entry == nil {
+		entry = Table{"count": int64(1), "reason": reason, "queue": queueName, "time": now.Truncate(time.Second),
+			"exchange": msg.exchange, "routing-keys": []any{msg.routingKey}}
+		if msg.props.Expiration != "" {
+			entry["original-expiration"] = msg.props.Expiration
+		}
+	}
+	h["x-death"] = append([]any{entry}, rest...)
+	if _, ok := h["x-first-death-reason"]; !ok {
+		h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = reason, queueName, msg.exchange
+	}
+	if version >= "3.13" {
+		h["x-last-death-reason"], h["x-last-death-queue"], h["x-last-death-exchange"] = reason, queueName, msg.exchange
+	}
+	return h
+}
+
+// isCycle reports whether dead-lettering into queue closes a cycle with no rejection in it:
+// queue is among the deaths (newest first), and neither it nor any death before it was a
+// rejection. Anything in x-death that is not a table means a client wrote it: no cycle.
+func isCycle(queueName string, xdeath any) bool {
+	deaths, _ := xdeath.([]any)
+	i := slices.IndexFunc(deaths, func(d any) bool {
+		t, ok := d.(Table)
+		return ok && t["queue"] == queueName
+	})
+	if i < 0 {
+		return false
+	}
+	for _, d := range deaths[:i+1] {
+		t, ok := d.(Table)
+		if !ok || t["reason"] == "rejected" {
+			return false
+		}
+	}
+	return true
+}
