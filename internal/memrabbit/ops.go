@@ -2,9 +2,9 @@ package memrabbit
 
 import (
 	"fmt"
-	"time"
 	"reflect"
 	"strings"
+	"time"
 )
 
 // The broker's operations on its exchanges and queues, called with its lock held.
