@@ -17,8 +17,12 @@ const deadlineSlot = 10 * time.Millisecond
 // every other one of the same slot, and under context.Background it is the same context. A
 // call then costs no timer and no allocation. The rule behind it: a time limit of seconds
 // needs no nanosecond precision, while a timer per call is paid at every message.
+//
+// A deadline whose wall clock is behind the process's start (a fake clock: testing/synctest's
+// bubbles start at 2000-01-01) gets a context of its own: the slots are the process's, and a
+// bubble's timers and channels are its own.
 func withDeadline(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	if ctx.Done() != nil {
+	if ctx.Done() != nil || deadline.Round(0).Before(slotBase.Round(0)) {
 		return context.WithDeadline(ctx, deadline)
 	}
 	slot := slotOf(deadline)

@@ -199,7 +199,13 @@ type socket struct {
 func (s *socket) dialer(ctx context.Context, deadline time.Time, tlsConfig *tls.Config) func(network, address string) (net.Conn, error) {
 	return func(network, address string) (net.Conn, error) {
 		s.addr = address
-		raw, err := (&net.Dialer{}).DialContext(ctx, network, address)
+		var raw net.Conn
+		var err error
+		if dial, ok := inProcessDial(address); ok {
+			raw, err = dial()
+		} else {
+			raw, err = (&net.Dialer{}).DialContext(ctx, network, address)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,9 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // Config configures a Broker.
@@ -30,7 +33,13 @@ type Broker struct {
 	conns     map[*conn]bool
 	closed    bool
 	seq       int // for server-named queues and consumer tags
+
+	host       string // the host of URL
+	unregister func()
 }
+
+// brokers numbers the brokers of the process, whose URLs differ by it.
+var brokers atomic.Int64
 
 // New returns a broker with RabbitMQ's predeclared exchanges.
 func New(cfg Config) *Broker {
@@ -44,8 +53,15 @@ func New(cfg Config) *Broker {
 	} {
 		b.exchanges[name] = &exchange{name: name, kind: kind, durable: true}
 	}
+	b.host = fmt.Sprintf("memrabbit-%d.invalid", brokers.Add(1))
+	b.unregister = amqpx.RegisterBroker(b.host, b.Dial)
 	return b
 }
+
+// URL is the broker's URL: warren's components given it (warren.Connection.URL) reach the
+// broker as they reach RabbitMQ; nothing else can. It asks for no heartbeats: on a fake
+// clock that jumps a year, they would be millions of frames.
+func (b *Broker) URL() string { return "amqp://guest:guest@" + b.host + ":5672/?heartbeat=0" }
 
 // Dial connects to the broker: it returns the client's end of a new in-memory connection,
 // and serves the other end until either closes.
@@ -64,6 +80,7 @@ func (b *Broker) Dial() (net.Conn, error) {
 
 // Close closes every connection and refuses new ones.
 func (b *Broker) Close() error {
+	b.unregister()
 	b.mu.Lock()
 	b.closed = true
 	conns := make([]*conn, 0, len(b.conns))

@@ -1,0 +1,75 @@
+package memrabbit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/handlers"
+	"github.com/warrenmq/warren/internal/memrabbit"
+	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/router"
+)
+
+type order struct {
+	ID int `json:"id"`
+}
+
+// The README's smallest program, on the in-memory broker and the bubble's fake clock: a
+// message delayed 2 s, failing twice, retried after 1 s and 5 s, handled on its third attempt
+// 8 s after it was published.
+func TestTheSmallestProgramRunsOnTheModel(t *testing.T) {
+	wall := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		b := memrabbit.New(memrabbit.Config{})
+		defer b.Close()
+		r, err := router.New(router.Config{
+			Connection: warren.Connection{URL: b.URL()},
+			Retry:      middleware.BackoffConfig{Delays: []time.Duration{time.Second, 5 * time.Second}},
+		}, watermill.NopLogger{})
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var attempts []time.Duration
+		start := time.Now()
+		handled := make(chan struct{})
+		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: "billing"},
+			handlers.JSON(func(ctx context.Context, o order) error {
+				mu.Lock()
+				defer mu.Unlock()
+				attempts = append(attempts, time.Since(start))
+				if middleware.AttemptFromContext(ctx) < 3 {
+					return errors.New("card service unavailable")
+				}
+				close(handled)
+				return nil
+			})))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- r.Run(ctx) }()
+		<-r.Running()
+		start = time.Now()
+		msg, err := handlers.NewJSON(ctx, order{ID: 42})
+		require.NoError(t, err)
+		warren.Delay(msg, 2*time.Second)
+		require.NoError(t, r.Publisher().Publish("billing", msg))
+		<-handled
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, r.Close())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, attempts, 3)
+		assert.Equal(t, 2*time.Second, attempts[0].Truncate(time.Second), "delayed 2 s: %v", attempts)
+		assert.Equal(t, 3*time.Second, attempts[1].Truncate(time.Second), "then 1 s: %v", attempts)
+		assert.Equal(t, 8*time.Second, attempts[2].Truncate(time.Second), "then 5 s: %v", attempts)
+	})
+	t.Logf("wall time: %v", time.Since(wall))
+}
