@@ -3,12 +3,14 @@ package memrabbit_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +19,8 @@ import (
 	"github.com/warrenmq/warren/internal/memrabbit"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/scheduler"
+	"github.com/warrenmq/warren/topology"
 )
 
 type order struct {
@@ -72,4 +76,55 @@ func TestTheSmallestProgramRunsOnTheModel(t *testing.T) {
 		assert.Equal(t, 8*time.Second, attempts[2].Truncate(time.Second), "then 5 s: %v", attempts)
 	})
 	t.Logf("wall time: %v", time.Since(wall))
+}
+
+// A daily job over a year of fake time: 365 ticks, a day apart, each published ahead and
+// delayed through the delay levels until it is due.
+func TestADailyJobOverAYearRunsOnTheModel(t *testing.T) {
+	wall := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		b := memrabbit.New(memrabbit.Config{})
+		defer b.Close()
+		conn := warren.Connection{URL: b.URL()}
+		ticks := consumeQueue(t, b, "reports")
+		s, err := scheduler.New(scheduler.Config{Connection: conn, Name: "nightly",
+			Jobs: []scheduler.Job{{Name: "report", Schedule: "@daily", Topic: "reports", Payload: []byte("run")}}}, nil)
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- s.Run(ctx) }()
+		start := time.Now()
+		var got []time.Time
+		for len(got) < 365 {
+			d := <-ticks
+			tick, err := time.Parse(time.RFC3339Nano, d.Headers[scheduler.MetadataTick].(string))
+			require.NoError(t, err)
+			assert.False(t, time.Now().Before(tick), "never early")
+			got = append(got, tick)
+		}
+		assert.Less(t, time.Since(start), 366*24*time.Hour)
+		for i := 1; i < len(got); i++ {
+			require.Equal(t, 24*time.Hour, got[i].Sub(got[i-1]), "tick %d", i)
+		}
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, s.Close())
+	})
+	t.Logf("wall time: %v", time.Since(wall))
+}
+
+// consumeQueue declares queue as warren declares a work queue, on a connection of its own to
+// b, and returns its deliveries (auto-acked).
+func consumeQueue(t *testing.T, b *memrabbit.Broker, queue string) <-chan amqp.Delivery {
+	conn, err := amqp.DialConfig(b.URL(), amqp.Config{Dial: func(string, string) (net.Conn, error) { return b.Dial() }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	tb, err := topology.NewBuilder(topology.Config{Delay: topology.Delay{Disabled: true}}, nil)
+	require.NoError(t, err)
+	require.NoError(t, tb.DeclareQueue(context.Background(), ch, topology.Queue{Name: queue}))
+	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	return ds
 }
