@@ -33,6 +33,7 @@ type consumer struct {
 	queue     *queue
 	noAck     bool
 	exclusive bool
+	offset    int // of a stream's consumer: the next message of its log it reads
 }
 
 // delivery is a message delivered on a channel, not yet settled.
@@ -262,6 +263,12 @@ func (ch *channel) consume(m *basicConsume) error {
 		return channelErr(codeAccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
 	}
 	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive}
+	if q.stream {
+		if m.NoAck || ch.prefetch == 0 {
+			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s' in vhost '/'", q.name)
+		}
+		cs.offset = streamOffset(q, m.Arguments["x-stream-offset"])
+	}
 	ch.consumers[tag] = cs
 	q.consumers = append(q.consumers, cs)
 	q.hadConsumer = true
@@ -278,6 +285,9 @@ func (ch *channel) get(m *basicGet) error {
 	q, err := b.queueFor(ch.c, m.Queue)
 	if err != nil {
 		return err
+	}
+	if q.stream {
+		return channelErr(codeNotImplemented, "NOT_IMPLEMENTED - basic.get not supported by stream queues '%s' in vhost '/'", q.name)
 	}
 	if len(q.ready) == 0 {
 		ch.c.sendMethod(ch.id, &basicGetEmpty{})
@@ -368,4 +378,24 @@ func (ch *channel) closeLocked() {
 // room reports whether the channel's prefetch lets it take another delivery.
 func (ch *channel) room() bool {
 	return !ch.closing && (ch.prefetch == 0 || len(ch.tags) < ch.prefetch)
+}
+
+// streamOffset is where a consumer of stream q starts reading, as x-stream-offset says:
+// "first", "last", "next" (the default), an offset, or a timestamp (the first message
+// appended at or after it is not known here: taken as next).
+func streamOffset(q *queue, arg any) int {
+	switch v := arg.(type) {
+	case string:
+		switch v {
+		case "first":
+			return 0
+		case "last":
+			return max(len(q.log)-1, 0)
+		}
+	default:
+		if n, ok := intArg(v); ok {
+			return min(max(int(n), 0), len(q.log))
+		}
+	}
+	return len(q.log)
 }

@@ -258,6 +258,10 @@ func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
 // their channels' prefetch lets them.
 func (b *Broker) dispatchLocked() {
 	for _, q := range b.queues {
+		if q.stream {
+			b.readStreamLocked(q)
+			continue
+		}
 		for len(q.ready) > 0 {
 			cs := q.nextConsumer()
 			if cs == nil {
@@ -305,4 +309,25 @@ func (q *queue) nextConsumer() *consumer {
 		}
 	}
 	return nil
+}
+
+// readStreamLocked delivers to each consumer of stream q what it has not read, as far as its
+// channel's prefetch lets it, each with its offset (x-stream-offset).
+func (b *Broker) readStreamLocked(q *queue) {
+	for _, cs := range q.consumers {
+		for cs.offset < len(q.log) && cs.ch.room() {
+			msg := q.log[cs.offset]
+			p := msg.props
+			h := Table{}
+			for k, v := range p.Headers {
+				h[k] = v
+			}
+			h["x-stream-offset"] = int64(cs.offset)
+			p.Headers = h
+			tag := cs.ch.track(q, &queued{msg: msg}, false)
+			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag,
+				Exchange: msg.exchange, RoutingKey: msg.routingKey, Properties: p, Body: msg.body})
+			cs.offset++
+		}
+	}
 }

@@ -34,6 +34,11 @@ type queue struct {
 	next        int  // the consumer the next delivery tries first
 	hadConsumer bool // an auto-delete queue goes with its last consumer
 
+	// A stream keeps every message in log; each of its consumers reads from an offset of its
+	// own (consumer.offset), and an ack is credit only.
+	stream bool
+	log    []*stored
+
 	// From the arguments.
 	quorum        bool
 	ttl           time.Duration // x-message-ttl; negative: none
@@ -54,6 +59,7 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
 		ttl: -1, maxLength: -1, overflow: "drop-head", deliveryLimit: -1}
 	q.quorum = args["x-queue-type"] == "quorum"
+	q.stream = args["x-queue-type"] == "stream"
 	if ms, ok := intArg(args["x-message-ttl"]); ok {
 		q.ttl = time.Duration(ms) * time.Millisecond
 	}
@@ -107,6 +113,10 @@ func intArg(v any) (int64, bool) {
 // enqueueLocked puts msg at the tail of q, and reports false when q refuses it (x-overflow
 // reject-publish): the publish is then nacked.
 func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
+	if q.stream {
+		q.log = append(q.log, msg)
+		return true
+	}
 	if q.maxLength >= 0 && q.full() {
 		switch q.overflow {
 		case "reject-publish":
@@ -187,8 +197,8 @@ func (b *Broker) armExpiryLocked(q *queue) {
 // message returned more often than its delivery limit. rejected are nacked without requeue:
 // dead-lettered.
 func (b *Broker) returnLocked(q *queue, back []*queued, rejected []*queued) {
-	if b.queues[q.name] != q {
-		return // deleted
+	if b.queues[q.name] != q || q.stream {
+		return // deleted; or a stream, which keeps them all
 	}
 	for _, qd := range rejected {
 		b.deadLetterLocked(q, qd, "rejected")

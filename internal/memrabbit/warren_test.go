@@ -10,13 +10,16 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/handlers"
 	"github.com/warrenmq/warren/internal/memrabbit"
+	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
 	"github.com/warrenmq/warren/scheduler"
@@ -127,4 +130,62 @@ func consumeQueue(t *testing.T, b *memrabbit.Broker, queue string) <-chan amqp.D
 	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
 	require.NoError(t, err)
 	return ds
+}
+
+// Scheduled messages with the ledger: three due in 3 s, one 10 years ahead; one of the soon
+// ones cancelled. The others arrive when due (the one 10 years ahead too), the cancelled one
+// never does.
+func TestScheduledMessagesAndTheLedgerRunOnTheModel(t *testing.T) {
+	wall := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		b := memrabbit.New(memrabbit.Config{})
+		defer b.Close()
+		conn := warren.Connection{URL: b.URL()}
+		pub, err := dlx.NewPublisher(dlx.Config{Connection: conn}, watermill.NopLogger{})
+		require.NoError(t, err)
+		defer pub.Close()
+		l, err := ledger.New(ledger.Config{Connection: conn, Delay: pub.Delay()}, watermill.NopLogger{})
+		require.NoError(t, err)
+		defer l.Close()
+		const queue = "reminders"
+		start := time.Now()
+		due := map[string]time.Duration{"tea": 3 * time.Second, "call": 3 * time.Second, "stretch": 3 * time.Second,
+			"passport": 10 * 365 * 24 * time.Hour}
+		for id, d := range due {
+			msg := message.NewMessage(id, []byte(id))
+			warren.Delay(msg, d)
+			warren.Schedule(msg, id)
+			require.NoError(t, pub.Publish(queue, msg))
+		}
+		entries, err := l.List(context.Background(), ledger.Filter{Destination: queue})
+		require.NoError(t, err)
+		assert.Len(t, entries, 4)
+		require.NoError(t, l.Cancel(context.Background(), "call"))
+
+		r, err := router.New(router.Config{Connection: conn}, watermill.NopLogger{})
+		require.NoError(t, err)
+		arrived := make(chan string, 4)
+		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue, Middleware: []message.HandlerMiddleware{l.Middleware}},
+			func(msg *message.Message) error {
+				assert.GreaterOrEqual(t, time.Since(start), due[msg.UUID], "%s never early", msg.UUID)
+				arrived <- msg.UUID
+				return nil
+			}))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- r.Run(ctx) }()
+		got := map[string]bool{}
+		for range 3 {
+			got[<-arrived] = true
+		}
+		assert.Equal(t, map[string]bool{"tea": true, "stretch": true, "passport": true}, got)
+		assert.Less(t, time.Since(start), 10*365*24*time.Hour+time.Hour)
+		entries, err = l.List(context.Background(), ledger.Filter{Destination: queue})
+		require.NoError(t, err)
+		assert.Empty(t, entries, "nothing left scheduled")
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, r.Close())
+	})
+	t.Logf("wall time: %v", time.Since(wall))
 }
