@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -70,6 +71,9 @@ type Killer struct {
 	cfg    Config
 	logger watermill.LoggerAdapter
 	dialer *amqpx.Dialer
+
+	mu   sync.Mutex
+	last time.Time // the newest date this Killer gave a command
 }
 
 // NewKiller returns a Killer, or an error naming the first invalid field of config.
@@ -369,9 +373,19 @@ func (k *Killer) announce(publish publishFunc, exchange string, cmd Command, bod
 	return nil
 }
 
-// command returns a command for queue dated now, signed if there is a secret.
+// command returns a command for queue dated now, signed if there is a secret. It is dated
+// after every command this Killer dated before: a consumer takes a command dated as the one
+// in force for the same one, and two commands within one tick of a coarse clock (or of a
+// test's fake one, which stands still while goroutines run) would be one.
 func (k *Killer) command(queue string, action Action) Command {
-	cmd := Command{Queue: queue, Action: action, At: time.Now().UTC()}
+	k.mu.Lock()
+	at := time.Now().UTC()
+	if !at.After(k.last) {
+		at = k.last.Add(time.Nanosecond)
+	}
+	k.last = at
+	k.mu.Unlock()
+	cmd := Command{Queue: queue, Action: action, At: at}
 	if len(k.cfg.Secret) > 0 {
 		cmd.Sign(k.cfg.Secret)
 	}

@@ -31,6 +31,7 @@ type Broker struct {
 	exchanges map[string]*exchange
 	queues    map[string]*queue
 	conns     map[*conn]bool
+	replies   map[string]*channel // the channels that consume amq.rabbitmq.reply-to, by their reply address
 	closed    bool
 	seq       int // for server-named queues and consumer tags
 
@@ -46,7 +47,8 @@ func New(cfg Config) *Broker {
 	if cfg.Version == "" {
 		cfg.Version = "3.10"
 	}
-	b := &Broker{cfg: cfg, exchanges: map[string]*exchange{}, queues: map[string]*queue{}, conns: map[*conn]bool{}}
+	b := &Broker{cfg: cfg, exchanges: map[string]*exchange{}, queues: map[string]*queue{}, conns: map[*conn]bool{},
+		replies: map[string]*channel{}}
 	for name, kind := range map[string]string{
 		"": "direct", "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
 		"amq.headers": "headers", "amq.match": "headers",

@@ -19,6 +19,8 @@ type channel struct {
 	size       uint64
 	content    []byte
 
+	reply     *consumer // consumes amq.rabbitmq.reply-to: its address is replyTo
+	replyTo   string
 	prefetch  int // 0: unlimited
 	consumers map[string]*consumer
 	unacked   map[uint64]*delivery
@@ -223,6 +225,12 @@ func (ch *channel) publish() error {
 	ch.publishing = nil
 	msg := &stored{exchange: m.Exchange, routingKey: m.RoutingKey, props: m.Properties, body: ch.content}
 	ch.content = nil
+	if msg.props.ReplyTo == directReplyTo {
+		if ch.reply == nil {
+			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - fast reply consumer does not exist")
+		}
+		msg.props.ReplyTo = ch.replyTo
+	}
 	routed, refused := b.publishLocked(msg)
 	if !routed && m.Mandatory {
 		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: codeNoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
@@ -242,6 +250,9 @@ func (ch *channel) publish() error {
 // consume adds a consumer.
 func (ch *channel) consume(m *basicConsume) error {
 	b := ch.c.b
+	if m.Queue == directReplyTo {
+		return ch.consumeReplies(m)
+	}
 	q, err := b.queueFor(ch.c, m.Queue)
 	if err != nil {
 		return err
@@ -359,6 +370,11 @@ func (ch *channel) requeueAllLocked() {
 // cancelLocked removes a consumer.
 func (ch *channel) cancelLocked(cs *consumer) {
 	delete(ch.consumers, cs.tag)
+	if cs == ch.reply {
+		delete(ch.c.b.replies, ch.replyTo)
+		ch.reply = nil
+		return
+	}
 	q := cs.queue
 	q.consumers = slices.DeleteFunc(q.consumers, func(o *consumer) bool { return o == cs })
 	if q.autoDelete && q.hadConsumer && len(q.consumers) == 0 {
@@ -398,4 +414,33 @@ func streamOffset(q *queue, arg any) int {
 		}
 	}
 	return len(q.log)
+}
+
+// directReplyTo is the pseudo-queue of direct reply-to: a channel consuming it (no-ack) gets
+// the messages published to its reply address, which its publishes' reply_to becomes.
+const directReplyTo = "amq.rabbitmq.reply-to"
+
+// consumeReplies makes ch the consumer of its direct reply-to address.
+func (ch *channel) consumeReplies(m *basicConsume) error {
+	b := ch.c.b
+	if !m.NoAck {
+		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
+	}
+	if ch.reply != nil {
+		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - reply consumer already set")
+	}
+	tag := m.ConsumerTag
+	if tag == "" {
+		b.seq++
+		tag = fmt.Sprintf("amq.ctag-%d", b.seq)
+	}
+	b.seq++
+	ch.reply = &consumer{tag: tag, ch: ch, noAck: true}
+	ch.replyTo = fmt.Sprintf("%s.g%d", directReplyTo, b.seq)
+	ch.consumers[tag] = ch.reply
+	b.replies[ch.replyTo] = ch
+	if !m.NoWait {
+		ch.c.sendMethod(ch.id, &basicConsumeOk{ConsumerTag: tag})
+	}
+	return nil
 }

@@ -218,6 +218,12 @@ func (b *Broker) deleteQueueLocked(name string) {
 // and whether one refused it (x-overflow reject-publish: the publish is nacked).
 func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 	var queues []*queue
+	if to, ok := b.replies[msg.routingKey]; ok && msg.exchange == "" {
+		to.lastTag++
+		to.c.sendMethod(to.id, &basicDeliver{ConsumerTag: to.reply.tag, DeliveryTag: to.lastTag,
+			RoutingKey: msg.routingKey, Properties: msg.props, Body: msg.body})
+		return true, false
+	}
 	if msg.exchange == "" {
 		if q, ok := b.queues[msg.routingKey]; ok {
 			queues = []*queue{q}

@@ -3,6 +3,7 @@ package memrabbit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -19,9 +20,11 @@ import (
 	"github.com/warrenmq/warren/dlx"
 	"github.com/warrenmq/warren/handlers"
 	"github.com/warrenmq/warren/internal/memrabbit"
+	"github.com/warrenmq/warren/kill"
 	"github.com/warrenmq/warren/ledger"
 	"github.com/warrenmq/warren/middleware"
 	"github.com/warrenmq/warren/router"
+	"github.com/warrenmq/warren/rpc"
 	"github.com/warrenmq/warren/scheduler"
 	"github.com/warrenmq/warren/topology"
 )
@@ -188,4 +191,76 @@ func TestScheduledMessagesAndTheLedgerRunOnTheModel(t *testing.T) {
 		require.NoError(t, r.Close())
 	})
 	t.Logf("wall time: %v", time.Since(wall))
+}
+
+// The kill switch: stop, resume, then drain and delete, heard by a router's consumer.
+func TestTheKillSwitchRunsOnTheModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memrabbit.New(memrabbit.Config{})
+		defer b.Close()
+		conn := warren.Connection{URL: b.URL()}
+		const queue = "jobs"
+		events := make(chan router.KillEvent, 16)
+		r, err := router.New(router.Config{Connection: conn, OnKill: func(e router.KillEvent) { events <- e },
+			Topology: topology.Config{Delay: topology.Delay{Disabled: true}}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		defer r.Close()
+		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error { return nil }))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- r.Run(ctx) }()
+		<-r.Running()
+		k, err := kill.NewKiller(kill.Config{Connection: conn}, nil)
+		require.NoError(t, err)
+		require.NoError(t, k.Kill(ctx, queue, kill.Stop))
+		assert.Equal(t, "stopped", (<-events).State)
+		require.NoError(t, k.Resume(ctx, queue))
+		assert.Equal(t, "resumed", (<-events).State)
+		require.NoError(t, k.Kill(ctx, queue, kill.Delete))
+		var states []string
+		for e := range events {
+			states = append(states, e.State)
+			if e.State == "deleted" {
+				break
+			}
+		}
+		assert.Equal(t, []string{"draining", "deleted"}, states)
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+// A request and its reply, and an error reply for a request the server gives up.
+func TestRPCRunsOnTheModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := memrabbit.New(memrabbit.Config{})
+		defer b.Close()
+		conn := warren.Connection{URL: b.URL()}
+		r, err := router.New(router.Config{Connection: conn}, watermill.NopLogger{})
+		require.NoError(t, err)
+		defer r.Close()
+		require.NoError(t, r.AddHandler(router.HandlerConfig{Queue: "quotes", Reply: true},
+			rpc.Handler(func(ctx context.Context, symbol string) (int, error) {
+				if symbol != "WRN" {
+					return 0, warren.Permanent(fmt.Errorf("unknown symbol %q", symbol))
+				}
+				return 4200, nil
+			})))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- r.Run(ctx) }()
+		<-r.Running()
+		c, err := rpc.NewClient(rpc.ClientConfig{Connection: conn}, watermill.NopLogger{})
+		require.NoError(t, err)
+		defer c.Close()
+		cents, err := rpc.Call[string, int](ctx, c, "quotes", "WRN")
+		require.NoError(t, err)
+		assert.Equal(t, 4200, cents)
+		_, err = rpc.Call[string, int](ctx, c, "quotes", "XYZ")
+		var remote *rpc.RemoteError
+		require.ErrorAs(t, err, &remote)
+		assert.Contains(t, remote.Err, `unknown symbol "XYZ"`)
+		cancel()
+		require.NoError(t, <-done)
+	})
 }
