@@ -216,10 +216,6 @@ const maxFieldDepth = 32
 // boxed `any` slice elements / Table map entries.
 const maxContainerElements = 8192
 
-func readField(r io.Reader) (v any, err error) {
-	return readFieldDepth(r, 0)
-}
-
 func readFieldDepth(r io.Reader, depth int) (v any, err error) {
 	var typ byte
 	if err = binary.Read(r, binary.BigEndian, &typ); err != nil {
@@ -382,10 +378,6 @@ func readTableDepth(r io.Reader, depth int) (table Table, err error) {
 	}
 
 	return
-}
-
-func readArray(r io.Reader) (arr []any, err error) {
-	return readArrayDepth(r, 0)
 }
 
 func readArrayDepth(r io.Reader, depth int) (arr []any, err error) {

@@ -46,27 +46,6 @@ const (
 	InternalError      = 541
 )
 
-func isSoftExceptionCode(code int) bool {
-	switch code {
-	case 311:
-		return true
-	case 312:
-		return true
-	case 313:
-		return true
-	case 403:
-		return true
-	case 404:
-		return true
-	case 405:
-		return true
-	case 406:
-		return true
-
-	}
-	return false
-}
-
 type connectionStart struct {
 	VersionMajor     byte
 	VersionMinor     byte

@@ -86,9 +86,7 @@ var (
 )
 
 // internal errors used inside the library
-var (
-	errInvalidTypeAssertion = &Error{Code: InternalError, Reason: "type assertion unsuccessful", Server: false, Recover: true}
-)
+var ()
 
 var _ error = (*Error)(nil)
 
@@ -99,15 +97,6 @@ type Error struct {
 	Reason  string // description of the error
 	Server  bool   // true when initiated from the server, false when from this library
 	Recover bool   // true when this error can be recovered by retrying later or with different parameters
-}
-
-func newError(code uint16, text string) *Error {
-	return &Error{
-		Code:    int(code),
-		Reason:  text,
-		Recover: isSoftExceptionCode(int(code)),
-		Server:  true,
-	}
 }
 
 func (e *Error) Error() string {
@@ -222,75 +211,6 @@ const (
 	NeverExpire       string = ""  // empty value means never expire
 	ImmediatelyExpire string = "0" // 0 means immediately expire
 )
-
-// Queue captures the current server state of the queue on the server returned
-// from Channel.QueueDeclare or Channel.QueueInspect.
-type Queue struct {
-	Name      string // server confirmed or generated name
-	Messages  int    // count of messages not awaiting acknowledgment
-	Consumers int    // number of consumers receiving deliveries
-}
-
-// Publishing captures the client message sent to the server.  The fields
-// outside of the Headers table included in this struct mirror the underlying
-// fields in the content frame.  They use native types for convenience and
-// efficiency.
-type Publishing struct {
-	// Application or exchange specific fields,
-	// the headers exchange will inspect this field.
-	Headers Table
-
-	// Properties
-	ContentType     string // MIME content type
-	ContentEncoding string // MIME content encoding
-	DeliveryMode    uint8  // Transient (0 or 1) or Persistent (2)
-	Priority        uint8  // 0 to 9
-	CorrelationId   string // correlation identifier
-	ReplyTo         string // address to reply to (ex: RPC)
-	// Expiration represents the message TTL in milliseconds. A value of "0"
-	// indicates that the message will immediately expire if the message arrives
-	// at its destination and the message is not directly handled by a consumer
-	// that currently has the capacity to do so. If you wish the message to
-	// not expire on its own, set this value to any ttl value, empty string or
-	// use the corresponding constants NeverExpire and ImmediatelyExpire. This
-	// does not influence queue configured TTL values.
-	Expiration string
-	MessageId  string    // message identifier
-	Timestamp  time.Time // message timestamp
-	Type       string    // message type name
-	UserId     string    // creating user id - ex: "guest"
-	AppId      string    // creating application id
-
-	// The application specific payload of the message
-	Body []byte
-}
-
-// Blocking notifies the server's TCP flow control of the Connection.  When a
-// server hits a memory or disk alarm it will block all connections until the
-// resources are reclaimed.  Use NotifyBlock on the Connection to receive these
-// events.
-type Blocking struct {
-	Active bool   // TCP pushback active/inactive on server
-	Reason string // Server reason for activation
-}
-
-// DeferredConfirmation represents a future publisher confirm for a message. It
-// allows users to directly correlate a publishing to a confirmation. These are
-// returned from PublishWithDeferredConfirm on Channels.
-type DeferredConfirmation struct {
-	DeliveryTag uint64
-
-	done chan struct{}
-	ack  bool
-}
-
-// Confirmation notifies the acknowledgment or negative acknowledgement of a
-// publishing identified by its delivery tag.  Use NotifyPublish on the Channel
-// to consume these events.
-type Confirmation struct {
-	DeliveryTag uint64 // A 1 based counter of publishings from when the channel was put in Confirm mode
-	Ack         bool   // True when the server successfully received the publishing
-}
 
 // Decimal matches the AMQP decimal type.  Scale is the number of decimal
 // digits Scale == 2, Value == 12345, Decimal == 123.45
@@ -506,21 +426,7 @@ type reader struct {
 	maxFrameSize *atomic.Uint32
 }
 
-type writer struct {
-	w io.Writer
-}
-
 // Implements the frame interface for Connection RPC
-type protocolHeader struct{}
-
-func (protocolHeader) write(w io.Writer) error {
-	_, err := w.Write([]byte{'A', 'M', 'Q', 'P', 0, 0, 9, 1})
-	return err
-}
-
-func (protocolHeader) channel() uint16 {
-	panic("only valid as initial handshake")
-}
 
 /*
 Method frames carry the high-level protocol commands (which we call "methods").
@@ -618,16 +524,3 @@ type bodyFrame struct {
 }
 
 func (f *bodyFrame) channel() uint16 { return f.ChannelId }
-
-type heartbeatDuration struct {
-	value    time.Duration
-	hasValue bool
-}
-
-func newHeartbeatDurationFromSeconds(s int) heartbeatDuration {
-	v := time.Duration(s) * time.Second
-	return heartbeatDuration{
-		value:    v,
-		hasValue: true,
-	}
-}

@@ -6,7 +6,6 @@
 package memrabbit
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -15,23 +14,6 @@ import (
 	"math"
 	"time"
 )
-
-func (w *writer) WriteFrameNoFlush(frame frame) (err error) {
-	err = frame.write(w.w)
-	return
-}
-
-func (w *writer) WriteFrame(frame frame) (err error) {
-	if err = frame.write(w.w); err != nil {
-		return
-	}
-
-	if buf, ok := w.w.(*bufio.Writer); ok {
-		err = buf.Flush()
-	}
-
-	return
-}
 
 func (f *methodFrame) write(w io.Writer) (err error) {
 	var payload bytes.Buffer
