@@ -283,6 +283,7 @@ func (ch *channel) consume(m *basicConsume) error {
 	ch.consumers[tag] = cs
 	q.consumers = append(q.consumers, cs)
 	q.hadConsumer = true
+	b.touchLocked(q)
 	if !m.NoWait {
 		ch.c.sendMethod(ch.id, &basicConsumeOk{ConsumerTag: tag})
 	}
@@ -300,6 +301,7 @@ func (ch *channel) get(m *basicGet) error {
 	if q.stream {
 		return channelErr(codeNotImplemented, "NOT_IMPLEMENTED - basic.get not supported by stream queues '%s' in vhost '/'", q.name)
 	}
+	b.touchLocked(q)
 	if len(q.ready) == 0 {
 		ch.c.sendMethod(ch.id, &basicGetEmpty{})
 		return nil
@@ -379,7 +381,9 @@ func (ch *channel) cancelLocked(cs *consumer) {
 	q.consumers = slices.DeleteFunc(q.consumers, func(o *consumer) bool { return o == cs })
 	if q.autoDelete && q.hadConsumer && len(q.consumers) == 0 {
 		ch.c.b.deleteQueueLocked(q.name)
+		return
 	}
+	ch.c.b.touchLocked(q)
 }
 
 // closeLocked ends the channel's consumers and returns its unacked messages.

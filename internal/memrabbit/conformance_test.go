@@ -498,3 +498,275 @@ func TestASingleActiveConsumerGetsEverythingUntilItGoes(t *testing.T) {
 		assert.Equal(s.t, []string{"1", "2"}, got)
 	})
 }
+
+// amqpCode returns the code of err, an *amqp.Error, failing the case otherwise.
+func amqpCode(s side, err error) int {
+	s.t.Helper()
+	var ae *amqp.Error
+	require.True(s.t, errors.As(err, &ae), "want an AMQP error, got %v", err)
+	return ae.Code
+}
+
+func TestAnUnusedQueueExpires(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-expires": int32(300)})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("held")}) // messages do not keep it
+		time.Sleep(100 * time.Millisecond)
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-expires": int32(300)})
+		require.NoError(s.t, err, "not yet")
+		time.Sleep(time.Second)
+		_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		assert.Equal(s.t, 404, amqpCode(s, err), "gone")
+	})
+}
+
+func TestAnAutoDeleteQueueGoesWithItsLastConsumer(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, true, false, false, nil)
+		require.NoError(s.t, err)
+		_, err = ch.Consume(q, "c1", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Cancel("c1", false))
+		other, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = other.QueueDeclarePassive(q, false, true, false, false, nil)
+		assert.Equal(s.t, 404, amqpCode(s, err))
+	})
+}
+
+func TestGetTakesOneMessageAndCountsTheRest(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		_, ok, err := ch.Get(q, false)
+		require.NoError(s.t, err)
+		assert.False(s.t, ok, "empty")
+		for _, b := range []string{"1", "2", "3"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+		}
+		d, ok, err := ch.Get(q, false)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		assert.Equal(s.t, "1", string(d.Body))
+		assert.Equal(s.t, uint32(2), d.MessageCount)
+		require.NoError(s.t, d.Nack(false, true))
+		d, ok, err = ch.Get(q, true)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		assert.Equal(s.t, "1", string(d.Body), "back at the head")
+		assert.True(s.t, d.Redelivered)
+		n, err := ch.QueuePurge(q, false)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, 2, n)
+	})
+}
+
+func TestMissingExchangesAndQueuesAre404(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		for _, op := range []func(*amqp.Channel) error{
+			func(ch *amqp.Channel) error { return ch.ExchangeDeclarePassive(s.name("nox"), "direct", false, false, false, false, nil) },
+			func(ch *amqp.Channel) error {
+				return ch.PublishWithContext(context.Background(), s.name("nox"), "k", false, false, amqp.Publishing{})
+			},
+			func(ch *amqp.Channel) error { return ch.QueueBind(s.name("noq"), "k", "amq.direct", false, nil) },
+			func(ch *amqp.Channel) error {
+				_, err := ch.Consume(s.name("noq"), "", false, false, false, false, nil)
+				return err
+			},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+			err = op(ch)
+			if err == nil { // a publish is not answered: the channel's close says it
+				select {
+				case e := <-closed:
+					err = e
+				case <-time.After(5 * time.Second):
+				}
+			}
+			assert.Equal(s.t, 404, amqpCode(s, err))
+		}
+	})
+}
+
+func TestUnbindingStopsTheRouting(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		x, q := s.name("x"), s.name("q")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "direct", false, false, false, false, nil))
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.QueueBind(q, "k", x, false, nil))
+		publish(s, ch, x, "k", amqp.Publishing{Body: []byte("bound")})
+		require.NoError(s.t, ch.QueueUnbind(q, "k", x, nil))
+		publish(s, ch, x, "k", amqp.Publishing{Body: []byte("unbound")})
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, "bound", string(receive(s, ds).Body))
+		none(s, ds)
+	})
+}
+
+func TestDeletingAQueueCancelsItsConsumers(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		cancels := ch.NotifyCancel(make(chan string, 1))
+		_, err = ch.Consume(q, "mine", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		other, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = other.QueueDelete(q, false, false, false)
+		require.NoError(s.t, err)
+		select {
+		case tag := <-cancels:
+			assert.Equal(s.t, "mine", tag)
+		case <-time.After(5 * time.Second):
+			s.t.Fatal("no cancel")
+		}
+	})
+}
+
+func TestDeleteIfEmptyIsRefusedWith406OrByAQuorumQueueWith540(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		classic := s.name("classic")
+		_, err = ch.QueueDeclare(classic, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		publish(s, ch, "", classic, amqp.Publishing{})
+		_, err = ch.QueueDelete(classic, false, true, false)
+		assert.Equal(s.t, 406, amqpCode(s, err))
+
+		conn := s.dial()
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		quorum := s.name("quorum")
+		_, err = ch.QueueDeclare(quorum, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(s.t, err)
+		_, err = ch.QueueDelete(quorum, false, true, false)
+		assert.Equal(s.t, 540, amqpCode(s, err))
+		assert.True(s.t, conn.IsClosed(), "a connection error")
+	})
+}
+
+func TestMultipleAcksAndNacks(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3", "4"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+		}
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		var got []amqp.Delivery
+		for range 4 {
+			got = append(got, receive(s, ds))
+		}
+		require.NoError(s.t, got[1].Ack(true))        // 1 and 2
+		require.NoError(s.t, got[3].Nack(true, true)) // 3 and 4, back in order
+		again := []string{string(receive(s, ds).Body), string(receive(s, ds).Body)}
+		assert.Equal(s.t, []string{"3", "4"}, again)
+		none(s, ds)
+	})
+}
+
+func TestAnAutomaticDeadLetterCycleIsDropped(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		a, b := s.name("a"), s.name("b")
+		// a expires into b, b expires back into a: the second time into a is a cycle.
+		_, err = ch.QueueDeclare(a, true, false, false, false, amqp.Table{"x-message-ttl": int32(50),
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": b})
+		require.NoError(s.t, err)
+		_, err = ch.QueueDeclare(b, true, false, false, false, amqp.Table{"x-message-ttl": int32(50),
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": a})
+		require.NoError(s.t, err)
+		publish(s, ch, "", a, amqp.Publishing{Body: []byte("round")})
+		time.Sleep(time.Second)
+		for _, q := range []string{a, b} {
+			got, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 0, got.Messages, "%s: dropped", q)
+		}
+	})
+}
+
+func TestRejectPublishDLXRefusesAndDeadLetters(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		dlx, dead := deadLetterTo(s, ch)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-max-length": int64(1),
+			"x-overflow": "reject-publish-dlx", "x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		var acked []bool
+		for _, b := range []string{"kept", "refused"} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(b)})
+			require.NoError(s.t, err)
+			acked = append(acked, dc.Wait())
+		}
+		assert.Equal(s.t, []bool{true, false}, acked)
+		d := receive(s, dead)
+		assert.Equal(s.t, "refused", string(d.Body))
+		assert.Equal(s.t, "maxlen", death(s, d)["reason"])
+	})
+}
+
+func TestAStreamIsReadFromAnOffsetByEachConsumer(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("stream")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "stream"})
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		for _, b := range []string{"1", "2", "3"} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(b)})
+			require.NoError(s.t, err)
+			require.True(s.t, dc.Wait())
+		}
+		for _, offset := range []any{"first", int64(1)} {
+			rc, err := conn.Channel()
+			require.NoError(s.t, err)
+			require.NoError(s.t, rc.Qos(10, 0, false))
+			ds, err := rc.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
+			require.NoError(s.t, err)
+			d := receive(s, ds)
+			want := map[any]string{"first": "1", int64(1): "2"}[offset]
+			assert.Equal(s.t, want, string(d.Body), "offset %v", offset)
+			assert.IsType(s.t, int64(0), d.Headers["x-stream-offset"])
+			require.NoError(s.t, d.Ack(false))
+			require.NoError(s.t, rc.Close())
+		}
+		nc, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = nc.Consume(q, "", false, false, false, false, nil)
+		assert.Equal(s.t, 406, amqpCode(s, err), "a stream is read with a prefetch")
+	})
+}

@@ -54,6 +54,28 @@ type queue struct {
 	unused *time.Timer // for x-expires
 }
 
+// touchLocked restarts q's x-expires countdown: a queue expires after that long without a
+// consumer, a basic.get or a redeclaration.
+func (b *Broker) touchLocked(q *queue) {
+	if q.expires <= 0 {
+		return
+	}
+	if q.unused != nil {
+		q.unused.Stop()
+		q.unused = nil
+	}
+	if len(q.consumers) > 0 {
+		return
+	}
+	q.unused = time.AfterFunc(q.expires, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.queues[q.name] == q && len(q.consumers) == 0 {
+			b.deleteQueueLocked(q.name)
+		}
+	})
+}
+
 // newQueue returns a queue declared with args.
 func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
