@@ -576,7 +576,9 @@ func TestMissingExchangesAndQueuesAre404(t *testing.T) {
 	conformance(t, func(s side) {
 		conn := s.dial()
 		for _, op := range []func(*amqp.Channel) error{
-			func(ch *amqp.Channel) error { return ch.ExchangeDeclarePassive(s.name("nox"), "direct", false, false, false, false, nil) },
+			func(ch *amqp.Channel) error {
+				return ch.ExchangeDeclarePassive(s.name("nox"), "direct", false, false, false, false, nil)
+			},
 			func(ch *amqp.Channel) error {
 				return ch.PublishWithContext(context.Background(), s.name("nox"), "k", false, false, amqp.Publishing{})
 			},

@@ -2,8 +2,8 @@ package memrabbit
 
 import (
 	"fmt"
-	"slices"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
