@@ -264,3 +264,60 @@ func TestRPCRunsOnTheModel(t *testing.T) {
 		require.NoError(t, <-done)
 	})
 }
+
+// A 7-step retry schedule of a day a step: a message failing every attempt is tried 8 times,
+// a day apart, then poisoned.
+func TestAWeekOfDailyRetriesRunsOnTheModel(t *testing.T) {
+	wall := time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		b := memrabbit.New(memrabbit.Config{})
+		defer b.Close()
+		day := 24 * time.Hour
+		r, err := router.New(router.Config{
+			Connection: warren.Connection{URL: b.URL()},
+			Retry:      middleware.BackoffConfig{Delays: []time.Duration{day, day, day, day, day, day, day}},
+		}, watermill.NopLogger{})
+		require.NoError(t, err)
+		start := time.Now()
+		var mu sync.Mutex
+		var attempts []time.Duration
+		require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: "invoices"}, func(*message.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			attempts = append(attempts, time.Since(start))
+			return errors.New("the ledger is closed")
+		}))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- r.Run(ctx) }()
+		<-r.Running()
+		poisoned := consumeDeclared(t, b, topology.PoisonQueue("invoices"))
+		start = time.Now()
+		require.NoError(t, r.Publisher().Publish("invoices", message.NewMessage("inv-1", []byte("{}"))))
+		p := <-poisoned
+		assert.Equal(t, "inv-1", p.MessageId)
+		mu.Lock()
+		require.Len(t, attempts, 8)
+		for i, at := range attempts {
+			assert.Equal(t, time.Duration(i)*day, at.Truncate(time.Second), "attempt %d", i+1)
+		}
+		mu.Unlock()
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, r.Close())
+	})
+	t.Logf("wall time: %v", time.Since(wall))
+}
+
+// consumeDeclared consumes queue, declared already, on a connection of its own to b, and
+// returns its deliveries (auto-acked).
+func consumeDeclared(t *testing.T, b *memrabbit.Broker, queue string) <-chan amqp.Delivery {
+	conn, err := amqp.DialConfig(b.URL(), amqp.Config{Dial: func(string, string) (net.Conn, error) { return b.Dial() }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	ds, err := ch.Consume(queue, "", true, false, false, false, nil)
+	require.NoError(t, err)
+	return ds
+}
