@@ -24,6 +24,13 @@ type Config struct {
 	Version string
 }
 
+// atLeast reports whether the broker follows version major.minor or later.
+func (b *Broker) atLeast(major, minor int) bool {
+	var ma, mi int
+	_, _ = fmt.Sscanf(b.cfg.Version, "%d.%d", &ma, &mi)
+	return ma > major || ma == major && mi >= minor
+}
+
 // Broker is one in-memory RabbitMQ node with a single virtual host.
 type Broker struct {
 	cfg       Config

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,11 +29,29 @@ type side struct {
 	name func(string) string // a name of the case's own
 }
 
-// conformance runs c against both brokers.
+// brokerVersion is the major.minor version of the broker of testenv.URL ("3.10", "4.0"),
+// which the model follows in the cases.
+var brokerVersion = sync.OnceValues(func() (string, error) {
+	conn, err := amqp.Dial(testenv.URL())
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	v, _ := conn.Properties["version"].(string)
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return "", fmt.Errorf("the broker's version %q", v)
+	}
+	return parts[0] + "." + parts[1], nil
+})
+
+// conformance runs c against both brokers: the model as the version of the real one.
 func conformance(t *testing.T, c func(s side)) {
+	version, err := brokerVersion()
+	require.NoError(t, err, "the broker at %s must answer", testenv.URL())
 	t.Run("model", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := memrabbit.New(memrabbit.Config{})
+			b := memrabbit.New(memrabbit.Config{Version: version})
 			defer b.Close()
 			c(side{t: t, name: func(n string) string { return n }, dial: func() *amqp.Connection {
 				conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
@@ -770,5 +789,200 @@ func TestAStreamIsReadFromAnOffsetByEachConsumer(t *testing.T) {
 		require.NoError(s.t, err)
 		_, err = nc.Consume(q, "", false, false, false, false, nil)
 		assert.Equal(s.t, 406, amqpCode(s, err), "a stream is read with a prefetch")
+	})
+}
+
+func TestAQuorumQueueWithoutADeliveryLimitHasTheVersionsDefault(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("again")})
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		for range 21 { // RabbitMQ 4.0 drops it after 20 returns; 3.10 has no limit
+			require.NoError(s.t, receive(s, ds).Nack(false, true))
+		}
+		version, _ := brokerVersion()
+		if strings.HasPrefix(version, "3.") {
+			assert.Equal(s.t, int64(21), receive(s, ds).Headers["x-delivery-count"])
+		} else {
+			none(s, ds)
+		}
+	})
+}
+
+func TestTheVersionsDeathHeaders(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("x")})
+		d, ok, err := ch.Get(q, false)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		require.NoError(s.t, d.Reject(false))
+		got := receive(s, dead)
+		version, _ := brokerVersion()
+		if strings.HasPrefix(version, "3.") {
+			assert.NotContains(s.t, got.Headers, "x-last-death-reason")
+		} else {
+			assert.Equal(s.t, "rejected", got.Headers["x-last-death-reason"])
+			assert.Equal(s.t, q, got.Headers["x-last-death-queue"])
+		}
+	})
+}
+
+func TestPropertiesTravelUnchanged(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		sent := amqp.Publishing{ContentType: "application/json", ContentEncoding: "gzip", DeliveryMode: amqp.Persistent,
+			Priority: 3, CorrelationId: "c", ReplyTo: "r", MessageId: "m", Timestamp: time.Unix(1700000000, 0),
+			Type: "t", UserId: "guest", AppId: "a", Body: []byte("b"),
+			Headers: amqp.Table{"s": "x", "i": int32(7), "l": int64(8), "b": true, "f": 1.5, "t": amqp.Table{"n": "v"}, "a": []any{"x", int32(1)}}}
+		publish(s, ch, "", q, sent)
+		d, ok, err := ch.Get(q, true)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		assert.Equal(s.t, []any{sent.ContentType, sent.ContentEncoding, sent.DeliveryMode, sent.Priority, sent.CorrelationId,
+			sent.ReplyTo, sent.MessageId, sent.Timestamp.Unix(), sent.Type, sent.UserId, sent.AppId, string(sent.Body)},
+			[]any{d.ContentType, d.ContentEncoding, d.DeliveryMode, d.Priority, d.CorrelationId, d.ReplyTo, d.MessageId,
+				d.Timestamp.Unix(), d.Type, d.UserId, d.AppId, string(d.Body)})
+		assert.Equal(s.t, sent.Headers, d.Headers)
+	})
+}
+
+func TestConsumersOfAQueueShareItRoundRobin(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		a, err := ch.Consume(q, "a", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		b, err := ch.Consume(q, "b", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, body := range []string{"1", "2", "3", "4"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(body)})
+		}
+		assert.Equal(s.t, []string{"1", "3"}, []string{string(receive(s, a).Body), string(receive(s, a).Body)})
+		assert.Equal(s.t, []string{"2", "4"}, []string{string(receive(s, b).Body), string(receive(s, b).Body)})
+	})
+}
+
+func TestAFanoutGivesEveryBoundQueueACopyAndAQueueOnePerMessage(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "direct", false, false, false, false, nil))
+		var outs []<-chan amqp.Delivery
+		for _, n := range []string{"q1", "q2"} {
+			q := s.name(n)
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			for _, key := range []string{"k", "k2"} { // bound twice: still one copy
+				require.NoError(s.t, ch.QueueBind(q, key, x, false, nil))
+			}
+			require.NoError(s.t, ch.QueueBind(q, "k", x, false, nil)) // the same binding again: no second one
+			ds, err := ch.Consume(q, "", true, false, false, false, nil)
+			require.NoError(s.t, err)
+			outs = append(outs, ds)
+		}
+		publish(s, ch, x, "k", amqp.Publishing{Body: []byte("once")})
+		for _, ds := range outs {
+			assert.Equal(s.t, "once", string(receive(s, ds).Body))
+			none(s, ds)
+		}
+	})
+}
+
+func TestAnExclusiveQueueGoesWithItsConnection(t *testing.T) {
+	conformance(t, func(s side) {
+		owner := s.dial()
+		ch, err := owner.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, false, true, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, owner.Close())
+		other, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		_, err = other.QueueDeclarePassive(q, false, false, true, false, nil)
+		assert.Equal(s.t, 404, amqpCode(s, err))
+	})
+}
+
+func TestAnExclusiveConsumerKeepsOthersOut(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		_, err = ch.Consume(q, "", false, true, false, false, nil)
+		require.NoError(s.t, err)
+		other, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = other.Consume(q, "", false, false, false, false, nil)
+		assert.Equal(s.t, 403, amqpCode(s, err))
+	})
+}
+
+func TestWhatAClosedChannelHeldIsDeliveredAgainRedelivered(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, body := range []string{"1", "2"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(body)})
+		}
+		first, err := conn.Channel()
+		require.NoError(s.t, err)
+		ds, err := first.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		receive(s, ds)
+		receive(s, ds)
+		require.NoError(s.t, first.Close())
+		second, err := conn.Channel()
+		require.NoError(s.t, err)
+		ds, err = second.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, want := range []string{"1", "2"} {
+			d := receive(s, ds)
+			assert.Equal(s.t, want, string(d.Body))
+			assert.True(s.t, d.Redelivered)
+		}
+	})
+}
+
+func TestADeadLetterExchangeThatDoesNotExistDropsTheMessage(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": s.name("absent"),
+			"x-message-ttl": int32(10)})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("gone")})
+		time.Sleep(200 * time.Millisecond)
+		got, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, 0, got.Messages)
 	})
 }

@@ -99,7 +99,7 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 	}
 	if n, ok := intArg(args["x-delivery-limit"]); ok && q.quorum {
 		q.deliveryLimit = int(n)
-	} else if q.quorum && b.cfg.Version >= "4" {
+	} else if q.quorum && b.atLeast(4, 0) {
 		q.deliveryLimit = 20 // RabbitMQ 4.0's default
 	}
 	q.single, _ = args["x-single-active-consumer"].(bool)
@@ -253,7 +253,7 @@ func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
 		return
 	}
 	msg := *qd.msg
-	msg.props.Headers = deathHeaders(b.cfg.Version, qd.msg, q.name, reason, time.Now())
+	msg.props.Headers = deathHeaders(b.atLeast(3, 13), qd.msg, q.name, reason, time.Now())
 	msg.props.Expiration = ""
 	if q.dlrk != nil {
 		msg.routingKey = *q.dlrk
@@ -270,7 +270,7 @@ func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
 // deathHeaders returns msg's headers with the death recorded: the x-death entry of the
 // queue and reason counted and moved to the front (a new one otherwise), and the
 // x-first-death-* headers set once (x-last-death-* too, from RabbitMQ 3.13).
-func deathHeaders(version string, msg *stored, queueName, reason string, now time.Time) Table {
+func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now time.Time) Table {
 	h := Table{}
 	for k, v := range msg.props.Headers {
 		h[k] = v
@@ -303,7 +303,7 @@ func deathHeaders(version string, msg *stored, queueName, reason string, now tim
 	if _, ok := h["x-first-death-reason"]; !ok {
 		h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = reason, queueName, msg.exchange
 	}
-	if version >= "3.13" {
+	if lastDeath {
 		h["x-last-death-reason"], h["x-last-death-queue"], h["x-last-death-exchange"] = reason, queueName, msg.exchange
 	}
 	return h
