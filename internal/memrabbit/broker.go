@@ -44,6 +44,7 @@ type Broker struct {
 
 	host       string // the host of URL
 	unregister func()
+	journal    []Event
 }
 
 // brokers numbers the brokers of the process, whose URLs differ by it.

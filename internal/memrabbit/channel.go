@@ -348,8 +348,16 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 	}
 	var back []*delivery
 	for _, t := range tags {
-		back = append(back, ch.unacked[t])
+		d := ch.unacked[t]
+		back = append(back, d)
 		delete(ch.unacked, t)
+		kind := "acked"
+		if nack && requeue {
+			kind = "requeued"
+		} else if nack {
+			kind = "rejected"
+		}
+		ch.c.b.recordLocked(kind, d.qd.msg, d.q.name, "")
 	}
 	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
 	if nack {

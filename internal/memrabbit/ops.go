@@ -240,6 +240,7 @@ func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 	} else if x, ok := b.exchanges[msg.exchange]; ok {
 		queues = b.routeLocked(x, msg.routingKey, msg.props.Headers)
 	}
+	b.recordLocked("published", msg, "", "")
 	for _, q := range queues {
 		if !b.enqueueLocked(q, msg) {
 			refused = true
@@ -285,6 +286,7 @@ func (b *Broker) dispatchLocked() {
 			qd := q.ready[0]
 			q.ready = q.ready[1:]
 			tag := cs.ch.track(q, qd, cs.noAck)
+			b.recordLocked("delivered", qd.msg, q.name, "")
 			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
 				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
 		}

@@ -245,13 +245,15 @@ func (b *Broker) returnLocked(q *queue, back []*queued, rejected []*queued) {
 // its x-death header updated; without one (or when it does not exist) the message is
 // dropped.
 func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
-	if q.dlx == nil {
-		return
+	x, ok := (*exchange)(nil), false
+	if q.dlx != nil {
+		x, ok = b.exchanges[*q.dlx]
 	}
-	x, ok := b.exchanges[*q.dlx]
 	if !ok {
+		b.recordLocked("dropped", qd.msg, q.name, reason)
 		return
 	}
+	b.recordLocked("dead-lettered", qd.msg, q.name, reason)
 	msg := *qd.msg
 	msg.props.Headers = deathHeaders(b.atLeast(3, 13), qd.msg, q.name, reason, time.Now())
 	msg.props.Expiration = ""

@@ -1,0 +1,69 @@
+package memrabbit
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Event is one thing the broker did with a message, as its journal records it.
+type Event struct {
+	At         time.Time
+	Kind       string // published, delivered, acked, requeued, rejected, dead-lettered, dropped, returned
+	Exchange   string // published: where to; dead-lettered: the dead-letter exchange
+	RoutingKey string
+	Queue      string // delivered, acked, requeued, rejected, dead-lettered: the queue
+	Reason     string // dead-lettered: expired, rejected, maxlen, delivery_limit
+	MessageID  string
+	Headers    Table
+	Body       []byte
+}
+
+// String is one line: when, what, which message, where.
+func (e Event) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %-13s", e.At.Format("2006-01-02 15:04:05.000"), e.Kind)
+	if e.MessageID != "" {
+		fmt.Fprintf(&b, " %s", e.MessageID)
+	}
+	switch e.Kind {
+	case "published", "returned":
+		fmt.Fprintf(&b, " to exchange %q, key %q", e.Exchange, e.RoutingKey)
+	default:
+		fmt.Fprintf(&b, " in %s", e.Queue)
+	}
+	if e.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", e.Reason)
+	}
+	return b.String()
+}
+
+// recordLocked adds an event about msg to the journal.
+func (b *Broker) recordLocked(kind string, msg *stored, queue, reason string) {
+	b.journal = append(b.journal, Event{At: time.Now(), Kind: kind, Exchange: msg.exchange, RoutingKey: msg.routingKey,
+		Queue: queue, Reason: reason, MessageID: msg.props.MessageId, Headers: msg.props.Headers, Body: msg.body})
+}
+
+// Journal returns what the broker did, in order.
+func (b *Broker) Journal() []Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Event(nil), b.journal...)
+}
+
+// Messages returns the messages waiting in queue (not those delivered and unacknowledged),
+// in order, as events of kind "waiting"; nil if there is no such queue.
+func (b *Broker) Messages(queue string) []Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q, ok := b.queues[queue]
+	if !ok {
+		return nil
+	}
+	out := []Event{}
+	for _, qd := range q.ready {
+		out = append(out, Event{Kind: "waiting", Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Queue: queue,
+			MessageID: qd.msg.props.MessageId, Headers: qd.msg.props.Headers, Body: qd.msg.body})
+	}
+	return out
+}
