@@ -127,6 +127,12 @@ type binding struct {
 // goes to, each once: through the exchanges bound to x, and to x's alternate exchange (and
 // its own) when nothing else takes it.
 func (b *Broker) routeLocked(x *exchange, key string, headers Table) []*queue {
+	if x.name == "" { // the default exchange: to the queue the key names
+		if q, ok := b.queues[key]; ok {
+			return []*queue{q}
+		}
+		return nil
+	}
 	var out []*queue
 	seenQ, seenX := map[string]bool{}, map[string]bool{}
 	var walk func(x *exchange) bool
@@ -174,12 +180,20 @@ func (x *exchange) matches(bd binding, key string, headers Table) bool {
 	case "fanout":
 		return true
 	case "topic":
-		return topicMatch(strings.Split(bd.key, "."), strings.Split(key, "."))
+		return topicMatch(words(bd.key), words(key))
 	case "headers":
 		return headersMatch(bd.args, headers)
 	default:
 		return bd.key == key
 	}
+}
+
+// words splits a routing key or topic pattern into its words: none for "".
+func words(key string) []string {
+	if key == "" {
+		return nil
+	}
+	return strings.Split(key, ".")
 }
 
 // topicMatch matches a topic binding's words against a routing key's: * is one word, # zero

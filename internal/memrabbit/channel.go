@@ -21,7 +21,8 @@ type channel struct {
 
 	reply     *consumer // consumes amq.rabbitmq.reply-to: its address is replyTo
 	replyTo   string
-	prefetch  int // 0: unlimited
+	prefetch  int // basic.qos: each new consumer's (0: unlimited)
+	global    int // basic.qos global: the channel's, all consumers together (0: unlimited)
 	consumers map[string]*consumer
 	unacked   map[uint64]*delivery
 	tags      []uint64 // the unacked delivery tags, in order
@@ -36,12 +37,25 @@ type consumer struct {
 	noAck     bool
 	exclusive bool
 	offset    int // of a stream's consumer: the next message of its log it reads
+	prefetch  int // the channel's basic.qos when it started (0: unlimited)
+	unacked   int // its deliveries not yet settled
 }
 
-// delivery is a message delivered on a channel, not yet settled.
+// room reports whether the consumer may take another delivery: its own prefetch and its
+// channel's global one allow it.
+func (cs *consumer) room() bool {
+	ch := cs.ch
+	if cs.noAck {
+		return !ch.closing
+	}
+	return !ch.closing && (cs.prefetch == 0 || cs.unacked < cs.prefetch) && (ch.global == 0 || len(ch.tags) < ch.global)
+}
+
+// delivery is a message delivered on a channel, not yet settled: by cs (nil for basic.get).
 type delivery struct {
 	q  *queue
 	qd *queued
+	cs *consumer
 }
 
 func newChannel(c *conn, id uint16) *channel {
@@ -87,7 +101,11 @@ func (ch *channel) do(m message) error {
 	case *channelFlow:
 		ch.c.sendMethod(ch.id, &channelFlowOk{Active: m.Active})
 	case *basicQos:
-		ch.prefetch = int(m.PrefetchCount)
+		if m.Global {
+			ch.global = int(m.PrefetchCount)
+		} else {
+			ch.prefetch = int(m.PrefetchCount)
+		}
 		ch.c.sendMethod(ch.id, &basicQosOk{})
 		b.dispatchLocked()
 	case *confirmSelect:
@@ -162,8 +180,12 @@ func (ch *channel) do(m message) error {
 			ch.c.sendMethod(ch.id, &queueDeleteOk{MessageCount: uint32(n)})
 		}
 	case *basicPublish:
-		if _, ok := b.exchanges[m.Exchange]; !ok {
+		x, ok := b.exchanges[m.Exchange]
+		if !ok {
 			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
+		}
+		if x.internal {
+			return channelErr(codeAccessRefused, "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'", m.Exchange)
 		}
 		ch.publishing, ch.size, ch.content = m, 0, nil
 	case *basicConsume:
@@ -186,6 +208,7 @@ func (ch *channel) do(m message) error {
 	case *basicRecover:
 		ch.requeueAllLocked()
 		ch.c.sendMethod(ch.id, &basicRecoverOk{})
+		b.dispatchLocked()
 	default:
 		return &errConnection{code: codeNotImplemented, text: fmt.Sprintf("NOT_IMPLEMENTED - %T", m)}
 	}
@@ -273,9 +296,9 @@ func (ch *channel) consume(m *basicConsume) error {
 	if m.Exclusive && len(q.consumers) > 0 {
 		return channelErr(codeAccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
 	}
-	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive}
+	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive, prefetch: ch.prefetch}
 	if q.stream {
-		if m.NoAck || ch.prefetch == 0 {
+		if m.NoAck || ch.prefetch == 0 && ch.global == 0 {
 			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s' in vhost '/'", q.name)
 		}
 		cs.offset = streamOffset(q, m.Arguments["x-stream-offset"])
@@ -309,17 +332,20 @@ func (ch *channel) get(m *basicGet) error {
 	qd := q.ready[0]
 	q.ready = q.ready[1:]
 	b.armExpiryLocked(q)
-	tag := ch.track(q, qd, m.NoAck)
+	tag := ch.track(q, qd, nil, m.NoAck)
 	ch.c.sendMethod(ch.id, &basicGetOk{DeliveryTag: tag, Redelivered: qd.redelivered, Exchange: qd.msg.exchange,
 		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: deliveredProps(qd), Body: qd.msg.body})
 	return nil
 }
 
 // track gives a delivery its tag, and keeps it until it is settled unless noAck.
-func (ch *channel) track(q *queue, qd *queued, noAck bool) uint64 {
+func (ch *channel) track(q *queue, qd *queued, cs *consumer, noAck bool) uint64 {
 	ch.lastTag++
 	if !noAck {
-		ch.unacked[ch.lastTag] = &delivery{q: q, qd: qd}
+		if cs != nil {
+			cs.unacked++
+		}
+		ch.unacked[ch.lastTag] = &delivery{q: q, qd: qd, cs: cs}
 		ch.tags = append(ch.tags, ch.lastTag)
 	}
 	return ch.lastTag
@@ -351,6 +377,9 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 		d := ch.unacked[t]
 		back = append(back, d)
 		delete(ch.unacked, t)
+		if d.cs != nil {
+			d.cs.unacked--
+		}
 		kind := "acked"
 		if nack && requeue {
 			kind = "requeued"
@@ -371,7 +400,11 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 func (ch *channel) requeueAllLocked() {
 	back := make([]*delivery, 0, len(ch.tags))
 	for _, t := range ch.tags {
-		back = append(back, ch.unacked[t])
+		d := ch.unacked[t]
+		if d.cs != nil {
+			d.cs.unacked--
+		}
+		back = append(back, d)
 	}
 	ch.unacked, ch.tags = map[uint64]*delivery{}, nil
 	ch.c.b.requeueLocked(back, false)
@@ -401,11 +434,6 @@ func (ch *channel) closeLocked() {
 	}
 	ch.requeueAllLocked()
 	ch.c.b.dispatchLocked()
-}
-
-// room reports whether the channel's prefetch lets it take another delivery.
-func (ch *channel) room() bool {
-	return !ch.closing && (ch.prefetch == 0 || len(ch.tags) < ch.prefetch)
 }
 
 // streamOffset is where a consumer of stream q starts reading, as x-stream-offset says:

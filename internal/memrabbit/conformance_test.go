@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -984,5 +985,345 @@ func TestADeadLetterExchangeThatDoesNotExistDropsTheMessage(t *testing.T) {
 		got, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		require.NoError(s.t, err)
 		assert.Equal(s.t, 0, got.Messages)
+	})
+}
+
+func TestTopicPatterns(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "topic", false, false, false, false, nil))
+		queues := map[string]string{}
+		for _, pattern := range []string{"#", "*", "a.#.b", "a.*", "#.z"} {
+			q := s.name("q" + strings.NewReplacer("#", "H", "*", "S", ".", "_").Replace(pattern))
+			queues[pattern] = q
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.QueueBind(q, pattern, x, false, nil))
+		}
+		for _, key := range []string{"", "a", "a.b", "a.x.y.b", "z", "y.z", "a.b.c"} {
+			publish(s, ch, x, key, amqp.Publishing{Body: []byte(key)})
+		}
+		want := map[string][]string{
+			"#": {"", "a", "a.b", "a.x.y.b", "z", "y.z", "a.b.c"}, "*": {"a", "z"}, "a.#.b": {"a.b", "a.x.y.b"},
+			"a.*": {"a.b"}, "#.z": {"z", "y.z"},
+		}
+		for pattern, q := range queues {
+			var got []string
+			for {
+				d, ok, err := ch.Get(q, true)
+				require.NoError(s.t, err)
+				if !ok {
+					break
+				}
+				got = append(got, string(d.Body))
+			}
+			assert.Equal(s.t, want[pattern], got, "pattern %q", pattern)
+		}
+	})
+}
+
+func TestHeadersExchangeMatchesAllOrAnyAndIgnoresXArguments(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "headers", false, false, false, false, nil))
+		all, anyq := s.name("all"), s.name("any")
+		for _, q := range []string{all, anyq} {
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+		}
+		require.NoError(s.t, ch.QueueBind(all, "", x, false, amqp.Table{"x-match": "all", "a": "1", "n": int32(2), "x-ignored": "y"}))
+		require.NoError(s.t, ch.QueueBind(anyq, "", x, false, amqp.Table{"x-match": "any", "a": "1", "b": "2"}))
+		for body, h := range map[string]amqp.Table{
+			"both": {"a": "1", "n": int32(2)}, "one": {"a": "1"}, "wrong": {"a": "2", "b": "3"}, "b": {"b": "2"},
+		} {
+			publish(s, ch, x, "", amqp.Publishing{Body: []byte(body), Headers: h})
+		}
+		get := func(q string) []string {
+			var got []string
+			for {
+				d, ok, err := ch.Get(q, true)
+				require.NoError(s.t, err)
+				if !ok {
+					break
+				}
+				got = append(got, string(d.Body))
+			}
+			slices.Sort(got)
+			return got
+		}
+		assert.Equal(s.t, []string{"both"}, get(all))
+		assert.Equal(s.t, []string{"b", "both", "one"}, get(anyq))
+	})
+}
+
+func TestReservedNamesAreRefused(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = ch.QueueDeclare("amq."+s.name("q"), false, false, false, false, nil)
+		assert.Equal(s.t, 403, amqpCode(s, err))
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		err = ch.ExchangeDeclare("amq."+s.name("x"), "direct", false, false, false, false, nil)
+		assert.Equal(s.t, 403, amqpCode(s, err))
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		q, err := ch.QueueDeclare("", false, true, true, false, nil)
+		require.NoError(s.t, err)
+		assert.True(s.t, strings.HasPrefix(q.Name, "amq.gen-"), q.Name)
+	})
+}
+
+func TestDeleteIfUnusedRefusesWhatIsInUse(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		x, q := s.name("x"), s.name("q")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "fanout", false, false, false, false, nil))
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.QueueBind(q, "", x, false, nil))
+		_, err = ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		other, err := conn.Channel()
+		require.NoError(s.t, err)
+		assert.Equal(s.t, 406, amqpCode(s, other.ExchangeDelete(x, true, false)))
+		other, err = conn.Channel()
+		require.NoError(s.t, err)
+		_, err = other.QueueDelete(q, true, false, false)
+		assert.Equal(s.t, 406, amqpCode(s, err))
+	})
+}
+
+func TestPrefetchIsPerConsumerUnlessGlobal(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		a, b := s.name("a"), s.name("b")
+		for _, q := range []string{a, b} {
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			for _, body := range []string{"1", "2"} {
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte(q + body)})
+			}
+		}
+		require.NoError(s.t, ch.Qos(1, 0, false))
+		as, err := ch.Consume(a, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		bs, err := ch.Consume(b, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		receive(s, as) // one each: the limit is each consumer's
+		receive(s, bs)
+		none(s, as)
+		none(s, bs)
+
+		g, err := conn.Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, g.Qos(1, 0, true)) // the channel's, shared
+		c, d := s.name("c"), s.name("d")
+		for _, q := range []string{c, d} {
+			_, err = g.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			publish(s, g, "", q, amqp.Publishing{Body: []byte(q)})
+		}
+		cs, err := g.Consume(c, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		ds, err := g.Consume(d, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		first := receive(s, cs)
+		none(s, ds)
+		require.NoError(s.t, first.Ack(false))
+		receive(s, ds)
+	})
+}
+
+func TestRecoverRequeuesWhatTheChannelHolds(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("again")})
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.False(s.t, receive(s, ds).Redelivered)
+		require.NoError(s.t, ch.Recover(true))
+		d := receive(s, ds)
+		assert.Equal(s.t, "again", string(d.Body))
+		assert.True(s.t, d.Redelivered)
+	})
+}
+
+func TestAnAlternateExchangeTakesWhatWouldBeReturned(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		returns := ch.NotifyReturn(make(chan amqp.Return, 2))
+		plain, covered, ae := s.name("plain"), s.name("covered"), s.name("ae")
+		require.NoError(s.t, ch.ExchangeDeclare(plain, "direct", false, false, false, false, nil))
+		require.NoError(s.t, ch.ExchangeDeclare(ae, "fanout", false, false, false, false, nil))
+		require.NoError(s.t, ch.ExchangeDeclare(covered, "direct", false, false, false, false, amqp.Table{"alternate-exchange": ae}))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.QueueBind(q, "", ae, false, nil))
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), covered, "k", true, false, amqp.Publishing{Body: []byte("caught")}))
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), plain, "k", true, false, amqp.Publishing{Body: []byte("back")}))
+		select {
+		case r := <-returns:
+			assert.Equal(s.t, "back", string(r.Body))
+		case <-time.After(5 * time.Second):
+			s.t.Fatal("no return")
+		}
+		d, ok, err := ch.Get(q, true)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		assert.Equal(s.t, "caught", string(d.Body))
+	})
+}
+
+func TestXDeathCountsTheSameDeathAgainAndKeepsTheNewestFirst(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		waiting, working := s.name("waiting"), s.name("working")
+		// waiting expires into working; working's rejects go back to waiting.
+		_, err = ch.QueueDeclare(waiting, true, false, false, false, amqp.Table{"x-message-ttl": int32(20),
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": working})
+		require.NoError(s.t, err)
+		_, err = ch.QueueDeclare(working, true, false, false, false, amqp.Table{
+			"x-dead-letter-exchange": "", "x-dead-letter-routing-key": waiting})
+		require.NoError(s.t, err)
+		publish(s, ch, "", waiting, amqp.Publishing{Body: []byte("loop")})
+		ds, err := ch.Consume(working, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, receive(s, ds).Reject(false))
+		d := receive(s, ds) // expired from waiting a second time
+		deaths, ok := d.Headers["x-death"].([]any)
+		require.True(s.t, ok)
+		require.Len(s.t, deaths, 2)
+		first, second := deaths[0].(amqp.Table), deaths[1].(amqp.Table)
+		assert.Equal(s.t, []any{waiting, "expired", int64(2)}, []any{first["queue"], first["reason"], first["count"]})
+		assert.Equal(s.t, []any{working, "rejected", int64(1)}, []any{second["queue"], second["reason"], second["count"]})
+		assert.Equal(s.t, "expired", d.Headers["x-first-death-reason"])
+		assert.Equal(s.t, waiting, d.Headers["x-first-death-queue"])
+	})
+}
+
+func TestAClassicQueueRefusesAtItsLimit(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-max-length": int64(2), "x-overflow": "reject-publish"})
+		require.NoError(s.t, err)
+		var acked []bool
+		for _, b := range []string{"1", "2", "3"} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(b)})
+			require.NoError(s.t, err)
+			acked = append(acked, dc.Wait())
+		}
+		assert.Equal(s.t, []bool{true, true, false}, acked)
+		// What a consumer holds does not count.
+		d, ok, err := ch.Get(q, false)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte("4")})
+		require.NoError(s.t, err)
+		assert.True(s.t, dc.Wait())
+		require.NoError(s.t, d.Ack(false))
+	})
+}
+
+func TestTheNextSingleActiveConsumerTakesOverOnCancel(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum", "x-single-active-consumer": true})
+		require.NoError(s.t, err)
+		a, err := ch.Consume(q, "a", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		b, err := ch.Consume(q, "b", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("1")})
+		assert.Equal(s.t, "1", string(receive(s, a).Body))
+		require.NoError(s.t, ch.Cancel("a", false))
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("2")})
+		assert.Equal(s.t, "2", string(receive(s, b).Body))
+	})
+}
+
+func TestANackOfManyWithoutRequeueDeadLettersEach(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+		}
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		var last amqp.Delivery
+		for range 3 {
+			last = receive(s, ds)
+		}
+		require.NoError(s.t, last.Nack(true, false))
+		var got []string
+		for range 3 {
+			got = append(got, string(receive(s, dead).Body))
+		}
+		assert.Equal(s.t, []string{"1", "2", "3"}, got)
+	})
+}
+
+func TestPublishingToAnInternalExchangeIsRefused(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "fanout", false, false, true, false, nil))
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), x, "", false, false, amqp.Publishing{}))
+		select {
+		case e := <-closed:
+			assert.Equal(s.t, 403, e.Code)
+		case <-time.After(5 * time.Second):
+			s.t.Fatal("not refused")
+		}
+	})
+}
+
+func TestAReturnComesBeforeItsConfirm(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		// Unbuffered: the client hands them over in the order they came, each waiting for
+		// the case to take it.
+		returns := ch.NotifyReturn(make(chan amqp.Return))
+		confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), "", s.name("nowhere"), true, false, amqp.Publishing{}))
+		select {
+		case <-returns:
+		case <-confirms:
+			s.t.Fatal("the confirm came first")
+		case <-time.After(5 * time.Second):
+			s.t.Fatal("neither")
+		}
+		c := <-confirms
+		assert.True(s.t, c.Ack)
 	})
 }

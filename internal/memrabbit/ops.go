@@ -233,11 +233,7 @@ func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 			RoutingKey: msg.routingKey, Properties: msg.props, Body: msg.body})
 		return true, false
 	}
-	if msg.exchange == "" {
-		if q, ok := b.queues[msg.routingKey]; ok {
-			queues = []*queue{q}
-		}
-	} else if x, ok := b.exchanges[msg.exchange]; ok {
+	if x, ok := b.exchanges[msg.exchange]; ok {
 		queues = b.routeLocked(x, msg.routingKey, msg.props.Headers)
 	}
 	b.recordLocked("published", msg, "", "")
@@ -285,7 +281,7 @@ func (b *Broker) dispatchLocked() {
 			}
 			qd := q.ready[0]
 			q.ready = q.ready[1:]
-			tag := cs.ch.track(q, qd, cs.noAck)
+			tag := cs.ch.track(q, qd, cs, cs.noAck)
 			b.recordLocked("delivered", qd.msg, q.name, "")
 			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
 				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
@@ -313,14 +309,14 @@ func deliveredProps(qd *queued) properties {
 // active consumer, only the first.
 func (q *queue) nextConsumer() *consumer {
 	if q.single {
-		if len(q.consumers) > 0 && (q.consumers[0].noAck || q.consumers[0].ch.room()) {
+		if len(q.consumers) > 0 && q.consumers[0].room() {
 			return q.consumers[0]
 		}
 		return nil
 	}
 	for i := range q.consumers {
 		cs := q.consumers[(q.next+i)%len(q.consumers)]
-		if cs.noAck || cs.ch.room() {
+		if cs.room() {
 			q.next = (q.next + i + 1) % len(q.consumers)
 			return cs
 		}
@@ -332,7 +328,7 @@ func (q *queue) nextConsumer() *consumer {
 // channel's prefetch lets it, each with its offset (x-stream-offset).
 func (b *Broker) readStreamLocked(q *queue) {
 	for _, cs := range q.consumers {
-		for cs.offset < len(q.log) && cs.ch.room() {
+		for cs.offset < len(q.log) && cs.room() {
 			msg := q.log[cs.offset]
 			p := msg.props
 			h := Table{}
@@ -341,7 +337,7 @@ func (b *Broker) readStreamLocked(q *queue) {
 			}
 			h["x-stream-offset"] = int64(cs.offset)
 			p.Headers = h
-			tag := cs.ch.track(q, &queued{msg: msg}, false)
+			tag := cs.ch.track(q, &queued{msg: msg}, cs, false)
 			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag,
 				Exchange: msg.exchange, RoutingKey: msg.routingKey, Properties: p, Body: msg.body})
 			cs.offset++
