@@ -16,8 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/memrabbit"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/topology"
 )
 
 // The conformance cases: each runs against the in-memory broker (in a synctest bubble, on
@@ -25,9 +27,11 @@ import (
 
 // side is one broker a case runs against.
 type side struct {
-	t    *testing.T
-	dial func() *amqp.Connection
-	name func(string) string // a name of the case's own
+	t     *testing.T
+	dial  func() *amqp.Connection
+	name  func(string) string   // a name of the case's own
+	conn  warren.Connection     // for warren's components
+	delay func() topology.Delay // a delay layout of the case's own, removed after it
 }
 
 // brokerVersion is the major.minor version of the broker of testenv.URL ("3.10", "4.0"),
@@ -54,41 +58,47 @@ func conformance(t *testing.T, c func(s side)) {
 		synctest.Test(t, func(t *testing.T) {
 			b := memrabbit.New(memrabbit.Config{Version: version})
 			defer b.Close()
-			c(side{t: t, name: func(n string) string { return n }, dial: func() *amqp.Connection {
-				conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
-					Heartbeat: 0, Dial: func(string, string) (net.Conn, error) { return b.Dial() },
-				})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = conn.Close() })
-				return conn
-			}})
+			c(side{t: t, name: func(n string) string { return n }, conn: warren.Connection{URL: b.URL()},
+				delay: func() topology.Delay { return topology.Delay{Levels: 4} }, dial: func() *amqp.Connection {
+					conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
+						Heartbeat: 0, Dial: func(string, string) (net.Conn, error) { return b.Dial() },
+					})
+					require.NoError(t, err)
+					t.Cleanup(func() { _ = conn.Close() })
+					return conn
+				}})
 		})
 	})
 	t.Run("rabbitmq", func(t *testing.T) {
 		prefix := fmt.Sprintf("wt.%s.%d.", strings.ReplaceAll(t.Name(), "/", "."), time.Now().UnixNano())
-		var admin *amqp.Connection
-		var made []string
-		c(side{t: t, name: func(n string) string { made = append(made, prefix+n); return prefix + n }, dial: func() *amqp.Connection {
-			conn, err := amqp.Dial(testenv.URL())
-			require.NoError(t, err, "the broker at %s must answer", testenv.URL())
-			t.Cleanup(func() { _ = conn.Close() })
-			if admin == nil {
-				admin = conn
-			}
-			return conn
-		}})
-		if admin != nil { // the queues and exchanges the case named
+		var made, madeX []string
+		t.Cleanup(func() { // registered first: it runs after the case's own cleanups
 			conn, err := amqp.Dial(testenv.URL())
 			require.NoError(t, err)
 			defer conn.Close()
-			for _, n := range made {
-				ch, err := conn.Channel()
-				require.NoError(t, err)
-				_, _ = ch.QueueDelete(n, false, false, false)
-				_ = ch.ExchangeDelete(n, false, false)
-				_ = ch.Close()
+			for _, n := range append(made, madeX...) {
+				for _, extra := range []string{"", ".poison", ".kill", ".kill.state", ".kill.lock", ".kill.listeners"} {
+					ch, err := conn.Channel()
+					require.NoError(t, err)
+					_, _ = ch.QueueDelete(n+extra, false, false, false)
+					_ = ch.ExchangeDelete(n+extra, false, false)
+					_ = ch.Close()
+				}
 			}
+		})
+		delay := func() topology.Delay {
+			d := topology.Delay{Prefix: prefix + "delay", Levels: 4}
+			qs, xs := d.WithDefaults().Names()
+			made, madeX = append(made, append(qs, d.WithDefaults().LedgerQueue())...), append(madeX, xs...)
+			return d
 		}
+		c(side{t: t, name: func(n string) string { made = append(made, prefix+n); return prefix + n }, delay: delay,
+			conn: warren.Connection{URL: testenv.URL()}, dial: func() *amqp.Connection {
+				conn, err := amqp.Dial(testenv.URL())
+				require.NoError(t, err, "the broker at %s must answer", testenv.URL())
+				t.Cleanup(func() { _ = conn.Close() })
+				return conn
+			}})
 	})
 }
 
@@ -1325,5 +1335,68 @@ func TestAReturnComesBeforeItsConfirm(t *testing.T) {
 		}
 		c := <-confirms
 		assert.True(s.t, c.Ack)
+	})
+}
+
+func TestAnExchangeBindingCycleDeliversOnce(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		x1, x2, q := s.name("x1"), s.name("x2"), s.name("q")
+		for _, x := range []string{x1, x2} {
+			require.NoError(s.t, ch.ExchangeDeclare(x, "fanout", false, false, false, false, nil))
+		}
+		require.NoError(s.t, ch.ExchangeBind(x2, "", x1, false, nil))
+		require.NoError(s.t, ch.ExchangeBind(x1, "", x2, false, nil))
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.QueueBind(q, "", x1, false, nil))
+		require.NoError(s.t, ch.QueueBind(q, "", x2, false, nil))
+		publish(s, ch, x1, "", amqp.Publishing{Body: []byte("once")})
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, "once", string(receive(s, ds).Body))
+		none(s, ds)
+	})
+}
+
+func TestADeclareCountsTheReadyMessagesAndTheConsumers(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+		}
+		require.NoError(s.t, ch.Qos(1, 0, false))
+		ds, err := ch.Consume(q, "", false, false, false, false, nil)
+		require.NoError(s.t, err)
+		receive(s, ds) // one out, unacked
+		other, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		got, err := other.QueueDeclarePassive(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, []int{2, 1}, []int{got.Messages, got.Consumers})
+	})
+}
+
+func TestANoAckConsumerIsNotBoundByThePrefetch(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3"} {
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+		}
+		require.NoError(s.t, ch.Qos(1, 0, false))
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, want := range []string{"1", "2", "3"} {
+			assert.Equal(s.t, want, string(receive(s, ds).Body))
+		}
 	})
 }

@@ -301,6 +301,12 @@ func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now tim
 			entry["original-expiration"] = msg.props.Expiration
 		}
 	}
+	if !lastDeath && len(deaths) >= 2 {
+		// RabbitMQ 3.10 regroups the other entries by queue and reason with a fold that
+		// reverses them (rabbit_dead_letter:group_by_queue_and_reason): after three hops
+		// through p2, p1 and p0, x-death reads p0, p2, p1.
+		slices.Reverse(rest)
+	}
 	h["x-death"] = append([]any{entry}, rest...)
 	if _, ok := h["x-first-death-reason"]; !ok {
 		h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = reason, queueName, msg.exchange
