@@ -81,7 +81,7 @@ func (b *Broker) Dial() (net.Conn, error) {
 	if b.closed {
 		return nil, fmt.Errorf("memrabbit: the broker is closed")
 	}
-	server, client := net.Pipe()
+	server, client := newPipe()
 	c := newConn(b, server)
 	b.conns[c] = true
 	go c.serve()
