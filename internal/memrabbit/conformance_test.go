@@ -1154,21 +1154,22 @@ func TestPrefetchIsPerConsumerUnlessGlobal(t *testing.T) {
 	})
 }
 
-func TestRecoverRequeuesWhatTheChannelHolds(t *testing.T) {
+func TestTheShorterOfTheQueueTTLAndTheMessagesExpirationWins(t *testing.T) {
 	conformance(t, func(s side) {
 		ch, err := s.dial().Channel()
 		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
 		q := s.name("q")
-		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-message-ttl": int32(60000),
+			"x-dead-letter-exchange": dlx})
 		require.NoError(s.t, err)
-		publish(s, ch, "", q, amqp.Publishing{Body: []byte("again")})
-		ds, err := ch.Consume(q, "", false, false, false, false, nil)
-		require.NoError(s.t, err)
-		assert.False(s.t, receive(s, ds).Redelivered)
-		require.NoError(s.t, ch.Recover(true))
-		d := receive(s, ds)
-		assert.Equal(s.t, "again", string(d.Body))
-		assert.True(s.t, d.Redelivered)
+		start := time.Now()
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("short"), Expiration: "100"})
+		d := receive(s, dead)
+		assert.Less(s.t, time.Since(start), 30*time.Second, "by its own expiration, not the queue's minute")
+		assert.GreaterOrEqual(s.t, time.Since(start), 100*time.Millisecond)
+		assert.Equal(s.t, "expired", death(s, d)["reason"])
+		assert.Equal(s.t, "100", death(s, d)["original-expiration"])
 	})
 }
 
