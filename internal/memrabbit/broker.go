@@ -1,5 +1,5 @@
 // Package memrabbit is a RabbitMQ broker in the test process: it speaks AMQP 0-9-1 to
-// amqp091-go over in-memory connections (net.Pipe), so that warren's components run on it
+// amqp091-go over in-memory connections (newPipe), so that warren's components run on it
 // unchanged, and keeps its exchanges, bindings and queues in memory. Its timers are Go
 // timers: inside a testing/synctest bubble they run on the bubble's fake clock.
 //

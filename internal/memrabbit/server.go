@@ -95,12 +95,10 @@ func (c *conn) writeLoop() {
 					return
 				}
 			}
-			if _, isClose := fs[0].(*methodFrame); isClose {
-				if mf := fs[0].(*methodFrame); isCloseOk(mf.Method) {
-					_ = w.Flush()
-					c.close()
-					return
-				}
+			if closeOk(fs[0]) { // the last frame of the connection
+				_ = w.Flush()
+				c.close()
+				return
 			}
 		}
 		if err := w.Flush(); err != nil {
@@ -110,8 +108,13 @@ func (c *conn) writeLoop() {
 	}
 }
 
-func isCloseOk(m message) bool {
-	_, ok := m.(*connectionCloseOk)
+// closeOk reports whether f is connection.close-ok.
+func closeOk(f frame) bool {
+	mf, ok := f.(*methodFrame)
+	if !ok {
+		return false
+	}
+	_, ok = mf.Method.(*connectionCloseOk)
 	return ok
 }
 
@@ -281,8 +284,7 @@ func (c *conn) method(id uint16, m message) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ch := c.channels[id]
-	if open, ok := m.(*channelOpen); ok {
-		_ = open
+	if _, ok := m.(*channelOpen); ok {
 		if ch != nil {
 			return &errConnection{code: codeChannelError, text: fmt.Sprintf("CHANNEL_ERROR - second 'channel.open' seen on channel %d", id)}
 		}
