@@ -13,10 +13,12 @@
 // nothing can happen without it moving.
 //
 // What the broker did is kept in its journal (Broker.Journal), which Run prints when the
-// test fails; Published, Delivered and Poisoned answer the usual questions from it.
+// test fails; Published and Delivered answer the usual questions from it, Poisoned from what
+// waits in a poison queue.
 package warrentest
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,6 +38,15 @@ type Config struct {
 	Version string
 }
 
+// Validate reports an unknown Version.
+func (c Config) Validate() error {
+	switch c.Version {
+	case "", "3.10", "4.0":
+		return nil
+	}
+	return fmt.Errorf("warrentest: Config.Version %q: want 3.10 or 4.0", c.Version)
+}
+
 // Broker is an in-memory RabbitMQ of one test (see Run).
 type Broker struct {
 	b *memrabbit.Broker
@@ -47,6 +58,9 @@ type Broker struct {
 // test or in its cleanups. If test fails, Run logs the broker's journal.
 func Run(t *testing.T, cfg Config, test func(t *testing.T, b *Broker)) {
 	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	synctest.Test(t, func(t *testing.T) {
 		b := &Broker{b: memrabbit.New(memrabbit.Config{Version: cfg.Version})}
 		t.Cleanup(func() { // the first registered: it runs after the test's own
