@@ -79,16 +79,26 @@ func (b *Broker) Connection() warren.Connection { return warren.Connection{URL: 
 // URL is the broker's URL: only this process's warren components can reach it.
 func (b *Broker) URL() string { return b.b.URL() }
 
-// Idle waits until every goroutine of the test waits: everything that can happen without
-// the clock moving has happened (the messages in flight are handled, settled, retried,
-// poisoned). It must be called from the test's own goroutine.
-func (b *Broker) Idle() { synctest.Wait() }
+// Idle waits until no message is in flight: none delivered and not yet settled, none waiting
+// in a queue that has a consumer. What waits in a queue no one consumes (a delay level, a
+// poison queue) is not in flight. It moves the clock on as little as that takes: a
+// consumer's acks go out a few milliseconds after its handler returns, and a handler may
+// wait on a timer of its own (it moves in steps that double up to a second, for at most an
+// hour). It must be called from the test's own goroutine.
+func (b *Broker) Idle() {
+	synctest.Wait()
+	start := time.Now()
+	for step := time.Millisecond; b.b.InFlight() > 0 && time.Since(start) < time.Hour; step = min(2*step, time.Second) {
+		time.Sleep(step)
+		synctest.Wait()
+	}
+}
 
 // Advance moves the fake clock on by d (everything due meanwhile happens, in order), then
-// waits until the test is idle (see Idle).
+// waits until no message is in flight (see Idle).
 func (b *Broker) Advance(d time.Duration) {
 	time.Sleep(d)
-	synctest.Wait()
+	b.Idle()
 }
 
 // Message is a message as the broker saw it at an event.

@@ -67,3 +67,28 @@ func (b *Broker) Messages(queue string) []Event {
 	}
 	return out
 }
+
+// InFlight counts the messages on their way to or in a consumer: delivered and not settled,
+// waiting in a queue that has a consumer, or in a stream one of its consumers has not read.
+// What waits in a queue no one consumes (a delay level, a poison queue) is not in flight.
+func (b *Broker) InFlight() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for c := range b.conns {
+		for _, ch := range c.channels {
+			n += len(ch.tags)
+		}
+	}
+	for _, q := range b.queues {
+		if len(q.consumers) > 0 {
+			n += len(q.ready)
+		}
+		for _, cs := range q.consumers {
+			if q.stream {
+				n += len(q.log) - cs.offset
+			}
+		}
+	}
+	return n
+}
