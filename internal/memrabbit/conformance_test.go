@@ -990,7 +990,7 @@ func TestADeadLetterExchangeThatDoesNotExistDropsTheMessage(t *testing.T) {
 			"x-message-ttl": int32(10)})
 		require.NoError(s.t, err)
 		publish(s, ch, "", q, amqp.Publishing{Body: []byte("gone")})
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(time.Second) // room for a busy broker
 		got, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
 		require.NoError(s.t, err)
 		assert.Equal(s.t, 0, got.Messages)
