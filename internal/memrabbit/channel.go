@@ -91,7 +91,7 @@ func (ch *channel) method(m message) error {
 func (ch *channel) do(m message) error {
 	b := ch.c.b
 	if ch.publishing != nil {
-		return &errConnection{code: codeCommandInvalid, text: "COMMAND_INVALID - expected content header"}
+		return &errConnection{code: CommandInvalid, text: "COMMAND_INVALID - expected content header"}
 	}
 	switch m := m.(type) {
 	case *channelClose:
@@ -182,10 +182,10 @@ func (ch *channel) do(m message) error {
 	case *basicPublish:
 		x, ok := b.exchanges[m.Exchange]
 		if !ok {
-			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
+			return channelErr(NotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
 		}
 		if x.internal {
-			return channelErr(codeAccessRefused, "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'", m.Exchange)
+			return channelErr(AccessRefused, "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'", m.Exchange)
 		}
 		ch.publishing, ch.size, ch.content = m, 0, nil
 	case *basicConsume:
@@ -210,7 +210,7 @@ func (ch *channel) do(m message) error {
 		ch.c.sendMethod(ch.id, &basicRecoverOk{})
 		b.dispatchLocked()
 	default:
-		return &errConnection{code: codeNotImplemented, text: fmt.Sprintf("NOT_IMPLEMENTED - %T", m)}
+		return &errConnection{code: NotImplemented, text: fmt.Sprintf("NOT_IMPLEMENTED - %T", m)}
 	}
 	return nil
 }
@@ -218,7 +218,7 @@ func (ch *channel) do(m message) error {
 // header starts the content of the message being published.
 func (ch *channel) header(f *headerFrame) error {
 	if ch.publishing == nil {
-		return &errConnection{code: codeCommandInvalid, text: "COMMAND_INVALID - unexpected content header"}
+		return &errConnection{code: CommandInvalid, text: "COMMAND_INVALID - unexpected content header"}
 	}
 	ch.publishing.Properties = f.Properties
 	ch.size = f.Size
@@ -231,7 +231,7 @@ func (ch *channel) header(f *headerFrame) error {
 // body adds a body frame to the message being published.
 func (ch *channel) body(p []byte) error {
 	if ch.publishing == nil {
-		return &errConnection{code: codeCommandInvalid, text: "COMMAND_INVALID - unexpected content body"}
+		return &errConnection{code: CommandInvalid, text: "COMMAND_INVALID - unexpected content body"}
 	}
 	ch.content = append(ch.content, p...)
 	if uint64(len(ch.content)) >= ch.size {
@@ -250,13 +250,13 @@ func (ch *channel) publish() error {
 	ch.content = nil
 	if msg.props.ReplyTo == directReplyTo {
 		if ch.reply == nil {
-			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - fast reply consumer does not exist")
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - fast reply consumer does not exist")
 		}
 		msg.props.ReplyTo = ch.replyTo
 	}
 	routed, refused := b.publishLocked(msg)
 	if !routed && m.Mandatory {
-		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: codeNoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
+		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
 			RoutingKey: m.RoutingKey, Properties: msg.props, Body: msg.body})
 	}
 	if ch.confirming {
@@ -286,20 +286,20 @@ func (ch *channel) consume(m *basicConsume) error {
 		tag = fmt.Sprintf("amq.ctag-%d", b.seq)
 	}
 	if ch.consumers[tag] != nil {
-		return &errConnection{code: 530, text: fmt.Sprintf("NOT_ALLOWED - attempt to reuse consumer tag '%s'", tag)}
+		return &errConnection{code: NotAllowed, text: fmt.Sprintf("NOT_ALLOWED - attempt to reuse consumer tag '%s'", tag)}
 	}
 	for _, other := range q.consumers {
 		if other.exclusive {
-			return channelErr(codeAccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
+			return channelErr(AccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
 		}
 	}
 	if m.Exclusive && len(q.consumers) > 0 {
-		return channelErr(codeAccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
+		return channelErr(AccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
 	}
 	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive, prefetch: ch.prefetch}
 	if q.stream {
 		if m.NoAck || ch.prefetch == 0 && ch.global == 0 {
-			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s' in vhost '/'", q.name)
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s' in vhost '/'", q.name)
 		}
 		cs.offset = streamOffset(q, m.Arguments["x-stream-offset"])
 	}
@@ -322,7 +322,7 @@ func (ch *channel) get(m *basicGet) error {
 		return err
 	}
 	if q.stream {
-		return channelErr(codeNotImplemented, "NOT_IMPLEMENTED - basic.get not supported by stream queues '%s' in vhost '/'", q.name)
+		return channelErr(NotImplemented, "NOT_IMPLEMENTED - basic.get not supported by stream queues '%s' in vhost '/'", q.name)
 	}
 	b.touchLocked(q)
 	if len(q.ready) == 0 {
@@ -365,12 +365,12 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 		}
 	default:
 		if ch.unacked[tag] == nil {
-			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
 		}
 		tags = []uint64{tag}
 	}
 	if multiple && len(tags) == 0 && tag != 0 {
-		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
 	}
 	var back []*delivery
 	for _, t := range tags {
@@ -464,10 +464,10 @@ const directReplyTo = "amq.rabbitmq.reply-to"
 func (ch *channel) consumeReplies(m *basicConsume) error {
 	b := ch.c.b
 	if !m.NoAck {
-		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - reply consumer cannot acknowledge")
 	}
 	if ch.reply != nil {
-		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - reply consumer already set")
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - reply consumer already set")
 	}
 	tag := m.ConsumerTag
 	if tag == "" {

@@ -1019,16 +1019,7 @@ func TestTopicPatterns(t *testing.T) {
 			"a.*": {"a.b"}, "#.z": {"z", "y.z"},
 		}
 		for pattern, q := range queues {
-			var got []string
-			for {
-				d, ok, err := ch.Get(q, true)
-				require.NoError(s.t, err)
-				if !ok {
-					break
-				}
-				got = append(got, string(d.Body))
-			}
-			assert.Equal(s.t, want[pattern], got, "pattern %q", pattern)
+			assert.Equal(s.t, want[pattern], getAll(s, ch, q), "pattern %q", pattern)
 		}
 	})
 }
@@ -1052,15 +1043,7 @@ func TestHeadersExchangeMatchesAllOrAnyAndIgnoresXArguments(t *testing.T) {
 			publish(s, ch, x, "", amqp.Publishing{Body: []byte(body), Headers: h})
 		}
 		get := func(q string) []string {
-			var got []string
-			for {
-				d, ok, err := ch.Get(q, true)
-				require.NoError(s.t, err)
-				if !ok {
-					break
-				}
-				got = append(got, string(d.Body))
-			}
+			got := getAll(s, ch, q)
 			slices.Sort(got)
 			return got
 		}
@@ -1399,4 +1382,18 @@ func TestANoAckConsumerIsNotBoundByThePrefetch(t *testing.T) {
 			assert.Equal(s.t, want, string(receive(s, ds).Body))
 		}
 	})
+}
+
+// getAll takes every message of queue q (basic.get, acked), and returns their bodies in order.
+func getAll(s side, ch *amqp.Channel, q string) []string {
+	s.t.Helper()
+	var got []string
+	for {
+		d, ok, err := ch.Get(q, true)
+		require.NoError(s.t, err)
+		if !ok {
+			return got
+		}
+		got = append(got, string(d.Body))
+	}
 }

@@ -53,13 +53,7 @@ func TestADelayIsSpelledInTheLevelsDigits(t *testing.T) {
 		require.NoError(s.t, err)
 		defer pub.Close()
 		q := s.name("q")
-		ch, err := s.dial().Channel()
-		require.NoError(s.t, err)
-		b, err := topology.NewBuilder(topology.Config{Delay: d}, nil)
-		require.NoError(s.t, err)
-		require.NoError(s.t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
-		ds, err := ch.Consume(q, "", true, false, false, false, nil)
-		require.NoError(s.t, err)
+		ds := consumeWorkQueue(s, d, q)
 		start := time.Now()
 		msg := message.NewMessage("m", []byte("later"))
 		warren.Delay(msg, 300*time.Millisecond) // 0x12c ms: digits 1, 2 and 12
@@ -207,13 +201,7 @@ func TestAMessageWithoutADelayArrivesAtOnce(t *testing.T) {
 		require.NoError(s.t, err)
 		defer pub.Close()
 		q := s.name("q")
-		ch, err := s.dial().Channel()
-		require.NoError(s.t, err)
-		b, err := topology.NewBuilder(topology.Config{Delay: d}, nil)
-		require.NoError(s.t, err)
-		require.NoError(s.t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
-		ds, err := ch.Consume(q, "", true, false, false, false, nil)
-		require.NoError(s.t, err)
+		ds := consumeWorkQueue(s, d, q)
 		require.NoError(s.t, pub.Publish(q, message.NewMessage("m", []byte("now"))))
 		got := receive(s, ds)
 		assert.Equal(s.t, "now", string(got.Body))
@@ -276,4 +264,18 @@ func TestACancelledScheduledMessageNeverArrives(t *testing.T) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	})
+}
+
+// consumeWorkQueue declares q as warren declares a work queue (with delay layout d) and
+// consumes it, acking on delivery.
+func consumeWorkQueue(s side, d topology.Delay, q string) <-chan amqp.Delivery {
+	s.t.Helper()
+	ch, err := s.dial().Channel()
+	require.NoError(s.t, err)
+	b, err := topology.NewBuilder(topology.Config{Delay: d}, nil)
+	require.NoError(s.t, err)
+	require.NoError(s.t, b.DeclareQueue(context.Background(), ch, topology.Queue{Name: q}))
+	ds, err := ch.Consume(q, "", true, false, false, false, nil)
+	require.NoError(s.t, err)
+	return ds
 }

@@ -15,21 +15,21 @@ func (b *Broker) declareExchangeLocked(m *exchangeDeclare) error {
 	x, ok := b.exchanges[m.Exchange]
 	if m.Passive {
 		if !ok {
-			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
+			return channelErr(NotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", m.Exchange)
 		}
 		return nil
 	}
 	if m.Exchange == "" || strings.HasPrefix(m.Exchange, "amq.") && !ok {
-		return channelErr(codeAccessRefused, "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'", m.Exchange)
+		return channelErr(AccessRefused, "ACCESS_REFUSED - exchange name '%s' contains reserved prefix 'amq.*'", m.Exchange)
 	}
 	switch m.Type {
 	case "direct", "fanout", "topic", "headers":
 	default:
-		return &errConnection{code: codeCommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - unknown exchange type '%s'", m.Type)}
+		return &errConnection{code: CommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - unknown exchange type '%s'", m.Type)}
 	}
 	if ok {
 		if x.kind != m.Type || x.durable != m.Durable || x.autoDelete != m.AutoDelete || x.internal != m.Internal || !sameArgs(x.args, m.Arguments) {
-			return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for exchange '%s' in vhost '/'", m.Exchange)
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for exchange '%s' in vhost '/'", m.Exchange)
 		}
 		return nil
 	}
@@ -46,10 +46,10 @@ func (b *Broker) deleteExchange(m *exchangeDelete) error {
 		return nil
 	}
 	if m.Exchange == "" || strings.HasPrefix(m.Exchange, "amq.") {
-		return channelErr(codeAccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return channelErr(AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	if m.IfUnused && len(x.bindings) > 0 {
-		return channelErr(codePreconditionFailed, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use", m.Exchange)
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use", m.Exchange)
 	}
 	delete(b.exchanges, m.Exchange)
 	for _, other := range b.exchanges {
@@ -70,10 +70,9 @@ func sameArgs(a, b Table) bool {
 func normalize(t Table) map[string]any {
 	out := map[string]any{}
 	for k, v := range t {
-		switch n := v.(type) {
-		case int8, int16, int32, int64, int, uint8, uint16, uint32, uint64:
-			out[k] = fmt.Sprint(n)
-		default:
+		if n, ok := intArg(v); ok {
+			out[k] = n
+		} else {
 			out[k] = v
 		}
 	}
@@ -89,20 +88,20 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 	}
 	q, ok := b.queues[name]
 	if ok && q.exclusive != nil && q.exclusive != c {
-		return nil, channelErr(codeResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
+		return nil, channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
 	}
 	if m.Passive {
 		if !ok {
-			return nil, channelErr(codeNotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
+			return nil, channelErr(NotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
 		}
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
 	}
 	if strings.HasPrefix(name, "amq.") && !ok && m.Queue != "" {
-		return nil, channelErr(codeAccessRefused, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'", name)
+		return nil, channelErr(AccessRefused, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'", name)
 	}
 	if ok {
 		if q.durable != m.Durable || q.autoDelete != m.AutoDelete || (q.exclusive != nil) != m.Exclusive || !sameArgs(q.args, m.Arguments) {
-			return nil, channelErr(codePreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for queue '%s' in vhost '/'", name)
+			return nil, channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for queue '%s' in vhost '/'", name)
 		}
 		b.touchLocked(q)
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
@@ -120,10 +119,10 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 func (b *Broker) queueFor(c *conn, name string) (*queue, error) {
 	q, ok := b.queues[name]
 	if !ok {
-		return nil, channelErr(codeNotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
+		return nil, channelErr(NotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
 	}
 	if q.exclusive != nil && q.exclusive != c {
-		return nil, channelErr(codeResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
+		return nil, channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
 	}
 	return q, nil
 }
@@ -132,17 +131,17 @@ func (b *Broker) queueFor(c *conn, name string) (*queue, error) {
 func (b *Broker) bindLocked(c *conn, dest, exchangeName, key string, args Table, bind, toExchange bool) error {
 	if toExchange {
 		if _, ok := b.exchanges[dest]; !ok {
-			return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", dest)
+			return channelErr(NotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", dest)
 		}
 	} else if _, err := b.queueFor(c, dest); err != nil {
 		return err
 	}
 	x, ok := b.exchanges[exchangeName]
 	if !ok {
-		return channelErr(codeNotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", exchangeName)
+		return channelErr(NotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", exchangeName)
 	}
 	if exchangeName == "" || toExchange && dest == "" {
-		return channelErr(codeAccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+		return channelErr(AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
 	}
 	i := -1
 	for j, bd := range x.bindings {
@@ -178,13 +177,13 @@ func (b *Broker) deleteQueueChecked(c *conn, m *queueDelete) (int, error) {
 		return 0, err
 	}
 	if q.quorum && (m.IfUnused || m.IfEmpty) { // measured on 3.10.8 and 4.0.5
-		return 0, &errConnection{code: codeNotImplemented, text: "NOT_IMPLEMENTED - if_unused and if_empty are not supported by quorum queues"}
+		return 0, &errConnection{code: NotImplemented, text: "NOT_IMPLEMENTED - if_unused and if_empty are not supported by quorum queues"}
 	}
 	if m.IfUnused && len(q.consumers) > 0 {
-		return 0, channelErr(codePreconditionFailed, "PRECONDITION_FAILED - queue '%s' in vhost '/' in use", m.Queue)
+		return 0, channelErr(PreconditionFailed, "PRECONDITION_FAILED - queue '%s' in vhost '/' in use", m.Queue)
 	}
 	if m.IfEmpty && len(q.ready) > 0 {
-		return 0, channelErr(codePreconditionFailed, "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty", m.Queue)
+		return 0, channelErr(PreconditionFailed, "PRECONDITION_FAILED - queue '%s' in vhost '/' is not empty", m.Queue)
 	}
 	n := len(q.ready)
 	b.deleteQueueLocked(m.Queue)
@@ -295,12 +294,7 @@ func (b *Broker) dispatchLocked() {
 func deliveredProps(qd *queued) properties {
 	p := qd.msg.props
 	if qd.deliveries > 0 {
-		h := Table{}
-		for k, v := range p.Headers {
-			h[k] = v
-		}
-		h["x-delivery-count"] = int64(qd.deliveries)
-		p.Headers = h
+		p = withHeader(p, "x-delivery-count", int64(qd.deliveries))
 	}
 	return p
 }
@@ -330,13 +324,7 @@ func (b *Broker) readStreamLocked(q *queue) {
 	for _, cs := range q.consumers {
 		for cs.offset < len(q.log) && cs.room() {
 			msg := q.log[cs.offset]
-			p := msg.props
-			h := Table{}
-			for k, v := range p.Headers {
-				h[k] = v
-			}
-			h["x-stream-offset"] = int64(cs.offset)
-			p.Headers = h
+			p := withHeader(msg.props, "x-stream-offset", int64(cs.offset))
 			tag := cs.ch.track(q, &queued{msg: msg}, cs, false)
 			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag,
 				Exchange: msg.exchange, RoutingKey: msg.routingKey, Properties: p, Body: msg.body})

@@ -1,6 +1,7 @@
 package memrabbit
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -273,20 +274,15 @@ func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
 // queue and reason counted and moved to the front (a new one otherwise), and the
 // x-first-death-* headers set once (x-last-death-* too, from RabbitMQ 3.13).
 func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now time.Time) Table {
-	h := Table{}
-	for k, v := range msg.props.Headers {
-		h[k] = v
-	}
+	h := make(Table, len(msg.props.Headers)+4)
+	maps.Copy(h, msg.props.Headers)
 	deaths, _ := h["x-death"].([]any)
 	var entry Table
 	var rest []any
 	for _, d := range deaths {
 		t, ok := d.(Table)
 		if ok && entry == nil && t["queue"] == queueName && t["reason"] == reason {
-			entry = Table{}
-			for k, v := range t {
-				entry[k] = v
-			}
+			entry = maps.Clone(t)
 			n, _ := intArg(t["count"])
 			entry["count"] = n + 1
 			entry["time"] = now.Truncate(time.Second)
@@ -336,4 +332,14 @@ func isCycle(queueName string, xdeath any) bool {
 		}
 	}
 	return true
+}
+
+// withHeader returns p with header key set to v, on a copy of its headers: a stored message,
+// and its headers, are shared by every queue it was routed to.
+func withHeader(p properties, key string, v any) properties {
+	h := make(Table, len(p.Headers)+1)
+	maps.Copy(h, p.Headers)
+	h[key] = v
+	p.Headers = h
+	return p
 }

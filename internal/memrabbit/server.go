@@ -16,18 +16,6 @@ const (
 	frameMax   = 131072
 )
 
-// AMQP reply codes the broker sends.
-const (
-	codeNotFound           = 404
-	codeAccessRefused      = 403
-	codeResourceLocked     = 405
-	codePreconditionFailed = 406
-	codeNoRoute            = 312
-	codeCommandInvalid     = 503
-	codeChannelError       = 504
-	codeNotImplemented     = 540
-)
-
 // conn is the server's end of one client connection. Frames to the client are queued and
 // written by a goroutine of their own (writeLoop), so that the broker never waits for a
 // client while it holds its lock.
@@ -267,7 +255,7 @@ func (c *conn) frame(f frame) error {
 			case *connectionBlocked, *connectionUnblocked:
 				return nil
 			}
-			return &errConnection{code: codeCommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - %T on channel 0", f.Method)}
+			return &errConnection{code: CommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - %T on channel 0", f.Method)}
 		}
 		return c.method(f.ChannelId, f.Method)
 	case *headerFrame:
@@ -286,14 +274,14 @@ func (c *conn) method(id uint16, m message) error {
 	ch := c.channels[id]
 	if _, ok := m.(*channelOpen); ok {
 		if ch != nil {
-			return &errConnection{code: codeChannelError, text: fmt.Sprintf("CHANNEL_ERROR - second 'channel.open' seen on channel %d", id)}
+			return &errConnection{code: ChannelError, text: fmt.Sprintf("CHANNEL_ERROR - second 'channel.open' seen on channel %d", id)}
 		}
 		c.channels[id] = newChannel(c, id)
 		c.sendMethod(id, &channelOpenOk{})
 		return nil
 	}
 	if ch == nil {
-		return &errConnection{code: codeChannelError, text: fmt.Sprintf("CHANNEL_ERROR - expected 'channel.open' on channel %d", id)}
+		return &errConnection{code: ChannelError, text: fmt.Sprintf("CHANNEL_ERROR - expected 'channel.open' on channel %d", id)}
 	}
 	if ch.closing {
 		if _, ok := m.(*channelCloseOk); ok {

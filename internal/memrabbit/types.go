@@ -12,54 +12,7 @@ import (
 	"time"
 )
 
-// DefaultExchange is the default direct exchange that binds every queue by its
-// name. Applications can route to a queue using the queue name as routing key.
-const DefaultExchange = ""
-
-// Constants for standard AMQP 0-9-1 exchange types.
-const (
-	ExchangeDirect  = "direct"
-	ExchangeFanout  = "fanout"
-	ExchangeTopic   = "topic"
-	ExchangeHeaders = "headers"
-)
-
-// MIME types constants
-const (
-	MimeTextPlain                  = "text/plain"
-	MimeApplicationJSON            = "application/json"
-	MimeApplicationOctetStream     = "application/octet-stream"
-	MimeApplicationXML             = "application/xml"
-	MimeTextXML                    = "text/xml"
-	MimeApplicationProtobuf        = "application/protobuf"
-	MimeApplicationXProtobuf       = "application/x-protobuf"
-	MimeApplicationMsgPack         = "application/msgpack"
-	MimeApplicationAvro            = "application/avro"
-	MimeApplicationCloudEventsJSON = "application/cloudevents+json"
-	MimeApplicationFormURLEncoded  = "application/x-www-form-urlencoded"
-)
-
 var (
-	// ErrClosed is returned when the channel or connection is not open
-	ErrClosed = &Error{Code: ChannelError, Reason: "channel/connection is not open"}
-
-	// ErrChannelMax is returned when Connection.Channel has been called enough
-	// times that all channel IDs have been exhausted in the client or the
-	// server.
-	ErrChannelMax = &Error{Code: ChannelError, Reason: "channel id space exhausted"}
-
-	// ErrSASL is returned from Dial when the authentication mechanism could not
-	// be negotiated.
-	ErrSASL = &Error{Code: AccessRefused, Reason: "SASL could not negotiate a shared mechanism"}
-
-	// ErrCredentials is returned when the authenticated client is not authorized
-	// to any vhost.
-	ErrCredentials = &Error{Code: AccessRefused, Reason: "username or password not allowed"}
-
-	// ErrVhost is returned when the authenticated user is not permitted to
-	// access the requested Vhost.
-	ErrVhost = &Error{Code: AccessRefused, Reason: "no access to this vhost"}
-
 	// ErrSyntax is hard protocol error, indicating an unsupported protocol,
 	// implementation or encoding.
 	ErrSyntax = &Error{Code: SyntaxError, Reason: "invalid field or value inside of a frame"}
@@ -72,21 +25,9 @@ var (
 	// declared size exceeds the frame_max negotiated during connection.tune.
 	ErrFrameTooLarge = &Error{Code: FrameError, Reason: "frame size exceeds negotiated frame_max"}
 
-	// ErrCommandInvalid is returned when the server sends an unexpected response
-	// to this requested message type. This indicates a bug in this client.
-	ErrCommandInvalid = &Error{Code: CommandInvalid, Reason: "unexpected command received"}
-
-	// ErrUnexpectedFrame is returned when something other than a method or
-	// heartbeat frame is delivered to the Connection, indicating a bug in the
-	// client.
-	ErrUnexpectedFrame = &Error{Code: UnexpectedFrame, Reason: "unexpected frame received"}
-
 	// ErrFieldType is returned when writing a message containing a Go type unsupported by AMQP.
 	ErrFieldType = &Error{Code: SyntaxError, Reason: "unsupported table field type"}
 )
-
-// internal errors used inside the library
-var ()
 
 var _ error = (*Error)(nil)
 
@@ -165,20 +106,6 @@ type properties struct {
 	reserved1       string    // was cluster-id - process for buffer consumption
 }
 
-// DeliveryMode.  Transient means higher throughput but messages will not be
-// restored on broker restart.  The delivery mode of publishings is unrelated
-// to the durability of the queues they reside on.  Transient messages will
-// not be restored to durable queues, persistent messages will be restored to
-// durable queues and lost on non-durable queues during server restart.
-//
-// This remains typed as uint8 to match Publishing.DeliveryMode.  Other
-// delivery modes specific to custom queue implementations are not enumerated
-// here.
-const (
-	Transient  uint8 = 1
-	Persistent uint8 = 2
-)
-
 // The property flags are an array of bits that indicate the presence or
 // absence of each property value in sequence.  The bits are ordered from most
 // high to low - bit 15 indicates the first property.
@@ -199,107 +126,12 @@ const (
 	flagReserved1       = 0x0004
 )
 
-// Expiration. These constants can be used to set a messages expiration TTL.
-// They should be viewed as a clarification of the expiration functionality in
-// messages and their usage is not enforced by this pkg.
-//
-// The server requires a string value that is interpreted by the server as
-// milliseconds. If no value is set, which translates to the nil value of
-// string, the message will never expire by itself. This does not influence queue
-// configured TTL configurations.
-const (
-	NeverExpire       string = ""  // empty value means never expire
-	ImmediatelyExpire string = "0" // 0 means immediately expire
-)
-
 // Decimal matches the AMQP decimal type.  Scale is the number of decimal
 // digits Scale == 2, Value == 12345, Decimal == 123.45
 type Decimal struct {
 	Scale uint8
 	Value int32
 }
-
-// Most common queue argument keys in queue declaration. For a comprehensive list
-// of queue arguments, visit [RabbitMQ Queue docs].
-//
-// [QueueTypeArg] queue argument is used to declare quorum and stream queues.
-// Accepted values are [QueueTypeClassic] (default), [QueueTypeQuorum] and
-// [QueueTypeStream]. [Quorum Queues] accept (almost) all queue arguments as their
-// Classic Queues counterparts. Check [feature comparison] docs for more
-// information.
-//
-// Queues can define their [max length] using [QueueMaxLenArg] and
-// [QueueMaxLenBytesArg] queue arguments. Overflow behaviour is set using
-// [QueueOverflowArg]. Accepted values are [QueueOverflowDropHead] (default),
-// [QueueOverflowRejectPublish] and [QueueOverflowRejectPublishDLX].
-//
-// [Queue TTL] can be defined using [QueueTTLArg]. That is, the time-to-live for an
-// unused queue. [Queue Message TTL] can be defined using [QueueMessageTTLArg].
-// This will set a time-to-live for messages in the queue.
-//
-// [Stream retention] can be configured using [StreamMaxLenBytesArg], to set the
-// maximum size of the stream. Please note that stream queues always keep, at
-// least, one segment. [Stream retention] can also be set using [StreamMaxAgeArg],
-// to set time-based retention. Values are string with unit suffix. Valid
-// suffixes are Y, M, D, h, m, s. E.g. "7D" for one week. The maximum segment
-// size can be set using [StreamMaxSegmentSizeBytesArg]. The default value is
-// 500_000_000 bytes ~= 500 megabytes
-//
-// Starting with RabbitMQ 3.12, consumer timeout can be configured as a queue
-// argument. This is the timeout for a consumer to acknowledge a message. The
-// value is the time in milliseconds. The timeout is evaluated periodically,
-// at one minute intervals. Values lower than one minute are not supported.
-// See the [consumer timeout] guide for more information.
-//
-// [Single Active Consumer] on quorum and classic queues can be configured
-// using [SingleActiveConsumerArg]. This argument expects a boolean value. It is
-// false by default.
-//
-// [RabbitMQ Queue docs]: https://rabbitmq.com/queues.html
-// [Stream retention]: https://rabbitmq.com/streams.html#retention
-// [max length]: https://rabbitmq.com/maxlength.html
-// [Queue TTL]: https://rabbitmq.com/ttl.html#queue-ttl
-// [Queue Message TTL]: https://rabbitmq.com/ttl.html#per-queue-message-ttl
-// [Quorum Queues]: https://rabbitmq.com/quorum-queues.html
-// [feature comparison]: https://rabbitmq.com/quorum-queues.html#feature-comparison
-// [consumer timeout]: https://rabbitmq.com/consumers.html#acknowledgement-timeout
-// [Single Active Consumer]: https://rabbitmq.com/consumers.html#single-active-consumer
-const (
-	QueueTypeArg                 = "x-queue-type"
-	QueueMaxLenArg               = "x-max-length"
-	QueueMaxLenBytesArg          = "x-max-length-bytes"
-	StreamMaxLenBytesArg         = "x-max-length-bytes"
-	QueueOverflowArg             = "x-overflow"
-	QueueMessageTTLArg           = "x-message-ttl"
-	QueueTTLArg                  = "x-expires"
-	StreamMaxAgeArg              = "x-max-age"
-	StreamMaxSegmentSizeBytesArg = "x-stream-max-segment-size-bytes"
-	// QueueVersionArg declares the Classic Queue version to use. Expects an integer, either 1 or 2.
-	QueueVersionArg = "x-queue-version"
-	// ConsumerTimeoutArg is available in RabbitMQ 3.12+ as a queue argument.
-	ConsumerTimeoutArg      = "x-consumer-timeout"
-	SingleActiveConsumerArg = "x-single-active-consumer"
-)
-
-// Values for queue arguments. Use as values for queue arguments during queue declaration.
-// The following argument table will create a classic queue, with max length set to 100 messages,
-// and a queue TTL of 30 minutes.
-//
-//	args := amqp.Table{
-//		amqp.QueueTypeArg: QueueTypeClassic,
-//		amqp.QueueMaxLenArg: 100,
-//		amqp.QueueTTLArg: 1800000,
-//	}
-//
-// Refer to [Channel.QueueDeclare] for more examples.
-const (
-	QueueTypeClassic              = "classic"
-	QueueTypeQuorum               = "quorum"
-	QueueTypeStream               = "stream"
-	QueueOverflowDropHead         = "drop-head"
-	QueueOverflowRejectPublish    = "reject-publish"
-	QueueOverflowRejectPublishDLX = "reject-publish-dlx"
-)
 
 // Table stores user supplied fields of the following types:
 //
