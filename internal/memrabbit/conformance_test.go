@@ -57,7 +57,7 @@ func conformance(t *testing.T, c func(s side)) {
 	t.Run("model", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := memrabbit.New(memrabbit.Config{Version: version})
-			defer b.Close()
+			t.Cleanup(func() { _ = b.Close() }) // registered first: it runs after the case's own cleanups
 			c(side{t: t, name: func(n string) string { return n }, conn: warren.Connection{URL: b.URL()},
 				delay: func() topology.Delay { return topology.Delay{Levels: 4} }, dial: func() *amqp.Connection {
 					conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
