@@ -47,7 +47,7 @@ func (sub *subscription) consume(ctx context.Context, cc *consumerconns.Conn, co
 	defer l.stopDrainCheck()
 	if sub.ordered {
 		sub.holds.active.Store(false)
-		go sub.watchHolds(l.cs)
+		sub.watchHolds(l.cs)
 	}
 	if sub.mode == draining {
 		l.startDrainCheck()
@@ -230,7 +230,7 @@ func (l *consumeLoop) onDelivery(d amqp.Delivery, ok bool) (bool, outcome, error
 		return true, closed, channelLost(l.closedBy)
 	}
 	if sub.ordered && !sub.holds.active.Load() { // the lane's consumer is active: its holds are written
-		if err := sub.loadHolds(true); err != nil {
+		if err := sub.loadHolds(); err != nil {
 			l.stop()
 			return true, closed, fmt.Errorf("read the held keys: %w", err)
 		}

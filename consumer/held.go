@@ -60,36 +60,37 @@ type heldKey struct {
 
 // onHolds runs op, for up to ConnectTimeout, with the publishing connection (see
 // consumerconns.Conns), on which the held state is read and written and held messages moved.
-func (sub *subscription) onHolds(op func(ctx context.Context, conn *amqp.Connection) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), sub.s.cfg.Connection.ConnectTimeout)
+func (s *Subscriber) onHolds(op func(ctx context.Context, conn *amqp.Connection) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Connection.ConnectTimeout)
 	defer cancel()
-	conn, err := sub.s.conns.Publish.Get(ctx)
+	conn, err := s.conns.Publish.Get(ctx)
 	if err != nil {
 		return err
 	}
 	return op(ctx, conn)
 }
 
-// loadHolds replaces what the subscription knows of its lane's held keys with the state.
-// A load that is not final (before the session's first delivery) replaces nothing if the
-// view changed while it read: the final one did, at the first delivery, which comes after
-// the previous consumer of the lane wrote its holds.
-func (sub *subscription) loadHolds(final bool) error {
-	hs := sub.holds
-	hs.mu.Lock()
-	seq := hs.seq
-	hs.mu.Unlock()
-	var st held.State
-	if err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) (err error) {
-		st, err = held.Read(ctx, conn, sub.queue)
-		return err
-	}); err != nil {
+// loadHolds replaces what the subscription knows of its lane's held keys with the state, as
+// the session's consumer becomes active (its first delivery, which comes after the previous
+// consumer of the lane wrote its holds).
+func (sub *subscription) loadHolds() error {
+	st, err := sub.s.updateHolds(sub.queue, nil)
+	if err != nil {
 		return err
 	}
+	sub.applyHolds(st, 0, true)
+	return nil
+}
+
+// applyHolds replaces what the subscription knows of its lane's held keys with those of st.
+// A state that is not final (read before the session's first delivery, or while watching)
+// replaces nothing if the view changed since seq, the view's count when the read began.
+func (sub *subscription) applyHolds(st held.State, seq int64, final bool) {
+	hs := sub.holds
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if !final && hs.seq != seq {
-		return nil
+		return
 	}
 	keys := map[string]*heldKey{}
 	for key, e := range st.Keys {
@@ -105,7 +106,6 @@ func (sub *subscription) loadHolds(final bool) error {
 	}
 	hs.keys = keys
 	hs.seq++
-	return nil
 }
 
 // Hold holds the key of h, whose handler failed for good with cause (see contract.Holder):
@@ -117,15 +117,12 @@ func (h *handout) Hold(cause error) error {
 	defer hs.writing.Unlock()
 	e := held.Entry{Key: h.key, Lane: sub.consumed, Since: time.Now().UTC(), MessageID: h.msg.UUID,
 		Error: cause.Error(), Handler: sub.s.cfg.HandlerName}
-	if err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
-		_, err := held.Update(ctx, conn, sub.queue, func(st *held.State) bool {
-			if old, ok := st.Keys[h.key]; ok {
-				e.Since = old.Since
-			}
-			st.Keys[h.key] = e
-			return true
-		})
-		return err
+	if _, err := sub.s.updateHolds(sub.queue, func(st *held.State) bool {
+		if old, ok := st.Keys[h.key]; ok {
+			e.Since = old.Since
+		}
+		st.Keys[h.key] = e
+		return true
 	}); err != nil {
 		return err
 	}
@@ -159,7 +156,7 @@ func (hs *laneHolds) parks(h *handout) bool {
 // ends and the delivery goes back to the lane with the channel, in order (see keyGate). Its
 // expiration is not kept: a held message waits for an operator.
 func (sub *subscription) park(h *handout) {
-	err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
+	err := sub.s.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
 		return statequeue.OnChannel(conn, func(ch *amqp.Channel) error {
 			headers := amqp.Table{}
 			maps.Copy(headers, h.raw.Headers)
@@ -194,47 +191,19 @@ func (hs *laneHolds) movedSettled(key string) {
 	}
 }
 
-// watchHolds reads the held state every holdsWatch while the lane has held keys, until the
-// session stops, and starts a pass when an operator acted on one. Not active yet, or idle
-// since it became so, the lane reads it too: a lane taken over holds the keys the previous
-// consumer held, and their actions are to be carried out even while no message comes (the
-// first delivery reads them again). A read of the state writes it (see statequeue.Settle):
-// an idle lane without held keys reads less and less often, up to every holdsIdleMax.
-func (sub *subscription) watchHolds(cs *channelState) {
-	t := time.NewTicker(holdsWatch)
-	defer t.Stop()
+// passIfActed starts a pass (see pass) when an operator acted on one of the lane's held keys
+// and no pass runs.
+func (sub *subscription) passIfActed(cs *channelState) {
 	hs := sub.holds
-	loadEvery, loadAt := holdsWatch, time.Now()
-	for {
-		select {
-		case <-t.C:
-		case <-cs.stopping:
-			return
-		}
-		hs.mu.Lock()
-		n := len(hs.keys)
-		hs.mu.Unlock()
-		idle := !hs.active.Load() && !time.Now().Before(loadAt)
-		if idle {
-			loadAt, loadEvery = time.Now().Add(loadEvery), min(2*loadEvery, holdsIdleMax)
-		}
-		if n == 0 && !idle {
-			continue
-		}
-		if err := sub.loadHolds(false); err != nil {
-			sub.s.logger.Debug("Held keys not read", watermill.LogFields{"queue": sub.queue, "err": err.Error()})
-			continue
-		}
-		hs.mu.Lock()
-		acted := false
-		for _, k := range hs.keys {
-			acted = acted || k.Action != ""
-		}
-		if acted && !hs.passing {
-			hs.passing = true
-			go sub.pass(cs)
-		}
-		hs.mu.Unlock()
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	acted := false
+	for _, k := range hs.keys {
+		acted = acted || k.Action != ""
+	}
+	if acted && !hs.passing {
+		hs.passing = true
+		go sub.pass(cs)
 	}
 }
 
@@ -467,18 +436,15 @@ func (sub *subscription) letGo(acted map[string]string, parked int64) (let []str
 	if len(gone) == 0 {
 		return nil, more
 	}
-	err := sub.onHolds(func(ctx context.Context, conn *amqp.Connection) error {
-		_, err := held.Update(ctx, conn, sub.queue, func(st *held.State) bool {
-			changed := false
-			for key, id := range gone {
-				if e, ok := st.Keys[key]; ok && e.MessageID == id {
-					delete(st.Keys, key)
-					changed = true
-				}
+	_, err := sub.s.updateHolds(sub.queue, func(st *held.State) bool {
+		changed := false
+		for key, id := range gone {
+			if e, ok := st.Keys[key]; ok && e.MessageID == id {
+				delete(st.Keys, key)
+				changed = true
 			}
-			return changed
-		})
-		return err
+		}
+		return changed
 	})
 	if err != nil {
 		// Let go here; the state still holds them: the next owner of the lane, or the next

@@ -98,6 +98,10 @@ type Subscriber struct {
 
 	seen seenIDs // publish ids of the deliveries acked lately
 
+	watchMu    sync.Mutex               // guards what follows
+	watchers   map[string]*holdsWatcher // by queue ordered by key: its lanes' reads of the held state
+	heldStates map[string]*heldState    // by queue ordered by key: its reads and writes of the held state
+
 	metrics   *telemetry.Instruments
 	consumes  telemetry.Consumes // attribute sets of messaging.client.consumed.messages
 	answering sync.WaitGroup     // answers to kill commands being published
