@@ -20,7 +20,7 @@ import (
 // has its own write in it (its batch began after the call).
 func TestHeldStateWritesInBatchesLoseNone(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("batched")
 	env.Remove([]string{topology.HeldState(queue), held.LockQueue(queue)}, nil)
 	s, err := NewSubscriber(Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())

@@ -35,7 +35,7 @@ import (
 // testenv.Patience: many times the 8 turns they need.
 func TestKillStateReadIsNeverOlderThanTheLastSent(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("contended")
 	s, err := NewSubscriber(Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestKillStateIsNotReadOrWrittenWhileLocked(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, present, found)
 
-	held, err := amqp.Dial(env.URL)
+	held, err := env.Dial()
 	require.NoError(t, err)
 	defer held.Close()
 	unlock, err := statequeue.Lock(context.Background(), held, kill.LockQueue(queue))

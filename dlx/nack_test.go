@@ -20,7 +20,7 @@ import (
 // queue and what a nack can mean: basic.nack carries no reason.
 func TestNackedPublishSaysWhatItCanMean(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("nacked")
 	_, err := env.Channel().QueueDeclare(q, true, false, false, false, amqp.Table{
 		"x-max-length": int32(0), amqp.QueueOverflowArg: amqp.QueueOverflowRejectPublish,

@@ -22,7 +22,7 @@ import (
 // refused, permanently, before anything is sent.
 func TestOrderedQueueRoutesByKey(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("ordered")
 	const lanes = 3
 	var laneQueues []string

@@ -45,7 +45,7 @@ func propertyMetadata(expiration string) message.Metadata {
 // back the same.
 func TestPublishImmediateSendsProperties(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("props")
 	p := newPublisher(t, env, nil)
 	require.NoError(t, p.Publish(q, withProperties("60000")))

@@ -97,7 +97,7 @@ func consume(t *testing.T, env *testenv.Env, queue string, n int) []arrival {
 
 func TestPublishImmediate(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("orders")
 	p := newPublisher(t, env, nil)
 
@@ -150,7 +150,7 @@ func TestMixedDelaysNoHeadOfLineBlocking(t *testing.T) {
 // Many random delays, published concurrently: none arrives before it is due.
 func TestNeverEarly(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("early")
 	p := newPublisher(t, env, radix16(env))
 
@@ -189,7 +189,7 @@ func TestNeverEarly(t *testing.T) {
 // machine one 100 ms longer can arrive first.)
 func TestDelayedTopicRouting(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	events := env.Exchange("events")
 	orders, all, invoices := env.Queue("orders"), env.Queue("all"), env.Queue("invoices")
 	p := newPublisher(t, env, func(c *dlx.Config) {
@@ -234,7 +234,7 @@ func TestDelayedTopicRouting(t *testing.T) {
 //
 // Not parallel: the queue must be deleted within the 700 ms delay.
 func TestParkingWhenDestinationDeleted(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	gone, alive := env.Queue("gone"), env.Queue("alive")
 	p := newPublisher(t, env, nil)
 
@@ -259,7 +259,7 @@ func TestParkingWhenDestinationDeleted(t *testing.T) {
 
 // Not parallel: the exchange must be deleted within the 300 ms delay.
 func TestParkedCount(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	x := env.Exchange("vanishing")
 	p := newPublisher(t, env, func(c *dlx.Config) { c.Route = dlx.ExchangePerTopic })
 
@@ -279,7 +279,7 @@ func TestParkedCount(t *testing.T) {
 // first consumer is lost, delayed or not.
 func TestAutoCreateOnWrite(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("later")
 	p := newPublisher(t, env, nil)
 
@@ -298,7 +298,7 @@ func TestAutoCreateOnWrite(t *testing.T) {
 
 func TestUnroutableIsAnError(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	x := env.Exchange("nobody-listens")
 	p := newPublisher(t, env, func(c *dlx.Config) { c.Route = dlx.ExchangePerTopic })
 
@@ -314,7 +314,7 @@ func TestUnroutableIsAnError(t *testing.T) {
 // In a batch, only the returned message fails Publish; the others are confirmed.
 func TestReturnInBatchNamesTheMessage(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	x := env.Exchange("direct")
 	q := env.Queue("bound")
 	p := newPublisher(t, env, func(c *dlx.Config) {
@@ -337,7 +337,7 @@ func TestReturnInBatchNamesTheMessage(t *testing.T) {
 //
 // Not parallel: room must be made within the 1 s time limit of the waiting Publish.
 func TestNackIsRetriedUntilTheTimeLimit(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("full")
 	p := newPublisher(t, env, func(c *dlx.Config) {
 		c.PublishTimeout = time.Second
@@ -416,7 +416,7 @@ func TestPublishTimeLimitWhenBrokerStopsAnswering(t *testing.T) {
 
 func TestWatermillDelayMetadata(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("watermill")
 	p := newPublisher(t, env, nil)
 
@@ -456,7 +456,7 @@ func TestWatermillDelayMetadata(t *testing.T) {
 
 func TestInvalidDelaysAreErrorsNamingTheValue(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("invalid")
 	p := newPublisher(t, env, nil)
 
@@ -486,7 +486,7 @@ func TestInvalidDelaysAreErrorsNamingTheValue(t *testing.T) {
 
 func TestPublishAfterCloseIsErrClosed(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	p := newPublisher(t, env, nil)
 	require.NoError(t, p.Close())
 	err := p.Publish(env.Queue("after-close"), message.NewMessage("m", nil))
@@ -565,7 +565,7 @@ func withoutTimes(h amqp.Table) amqp.Table {
 // the node that answers.
 func TestPublisherTakesAListOfNodes(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("nodes")
 	down := testenv.WithHost(t, env.URL, testenv.ClosedPort(t))
 	p := newPublisher(t, env, func(c *dlx.Config) { c.Connection.URL = down + "," + env.URL })
@@ -606,7 +606,7 @@ func TestLongDelaysThroughTheChain(t *testing.T) {
 // its plan names: here radix 2 levels, 2³²-1 ms, and a chain of one.
 func TestDelayPastTheLargestTTLWaitsInTheChain(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("sixty-days")
 	layout := env.Delay(topology.Delay{Radix: 2, Reach: 60 * 24 * time.Hour})
 	require.Equal(t, 1, layout.Chain())

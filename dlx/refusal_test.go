@@ -22,7 +22,7 @@ import (
 // the publisher's connection stays up for the messages around it (the broker would close it).
 func TestTooLargeIsRefusedBeforeSending(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("big")
 	p := newPublisher(t, env, func(c *dlx.Config) {
 		c.PublishTimeout = 20 * time.Second

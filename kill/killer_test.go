@@ -31,7 +31,7 @@ func killerOf(t *testing.T, env *testenv.Env, cfg kill.Config) *kill.Killer {
 // dial returns a connection to env's broker, closed when the test ends.
 func dial(t *testing.T, env *testenv.Env) *amqp.Connection {
 	t.Helper()
-	conn, err := amqp.Dial(env.URL)
+	conn, err := env.Dial()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
@@ -42,7 +42,7 @@ func dial(t *testing.T, env *testenv.Env) *amqp.Connection {
 // remembered: the state holds it.
 func TestKillOfAMissingQueueFailsAndDeclaresNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("missing")
 	env.Remove([]string{kill.LockQueue(queue)}, nil)
 	exists := func(what string, declare func(ch *amqp.Channel) error) bool {
@@ -101,7 +101,7 @@ func TestKillOfAMissingQueueFailsAndDeclaresNothing(t *testing.T) {
 // ever sent.
 func TestReadStateTellsTheLastCommandAndLeavesIt(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("state")
 	const secret = "s3cret"
 	env.Remove([]string{kill.StateQueue(queue, []byte(secret)), kill.LockQueue(queue)}, nil)

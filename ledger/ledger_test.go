@@ -206,9 +206,9 @@ func TestListShowsWhatWaits(t *testing.T) {
 func TestConfigValidationNamesTheField(t *testing.T) {
 	for field, cfg := range map[string]ledger.Config{
 		"Config.Connection.URL":    {},
-		"Config.Delay: topology":   {Connection: testenv.New(t).Connection(), Delay: topology.Delay{Radix: 1}},
-		"Config.Delay is disabled": {Connection: testenv.New(t).Connection(), Delay: topology.Delay{Disabled: true}},
-		"Config.Timeout -1s":       {Connection: testenv.New(t).Connection(), Timeout: -time.Second},
+		"Config.Delay: topology":   {Connection: testenv.Logic(t).Connection(), Delay: topology.Delay{Radix: 1}},
+		"Config.Delay is disabled": {Connection: testenv.Logic(t).Connection(), Delay: topology.Delay{Disabled: true}},
+		"Config.Timeout -1s":       {Connection: testenv.Logic(t).Connection(), Timeout: -time.Second},
 	} {
 		_, err := ledger.New(cfg, nil)
 		assert.ErrorContains(t, err, field)

@@ -27,7 +27,7 @@ import (
 // afterwards too. A key skipped has its held messages poisoned, with the reason, and goes on.
 func TestPoisonHoldsItsKeyUntilReleasedOrSkipped(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("held")
 	const lanes = 2
 	r := orderedRouter(t, env, q, lanes, middleware.BackoffConfig{MaxAttempts: 1})
@@ -136,7 +136,7 @@ func waitFor(t *testing.T, changed <-chan struct{}, mu *sync.Mutex, cond func() 
 // hold from the broker and parks the key's messages, and carries out a release.
 func TestAHeldKeyStaysHeldInTheNextProcess(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("held")
 	const lanes = 2
 	key := "k"
@@ -195,7 +195,7 @@ func TestAHeldKeyStaysHeldInTheNextProcess(t *testing.T) {
 // A handler that goes on after poison holds nothing: the key's next message is handled.
 func TestGoOnAfterPoisonHoldsNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("goon")
 	r := orderedRouter(t, env, q, 2, middleware.BackoffConfig{MaxAttempts: 1})
 	next := make(chan string, 1)
@@ -222,7 +222,7 @@ func TestGoOnAfterPoisonHoldsNothing(t *testing.T) {
 // one out of order: docs/decisions.md).
 func TestAReleaseKeepsTheOtherHeldKeysInOrder(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("held")
 	r := orderedRouter(t, env, q, 1, middleware.BackoffConfig{MaxAttempts: 1})
 	const each = 60

@@ -55,7 +55,7 @@ func TestForwardedMessageStartsAtAttemptOne(t *testing.T) {
 	for _, how := range []string{"returned", "router publisher", "plain publisher"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			env := testenv.New(t)
+			env := testenv.Logic(t)
 			stages := []string{env.Queue("a"), env.Queue("b"), env.Queue("c")}
 			r := newRouter(t, env, func(c *router.Config) {
 				c.Retry = middleware.BackoffConfig{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 3}
@@ -126,7 +126,7 @@ func TestForwardedMessageStartsAtAttemptOne(t *testing.T) {
 // message's own headers and none of the delivery's bookkeeping.
 func TestOutputsCarryNoBookkeeping(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue, returned, published := env.Queue("in"), env.Queue("returned"), env.Queue("published")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 3}
@@ -163,7 +163,7 @@ func TestOutputsCarryNoBookkeeping(t *testing.T) {
 // reads, and none of the rest.
 func TestReplyCarriesNoBookkeeping(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue, replies := env.Queue("server"), env.Queue("replies")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{10 * time.Millisecond}, MaxAttempts: 3}

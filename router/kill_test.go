@@ -444,7 +444,7 @@ func signed(t *testing.T, queue string, action kill.Action, at time.Time, secret
 // the consumer's), and the consumer keeps consuming.
 func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("replayed")
 	const secret = "s3cret"
 	env.Remove([]string{kill.StateQueue(queue, []byte(secret))}, nil)
@@ -470,7 +470,7 @@ func TestKillReplayIsRefusedByALateStarter(t *testing.T) {
 // default of 5s, is obeyed.
 func TestKillDatedAheadIsRefused(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("ahead")
 	const secret = "s3cret"
 	p := startProbe(t, env, queue, secret)
@@ -491,7 +491,7 @@ func TestKillDatedAheadIsRefused(t *testing.T) {
 // was deleted (the consumer that was bound to it no longer hears anything).
 func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("unheard")
 	k := killerOf(t, env, kill.Config{Force: true}) // before the queue exists
 
@@ -528,7 +528,7 @@ func TestKillWithoutListenerSaysSoAndIsRemembered(t *testing.T) {
 // the queue, deletes it and its kill state, and ends.
 func TestKillDeleteIsRememberedForALateStarter(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("deletedlate")
 	pub := newPublisherFor(t, env)
 	for i := range 20 {
@@ -557,7 +557,7 @@ func TestKillClockSkewIsValidated(t *testing.T) {
 // subscriber-wide context once made every later message start cancelled).
 func TestShutdownTimeoutOfAPauseLeavesLaterMessagesAlive(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("session-ctx")
 	msgs := subscribe(t, env, queue, consumer.Config{ShutdownTimeout: 200 * time.Millisecond})
 	ch := env.Channel()

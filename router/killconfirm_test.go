@@ -88,7 +88,7 @@ func TestKillIsConfirmedByEveryConsumerInEveryProcess(t *testing.T) {
 // answers that never come returns only when the context ends.
 func TestCommandToAStoppedQueueReturnsOnceEveryListenerAnswered(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("stopped-answers")
 	const n = 3
 	probes := make([]*probe, n)
@@ -130,7 +130,7 @@ func TestCommandToAStoppedQueueReturnsOnceEveryListenerAnswered(t *testing.T) {
 // message, and it is gone once nobody listens.
 func TestKillListenerQueueTakesNothingAndGoesWithTheLastListener(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("listener-queue")
 	p := startProbe(t, env, queue, "")
 	listeners := kill.ListenerQueue(queue)
@@ -236,7 +236,7 @@ func TestKillRefusalsAreCountedAndForgeriesIgnored(t *testing.T) {
 // answered, even one that carries a reply address; the live command that follows is.
 func TestKillStateReplayIsNotAnswered(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("replayed-no-answer")
 	k := killerOf(t, env, kill.Config{Force: true, Wait: confirmWait})
 	_, err := k.Send(context.Background(), queue, kill.Stop)

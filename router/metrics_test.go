@@ -63,7 +63,7 @@ func metricPoints(t *testing.T, reader *sdkmetric.ManualReader) map[string]float
 // (retried twice, then poisoned), then a kill and a resume.
 func TestMetricsCountTheWorkload(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("metrics")
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

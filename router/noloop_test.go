@@ -65,7 +65,7 @@ func publishRaw(t *testing.T, env *testenv.Env, exchange, key string, p amqp.Pub
 // closes the connection; the caller's Eventually then calls drain again.
 func drain(t *testing.T, env *testenv.Env, queue string) []amqp.Delivery {
 	t.Helper()
-	conn, err := amqp.Dial(env.URL)
+	conn, err := env.Dial()
 	if err != nil {
 		t.Logf("drain %s: %v", queue, err)
 		return nil
@@ -95,7 +95,7 @@ func drain(t *testing.T, env *testenv.Env, queue string) []amqp.Delivery {
 // redelivered in a hot loop.
 func TestUnroutableOutputIsPoisonedNotLooped(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue, events := env.Queue("in"), env.Exchange("events")
 	r := newRouter(t, env, func(c *router.Config) { c.Route = dlx.ToExchange(events) })
 	var n calls
@@ -182,7 +182,7 @@ func TestOutputPublishFailureIsRetriedOnTheSchedule(t *testing.T) {
 // forwards as it received it goes at once, straight to its destination.
 func TestForeignDelayMetadataIsNotADelay(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue, out := env.Queue("in"), env.Queue("out")
 	r := newRouter(t, env, nil)
 	var n calls
@@ -226,7 +226,7 @@ func TestForeignDelayMetadataIsNotADelay(t *testing.T) {
 // redelivered in a loop.
 func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("in")
 	r := newRouter(t, env, nil)
 	var n calls
@@ -253,7 +253,7 @@ func TestDeletedPoisonQueueIsDeclaredAgain(t *testing.T) {
 // dead-letter path, which leads to the poison queue. An unrelated message is handled once.
 func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("in")
 	r := newRouter(t, env, nil)
 	var n calls
@@ -301,7 +301,7 @@ func TestTooLargeToRetryIsDeadLettered(t *testing.T) {
 // A nacked message goes back to its queue after RequeueDelay, not at once: no hot loop.
 func TestNackedMessageWaitsBeforeItComesBack(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("nacked")
 	msgs := subscribe(t, env, queue, consumer.Config{RequeueDelay: 500 * time.Millisecond})
 	publishRaw(t, env, "", queue, amqp.Publishing{MessageId: "m"})
@@ -356,7 +356,7 @@ func TestCancelledConsumerConsumesAgain(t *testing.T) {
 // naming the queue (never nil with work left undone).
 func TestRunReportsADeletedQueue(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("deleted")
 	r := newRouter(t, env, nil)
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: queue}, func(*message.Message) error { return nil }))
@@ -377,7 +377,7 @@ func TestRunReportsADeletedQueue(t *testing.T) {
 // cancellation: the message is neither retried nor poisoned, it goes back to its queue once.
 func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("shutdown")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.ShutdownTimeout = time.Second
@@ -413,7 +413,7 @@ func TestShutdownCancellationNeitherRetriesNorPoisons(t *testing.T) {
 // as attempt 1 even where it is believed (straight to the queue).
 func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue, events := env.Queue("in"), env.Exchange("events")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}}
@@ -499,7 +499,7 @@ func TestUnreadableHeadersArePoisonedAndTheQueueFlows(t *testing.T) {
 // delivery limit: its consumers kept dying while they held it) says why too.
 func TestDeliveryLimitPoisonSaysWhy(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("limited")
 	b, err := topology.NewBuilder(topology.Config{Delay: env.Delay(topology.Delay{})}, nil)
 	require.NoError(t, err)
@@ -523,7 +523,7 @@ func TestDeliveryLimitPoisonSaysWhy(t *testing.T) {
 // handled again; a retry or a new publish of the same message id is handled.
 func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("copies")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond}}
@@ -559,7 +559,7 @@ func TestCopyOfAHandledPublishIsNotHandledAgain(t *testing.T) {
 // and the retries of both copies are copies of each other.
 func TestCopiesOfAFailingMessageMakeOneChain(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("copies")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond, 50 * time.Millisecond}}

@@ -49,7 +49,7 @@ func keyed(key string, seq int) *message.Message {
 // arrives in the queue itself is handled too.
 func TestOrderedHandlerKeepsEachKeysOrderThroughRetries(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("ordered")
 	r := orderedRouter(t, env, q, 4, middleware.BackoffConfig{Delays: []time.Duration{20 * time.Millisecond}, MaxAttempts: 3})
 	const keys, each = 8, 25
@@ -132,7 +132,7 @@ func TestOrderedHandlerKeepsEachKeysOrderThroughRetries(t *testing.T) {
 // key's messages are all handled, so that it can only succeed if they passed it.
 func TestOrderedFailureHoldsOnlyItsKey(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("held")
 	const lanes = 2
 	r := orderedRouter(t, env, q, lanes, middleware.BackoffConfig{Delays: []time.Duration{50 * time.Millisecond}, MaxAttempts: 100})
@@ -190,7 +190,7 @@ func TestOrderedFailureHoldsOnlyItsKey(t *testing.T) {
 // meanwhile waits in the lanes, and a resume has it handled.
 func TestKillOfAnOrderedQueueStopsItsLanes(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("killed")
 	env.Remove([]string{kill.StateQueue(q, nil), kill.ListenerQueue(q), kill.LockQueue(q)}, nil)
 	const lanes = 2
@@ -232,7 +232,7 @@ func TestKillOfAnOrderedQueueStopsItsLanes(t *testing.T) {
 // order published, across both.
 func TestOrderedLanesAreSharedAndTakenOver(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("shared")
 	env.Remove([]string{router.MembersQueue(q)}, nil)
 	const lanes = 4

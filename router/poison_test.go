@@ -21,7 +21,7 @@ import (
 // it records the trace of the trace context it came with.
 func TestUndecodablePoisonCopyHasTheRecordOfAHandlersOne(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("one-writer")
 	long := strings.Repeat("x", warren.MaxPoisonErrorLen+100)
 	r := newRouter(t, env, func(c *router.Config) { c.Marshaler = pickyMarshaler{} })

@@ -17,7 +17,7 @@ import (
 // expires).
 func TestUndecodablePoisonCopyKeepsProperties(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("undecodable-props")
 	subscribe(t, env, queue, consumer.Config{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
 

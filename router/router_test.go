@@ -102,7 +102,7 @@ func poisoned(t *testing.T, env *testenv.Env, queue string, timeout time.Duratio
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		var err error
 		if conn == nil || conn.IsClosed() {
-			conn, err = amqp.Dial(env.URL)
+			conn, err = env.Dial()
 			require.NoError(c, err)
 			mu.Lock()
 			conns = append(conns, conn)
@@ -254,7 +254,7 @@ func attrMap(kvs []attribute.KeyValue) map[string]any {
 // In a fan-out topic, a retry goes to the failing group's queue only.
 func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	events := env.Exchange("events")
 	failing, other := env.Queue("billing"), env.Queue("audit")
 	r := newRouter(t, env, func(c *router.Config) {
@@ -284,7 +284,7 @@ func TestRetryInFanOutReachesOnlyTheFailingGroup(t *testing.T) {
 
 func TestPanicIsRetriedThenPoisoned(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("panics")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}}
@@ -314,7 +314,7 @@ type payment struct {
 // A payload that cannot be decoded is permanent: poisoned at once, without retries.
 func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("json")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Retry = middleware.BackoffConfig{Delays: []time.Duration{100 * time.Millisecond}}
@@ -336,7 +336,7 @@ func TestUndecodableJSONIsPoisonedAtOnce(t *testing.T) {
 // N handlers of one router are in flight at once: each waits until all N are.
 func TestHandlersRunConcurrently(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("concurrent")
 	const n = 8
 	r := newRouter(t, env, nil)
@@ -382,7 +382,7 @@ func TestHandlersRunConcurrently(t *testing.T) {
 // the queue; a second router processes exactly the rest.
 func TestGracefulShutdownLosesAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("load")
 	const total = 1000
 	var (
@@ -466,7 +466,7 @@ func newPublisherFor(t *testing.T, env *testenv.Env) *dlx.Publisher {
 // others are handed out.
 func TestUndecodableDeliveryIsPoisoned(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("undecodable")
 	msgs := subscribe(t, env, queue, consumer.Config{Marshaler: pickyMarshaler{}, HandlerName: "picky"})
 
@@ -521,7 +521,7 @@ func (nopPublisher) Close() error                              { return nil }
 // SIGTERM stops Run gracefully: the message in flight is finished and acked.
 func TestSignalStopsRunGracefully(t *testing.T) {
 	// Not parallel: it sends SIGTERM to the whole test process.
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("signal")
 	r := newRouter(t, env, func(c *router.Config) { c.HandleSignals = true })
 	started, finished := make(chan struct{}), make(chan struct{})
@@ -553,7 +553,7 @@ func TestSignalStopsRunGracefully(t *testing.T) {
 // and the queue is not declared again (watermill-amqp does both).
 func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("deleted")
 	sub, err := consumer.NewSubscriber(consumer.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, env.Logger())
 	require.NoError(t, err)
@@ -584,7 +584,7 @@ func TestDeletedQueueStopsTheSubscription(t *testing.T) {
 // subscriber and a publisher on their own.
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	// Not parallel: goleak sees the goroutines of every test running.
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("leak")
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 

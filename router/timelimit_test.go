@@ -98,7 +98,7 @@ func TestTimeLimitsWithABrokerThatNeverAnswers(t *testing.T) {
 // ShutdownTimeout+5s for handlers that never started, and fail).
 func TestCloseWithoutRun(t *testing.T) {
 	// Not parallel: it measures a wall-clock limit.
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	r := newRouter(t, env, func(c *router.Config) { c.ShutdownTimeout = 2 * time.Second })
 	require.NoError(t, r.AddConsumerHandler(router.HandlerConfig{Queue: env.Queue("never-run")}, func(*message.Message) error { return nil }))
 	start := time.Now()
@@ -113,7 +113,7 @@ func TestCloseWithoutRun(t *testing.T) {
 // A closed Subscriber refuses at once, with ErrClosed (it retried until ConnectTimeout).
 func TestSubscribeAfterCloseIsErrClosed(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	s, err := consumer.NewSubscriber(consumer.Config{Connection: env.Connection()}, env.Logger())
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
@@ -221,7 +221,7 @@ func TestEveryFieldIsValidatedNamingIt(t *testing.T) {
 		}
 	}
 
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	r := newRouter(t, env, nil)
 	q := env.Queue("valid")
 	for field, h := range map[string]router.HandlerConfig{

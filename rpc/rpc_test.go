@@ -96,7 +96,7 @@ func newClient(t *testing.T, env *testenv.Env, mod func(*rpc.ClientConfig)) *rpc
 // TestConcurrentCalls: 200 calls at once, on one client, each get their own answer, with
 // direct reply-to and with a reply queue.
 func TestConcurrentCalls(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("double")
 	serve(t, env, queue, nil, rpc.Handler(double))
 	for name, mod := range modes(env) {
@@ -133,7 +133,7 @@ func TestConcurrentCalls(t *testing.T) {
 // says so and wraps context.DeadlineExceeded; nothing of it is left, and the reply queue is
 // gone once the client is closed.
 func TestTimeout(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("silent")
 	ch := env.Channel()
 	_, err := ch.QueueDeclare(queue, true, false, false, false, nil) // no consumer ever answers
@@ -174,7 +174,7 @@ func TestTimeout(t *testing.T) {
 // *RemoteError that says why, long before its time limit; the request is in the poison
 // queue.
 func TestPoisonedRequestGetsErrorReply(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	permanent, flaky := env.Queue("permanent"), env.Queue("flaky")
 	serve(t, env, permanent, nil, rpc.Handler(func(context.Context, request) (response, error) {
 		return response{}, warren.Permanent(errors.New("no such account"))
@@ -218,7 +218,7 @@ func TestPoisonedRequestGetsErrorReply(t *testing.T) {
 // TestReplyToGoneCaller: a reply whose caller is gone (its reply queue deleted, its direct
 // reply-to channel closed) is dropped: the request is acked, neither retried nor poisoned.
 func TestReplyToGoneCaller(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("gone")
 	release := make(chan struct{})
 	var calls atomic.Int32
@@ -255,7 +255,7 @@ func TestReplyToGoneCaller(t *testing.T) {
 // TestSend: Send fires and forgets: the server gets the request without reply-to and its
 // reply is dropped; a request no queue takes fails at once.
 func TestSend(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("send")
 	got := make(chan *message.Message, 1)
 	serve(t, env, queue, nil, func(msg *message.Message) ([]*message.Message, error) {
@@ -289,7 +289,7 @@ func TestSend(t *testing.T) {
 
 // TestClose: Close ends the calls waiting for a reply with ErrClosed, and later calls fail.
 func TestClose(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("close")
 	ch := env.Channel()
 	_, err := ch.QueueDeclare(queue, true, false, false, false, nil)
@@ -338,7 +338,7 @@ func TestClientConfigValidate(t *testing.T) {
 }
 
 func TestRouterRefusesReplyWithPublishTopic(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	r, err := router.New(router.Config{Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})}}, nil)
 	require.NoError(t, err)
 	defer r.Close()
@@ -415,7 +415,7 @@ func TestReconnect(t *testing.T) {
 // TestTrace: a call's request, the server's processing and its reply are in the caller's
 // trace.
 func TestTrace(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("traced")
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -454,7 +454,7 @@ func TestTrace(t *testing.T) {
 // (it would take the first one's replies): a classic queue refuses its exclusive consumer, a
 // quorum queue's consumers are counted.
 func TestReplyQueueIsTheClientsOwn(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	for _, typ := range []topology.QueueType{topology.Quorum, topology.Classic} {
 		t.Run(string(typ), func(t *testing.T) {
 			replies := env.Name("replies." + string(typ))
@@ -478,7 +478,7 @@ func stop(r *router.Router, done <-chan error) error {
 // tutorial writes it) gets the reply with its correlation id in the property; a request
 // without a correlation id gets its message id.
 func TestForeignCaller(t *testing.T) {
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("foreign")
 	serve(t, env, queue, nil, rpc.Handler(double))
 

@@ -28,7 +28,7 @@ func TestServersAnswerFromTheStart(t *testing.T) {
 	const servers, callers, clients = 3, 128, 8
 	for _, mode := range []string{"direct", "queue"} {
 		t.Run(mode, func(t *testing.T) {
-			env := testenv.New(t)
+			env := testenv.Logic(t)
 			queue := env.Queue("start")
 			opened := make([]*atomic.Int32, servers) // publishing connections, per server
 			var routers []*router.Router

@@ -121,7 +121,7 @@ func TestOneActiveAndHandover(t *testing.T) {
 	for _, s := range scheds {
 		require.NoError(t, s.Close())
 	}
-	conn, err := amqp.Dial(env.URL)
+	conn, err := env.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
 	// The lock queue is a quorum queue: it counts a closed consumer out once the broker has
@@ -194,7 +194,7 @@ func TestMissedTicksCaughtUpOrSkipped(t *testing.T) {
 			for _, tk := range all {
 				t.Logf("%s arrived %s after it was due", tk.id, tk.at.Sub(tk.due).Round(time.Millisecond))
 			}
-			conn, err := amqp.Dial(env.URL)
+			conn, err := env.Dial()
 			require.NoError(t, err)
 			defer conn.Close()
 			g, _, err := scheduler.ReadGroup(context.Background(), conn, scheduler.DefaultPrefix, name)

@@ -72,7 +72,7 @@ func TestValidateWithNamesWhatTheQueueTypeIgnores(t *testing.T) {
 // needs no declaration.
 func TestApplyChecksBindingsFirst(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	b := newBuilder(t, env, topology.Config{})
 	x, q, typo := env.Exchange("events"), env.Queue("billing"), env.Queue("biling")
 	top := topology.Topology{

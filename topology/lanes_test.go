@@ -57,7 +57,7 @@ func laneNames(env *testenv.Env, q string, n int) {
 // delay levels reaches every lane by its own name.
 func TestOrderedQueueHasLanesWithASingleActiveConsumer(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("ordered")
 	laneNames(env, q, 4)
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 1}})
@@ -100,7 +100,7 @@ func TestOrderedQueueHasLanesWithASingleActiveConsumer(t *testing.T) {
 // deleted.
 func TestChangeOfLanesIsRefusedUntilDrained(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("relaned")
 	laneNames(env, q, 4)
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 1}})
@@ -174,7 +174,7 @@ func TestParseLane(t *testing.T) {
 // order, before the rest of the lane.
 func TestALaneTakenOverKeepsItsOrder(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("takeover")
 	laneNames(env, q, 1)
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Disabled: true}})
@@ -220,7 +220,7 @@ func TestALaneTakenOverKeepsItsOrder(t *testing.T) {
 // queue it dead-letters into), and nothing of the queue's other lanes.
 func TestDeclareLaneDeclaresOneLane(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("onelane")
 	laneNames(env, q, 3)
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 1}})

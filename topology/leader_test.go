@@ -164,7 +164,7 @@ func TestLeaderLocatorOnExistingQueues(t *testing.T) {
 // RabbitMQ 3.10 refuses x-queue-leader-locator on a classic queue.
 func TestLeaderLocatorNotOnClassicQueues(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic, LeaderLocator: topology.Balanced, Delay: topology.Delay{Levels: 1}})
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}}))

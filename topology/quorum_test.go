@@ -49,7 +49,7 @@ func redeclare(t *testing.T, env *testenv.Env, queue string, args amqp.Table) {
 // parking queue, each with its arguments.
 func TestDefaultsAreQuorumEverywhere(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 2}})
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}}))
@@ -76,7 +76,7 @@ func TestDefaultsAreQuorumEverywhere(t *testing.T) {
 // Config.QueueType Classic switches all four kinds.
 func TestClassicSwitch(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic, Delay: topology.Delay{Levels: 1}})
 	require.NoError(t, b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}}))
@@ -101,7 +101,7 @@ func TestClassicSwitch(t *testing.T) {
 // stays (with the work queue's limit of 20 it was dropped after its 21st delivery).
 func TestPoisonAndParkingQueuesKeepBrowsedMessages(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("work")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Quorum, Delay: topology.Delay{QueueType: topology.Quorum, Levels: 1}})
 	ch := env.Channel()
@@ -168,7 +168,7 @@ func TestExistingClassicWorkQueueIsAMismatchOfQueueType(t *testing.T) {
 // and what waits in them still reaches its queue.
 func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("dest")
 	d := env.Delay(topology.Delay{Unit: 100 * time.Millisecond, Levels: 1})
 
@@ -219,7 +219,7 @@ func TestNewLevelsNextToOldClassicLevels(t *testing.T) {
 // entry position or below it) is parked with its headers, not dropped.
 func TestLevelExchangesParkWhatTheyCannotRoute(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("dest")
 	b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Levels: 2}})
 	ch := env.Channel()

@@ -215,7 +215,7 @@ func drain(t *testing.T, ch *amqp.Channel, queue string, n int) []string {
 
 func TestDeclareAllExchangeKindsAndBindings(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	direct, fanout, topic, headers := env.Exchange("direct"), env.Exchange("fanout"), env.Exchange("topic"), env.Exchange("headers")
 	qd, qf1, qf2, qt, qh := env.Queue("d"), env.Queue("f1"), env.Queue("f2"), env.Queue("t"), env.Queue("h")
 	top := topology.Topology{
@@ -357,7 +357,7 @@ func TestQuorumWorkQueueDeliveryLimitLeadsToPoison(t *testing.T) {
 
 func TestClassicWorkQueueRejectedMessageGoesToPoison(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.Queue("classic")
 	b := newBuilder(t, env, topology.Config{QueueType: topology.Classic})
 	ch := env.Channel()
@@ -376,7 +376,7 @@ func TestDelayLevelsDeliver(t *testing.T) {
 	for _, typ := range []topology.QueueType{topology.Classic, topology.Quorum} {
 		t.Run(string(typ), func(t *testing.T) {
 			t.Parallel()
-			env := testenv.New(t)
+			env := testenv.Logic(t)
 			q := env.Queue("dest")
 			b := newBuilder(t, env, topology.Config{Delay: topology.Delay{Radix: 4, Levels: 6, QueueType: typ}})
 			ch := env.Channel()

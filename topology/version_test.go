@@ -73,7 +73,7 @@ func TestValidateForFollowsTheBrokerVersion(t *testing.T) {
 func TestApplyChecksArgumentsForTheBrokerVersion(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	conn, err := amqp.Dial(env.URL)
+	conn, err := env.Dial()
 	require.NoError(t, err)
 	version := amqpx.ServerVersion(conn)
 	_ = conn.Close()

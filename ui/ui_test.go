@@ -1131,7 +1131,7 @@ func TestHeldPageListsAndActs(t *testing.T) {
 	env := testenv.New(t)
 	q := env.WorkQueue("orders")
 	env.Remove([]string{topology.HeldState(q)}, nil)
-	conn, err := amqp.Dial(env.URL)
+	conn, err := env.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
 	_, err = held.Update(context.Background(), conn, q, func(st *held.State) bool {

@@ -53,7 +53,7 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			env.InjectHostile(queue, name)
 			publishRaw(t, env, queue, amqp.Table{"n": "1"}, "behind")
 
-			plain, err := amqp.Dial(env.URL)
+			plain, err := env.Dial()
 			require.NoError(t, err)
 			defer plain.Close()
 			pch, err := plain.Channel()

@@ -24,7 +24,7 @@ import (
 func BenchmarkLockAfterALostHolder(b *testing.B) {
 	env := testenv.New(b)
 	state, lock := env.Queue("state"), env.Queue("lock")
-	direct, err := amqp.Dial(env.URL)
+	direct, err := env.Dial()
 	if err != nil {
 		b.Fatal(err)
 	}

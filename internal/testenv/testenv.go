@@ -3,9 +3,9 @@
 //
 // Under `go test -short` every test that needs a broker or Redis (through New, NewAt,
 // StartNode, StartCluster, Redis or NeedsBroker) is skipped, and so is every test that waits
-// out real time limits (Slow), so that the unit tests run alone,
-// in seconds, on a machine without them; SkipExamplesIfShort does the same for a package's
-// Examples.
+// out real time limits (Slow), so that the unit tests run alone on a machine without them; a
+// test of warren's own logic (through Logic) runs on an in-memory broker of its own instead.
+// SkipExamplesIfShort skips a package's Examples so.
 package testenv
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpurl"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/memrabbit"
 	"github.com/warrenmq/warren/topology"
 )
 
@@ -93,10 +94,37 @@ func New(t testing.TB) *Env {
 	return NewAt(t, URL())
 }
 
+// Logic is New for a test of warren's own logic rather than of the broker's behaviour: under
+// `go test -short` (make unit) its Env is an in-memory broker of the test's own
+// (internal/memrabbit, RabbitMQ 3.10's behaviour, on the real clock), elsewhere the real
+// broker, as New's. Such a test reaches the broker only through warren's components and
+// the Env (not amqp.Dial), needs neither the management API nor Redis, and waits little
+// real time.
+func Logic(t testing.TB) *Env {
+	t.Helper()
+	if testing.Short() {
+		return model(t)
+	}
+	return New(t)
+}
+
+// model is an Env on an in-memory broker of t's own, closed after t's cleanups.
+func model(t testing.TB) *Env {
+	t.Helper()
+	b := memrabbit.New(memrabbit.Config{})
+	t.Cleanup(func() { _ = b.Close() })
+	return newEnv(t, b.URL())
+}
+
 // NewAt is New on the broker at url (a Node's, say).
 func NewAt(t testing.TB, url string) *Env {
 	t.Helper()
 	NeedsBroker(t)
+	return newEnv(t, url)
+}
+
+func newEnv(t testing.TB, url string) *Env {
+	t.Helper()
 	// Generous: a loaded 2-core machine can take seconds for a handshake; a broker that does
 	// not answer still fails the test.
 	ctx, cancel := context.WithTimeout(context.Background(), Patience())
@@ -217,6 +245,15 @@ func (e *Env) Delay(d topology.Delay) topology.Delay {
 	d = d.WithDefaults()
 	d.QueueType = typ
 	return d
+}
+
+// Dial opens a connection of its own to the Env's broker, the in-memory one too (see Logic),
+// which amqp.Dial cannot reach; its caller closes it.
+func (e *Env) Dial() (*amqp.Connection, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), Patience())
+	defer cancel()
+	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: e.URL}, "warren test "+e.t.Name())
+	return conn, err
 }
 
 // Channel opens a channel, closed when the test ends.
