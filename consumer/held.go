@@ -20,8 +20,8 @@ import (
 	"github.com/warrenmq/warren/topology"
 )
 
-// holdsWatch is how often a lane with held keys reads the held state for an operator's
-// action on them.
+// holdsWatch is how often a process reads the held state of a queue for an operator's action
+// on its lanes' held keys (see holdsWatcher).
 const holdsWatch = time.Second
 
 // holdsIdleMax is how seldom, at most, a lane whose consumer got no message yet reads the
