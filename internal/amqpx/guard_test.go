@@ -53,7 +53,7 @@ func TestGuardedConnectionReceivesUnreadableHeaders(t *testing.T) {
 			env.InjectHostile(queue, name)
 			publishRaw(t, env, queue, amqp.Table{"n": "1"}, "behind")
 
-			plain, err := env.Dial()
+			plain, err := amqp.Dial(env.URL) // unguarded: amqpx.Dial and Env.Dial guard
 			require.NoError(t, err)
 			defer plain.Close()
 			pch, err := plain.Channel()

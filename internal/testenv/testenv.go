@@ -248,7 +248,8 @@ func (e *Env) Delay(d topology.Delay) topology.Delay {
 }
 
 // Dial opens a connection of its own to the Env's broker, the in-memory one too (see Logic),
-// which amqp.Dial cannot reach; its caller closes it.
+// which amqp.Dial cannot reach; its caller closes it. It dials as warren does (amqpx.Dial),
+// guarded against unreadable headers: a test of an unguarded client dials amqp.Dial(e.URL).
 func (e *Env) Dial() (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
