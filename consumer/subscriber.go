@@ -223,10 +223,16 @@ func (s *Subscriber) subscribe(ctx context.Context, queue string, out chan<- *me
 		_, lane, _ := topology.ParseLane(queue)
 		sub.holds = &laneHolds{keys: map[string]*heldKey{}, queue: topology.HeldQueue(home, lane)}
 	}
+	s.mu.Lock() // no subscription begins once Close waits for them
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errSubscriberClosed
+	}
+	s.subs.Add(1)
+	s.mu.Unlock()
 	s.readyMu.Lock()
 	s.readies = append(s.readies, sub.ready)
 	s.readyMu.Unlock()
-	s.subs.Add(1)
 	go sub.run(ctx)
 	return sub.over, nil
 }
