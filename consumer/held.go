@@ -21,7 +21,7 @@ import (
 )
 
 // holdsWatch is how often a process reads the held state of a queue for an operator's action
-// on its lanes' held keys (see holdsWatcher).
+// on its lanes' held keys (see Subscriber.watch).
 const holdsWatch = time.Second
 
 // holdsIdleMax is how seldom, at most, a lane whose consumer got no message yet reads the

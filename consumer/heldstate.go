@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -16,9 +17,28 @@ import (
 // lanes of every process, and each take of it is a few round trips to a quorum queue: with
 // a take per read and per write, a poisoned key every tenth of a second kept lanes that a
 // process had just taken waiting seconds for their first read (docs/decisions.md).
+//
+// It also watches the state for the lanes of the queue that this process consumes (see watch).
+// Its fields are guarded by the Subscriber's heldMu.
 type heldState struct {
-	pending []*heldOp // guarded by the Subscriber's watchMu
+	pending []*heldOp // the reads and writes waiting for the next batch
 	running bool      // a batch is out: the next one waits for it
+
+	lanes map[*subscription]*laneWatch // the lanes watched
+	stop  chan struct{}                // closed when the last of them is gone; nil with none
+}
+
+// heldStateOf returns the process's heldState of queue; the caller holds heldMu.
+func (s *Subscriber) heldStateOf(queue string) *heldState {
+	hs := s.heldStates[queue]
+	if hs == nil {
+		hs = &heldState{lanes: map[*subscription]*laneWatch{}}
+		if s.heldStates == nil {
+			s.heldStates = map[string]*heldState{}
+		}
+		s.heldStates[queue] = hs
+	}
+	return hs
 }
 
 // heldOp is a read (change nil) or a write of a queue's held state waiting its turn.
@@ -35,36 +55,29 @@ type heldOp struct {
 // that begins after the call. It returns the state as the batch left it.
 func (s *Subscriber) updateHolds(queue string, change func(*held.State) bool) (held.State, error) {
 	op := &heldOp{change: change, done: make(chan struct{}), lead: make(chan struct{})}
-	s.watchMu.Lock()
-	hs := s.heldStates[queue]
-	if hs == nil {
-		hs = &heldState{}
-		if s.heldStates == nil {
-			s.heldStates = map[string]*heldState{}
-		}
-		s.heldStates[queue] = hs
-	}
+	s.heldMu.Lock()
+	hs := s.heldStateOf(queue)
 	hs.pending = append(hs.pending, op)
 	if !hs.running {
 		hs.running = true
 		close(op.lead)
 	}
-	s.watchMu.Unlock()
+	s.heldMu.Unlock()
 	select {
 	case <-op.done:
 	case <-op.lead: // send the batch, this op in it, then hand the turn on
-		s.watchMu.Lock()
+		s.heldMu.Lock()
 		batch := hs.pending
 		hs.pending = nil
-		s.watchMu.Unlock()
+		s.heldMu.Unlock()
 		s.sendHolds(queue, batch)
-		s.watchMu.Lock()
+		s.heldMu.Lock()
 		if len(hs.pending) > 0 {
 			close(hs.pending[0].lead)
 		} else {
 			hs.running = false
 		}
-		s.watchMu.Unlock()
+		s.heldMu.Unlock()
 	}
 	return op.st, op.err
 }
@@ -73,18 +86,15 @@ func (s *Subscriber) updateHolds(queue string, change func(*held.State) bool) (h
 // op the outcome.
 func (s *Subscriber) sendHolds(queue string, batch []*heldOp) {
 	var change func(*held.State) bool // nil when the batch only reads
-	for _, op := range batch {
-		if op.change != nil {
-			change = func(st *held.State) bool {
-				changed := false
-				for _, op := range batch {
-					if op.change != nil && op.change(st) {
-						changed = true
-					}
+	if slices.ContainsFunc(batch, func(op *heldOp) bool { return op.change != nil }) {
+		change = func(st *held.State) bool {
+			changed := false
+			for _, op := range batch {
+				if op.change != nil && op.change(st) {
+					changed = true
 				}
-				return changed
 			}
-			break
+			return changed
 		}
 	}
 	var st held.State
@@ -98,79 +108,33 @@ func (s *Subscriber) sendHolds(queue string, batch []*heldOp) {
 	}
 }
 
-// holdsWatcher reads the held state of a queue ordered by key every holdsWatch for the lanes
-// of it that this process consumes, once for all of them, and hands it to each lane that
-// needs it: one with held keys, for an operator's action on them, and one not active yet or
-// idle since it became so (a lane taken over holds the keys the previous consumer held, and
+// watch reads the held state of a queue ordered by key every holdsWatch for the lanes of it
+// that this process consumes, once for all of them, and hands it to each lane that needs it:
+// one with held keys, for an operator's action on them, and one not active yet or idle since
+// it became so (a lane taken over holds the keys the previous consumer held, and
 // their actions are to be carried out even while no message comes; the first delivery reads
 // them again). Each read takes the state's lock, which the lanes of every process share; a
 // read of the state writes it (see statequeue.Settle). An idle lane without held keys is read
-// for less and less often, up to every holdsIdleMax.
-type holdsWatcher struct {
-	lanes map[*subscription]*laneWatch // guarded by the Subscriber's watchMu
-	stop  chan struct{}                // closed when its last lane is gone
-}
-
-// laneWatch is a lane a holdsWatcher watches.
-type laneWatch struct {
-	cs        *channelState
-	loadEvery time.Duration // an idle lane's pause between loads
-	loadAt    time.Time     // an idle lane's next load
-}
-
-// watchHolds has the process's watcher of sub's queue watch its lane until cs stops. It is
-// called from the subscription, which the Subscriber's subs counts.
-func (sub *subscription) watchHolds(cs *channelState) {
-	s := sub.s
-	s.watchMu.Lock()
-	w := s.watchers[sub.queue]
-	if w == nil {
-		w = &holdsWatcher{lanes: map[*subscription]*laneWatch{}, stop: make(chan struct{})}
-		if s.watchers == nil {
-			s.watchers = map[string]*holdsWatcher{}
-		}
-		s.watchers[sub.queue] = w
-		s.subs.Add(1)
-		go func() {
-			defer s.subs.Done()
-			s.watch(w, sub.queue)
-		}()
-	}
-	w.lanes[sub] = &laneWatch{cs: cs, loadEvery: holdsWatch, loadAt: time.Now()}
-	s.watchMu.Unlock()
-	go func() {
-		<-cs.stopping
-		s.watchMu.Lock()
-		defer s.watchMu.Unlock()
-		delete(w.lanes, sub)
-		if len(w.lanes) == 0 {
-			delete(s.watchers, sub.queue)
-			close(w.stop)
-		}
-	}()
-}
-
-// watch reads queue's held state every holdsWatch for w's lanes that need it (see
-// holdsWatcher), until w stops, and starts a pass in a lane whose held key an operator acted
-// on.
-func (s *Subscriber) watch(w *holdsWatcher, queue string) {
+// for less and less often, up to every holdsIdleMax. It starts a pass in a lane whose held key
+// an operator acted on, and runs until the queue's last watched lane is gone.
+func (s *Subscriber) watch(hs *heldState, stop <-chan struct{}, queue string) {
 	t := time.NewTicker(holdsWatch)
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
-		case <-w.stop:
+		case <-stop:
 			return
 		}
 		due := map[*subscription]int64{} // the lanes to load, with their view's count before the read
-		s.watchMu.Lock()
+		s.heldMu.Lock()
 		now := time.Now()
-		for sub, lw := range w.lanes {
-			hs := sub.holds
-			hs.mu.Lock()
-			n, seq := len(hs.keys), hs.seq
-			hs.mu.Unlock()
-			idle := !hs.active.Load() && !now.Before(lw.loadAt)
+		for sub, lw := range hs.lanes {
+			lh := sub.holds
+			lh.mu.Lock()
+			n, seq := len(lh.keys), lh.seq
+			lh.mu.Unlock()
+			idle := !lh.active.Load() && !now.Before(lw.loadAt)
 			if idle {
 				lw.loadAt, lw.loadEvery = now.Add(lw.loadEvery), min(2*lw.loadEvery, holdsIdleMax)
 			}
@@ -178,7 +142,7 @@ func (s *Subscriber) watch(w *holdsWatcher, queue string) {
 				due[sub] = seq
 			}
 		}
-		s.watchMu.Unlock()
+		s.heldMu.Unlock()
 		if len(due) == 0 {
 			continue
 		}
@@ -187,13 +151,49 @@ func (s *Subscriber) watch(w *holdsWatcher, queue string) {
 			s.logger.Debug("Held keys not read", watermill.LogFields{"queue": queue, "err": err.Error()})
 			continue
 		}
-		s.watchMu.Lock()
+		s.heldMu.Lock()
 		for sub, seq := range due {
-			if lw := w.lanes[sub]; lw != nil { // still watched
+			if lw := hs.lanes[sub]; lw != nil { // still watched
 				sub.applyHolds(st, seq, false)
 				sub.passIfActed(lw.cs)
 			}
 		}
-		s.watchMu.Unlock()
+		s.heldMu.Unlock()
 	}
+}
+
+// laneWatch is a lane that watch watches.
+type laneWatch struct {
+	cs        *channelState
+	loadEvery time.Duration // an idle lane's pause between loads
+	loadAt    time.Time     // an idle lane's next load
+}
+
+// watchHolds has the process's watch of sub's queue watch its lane until cs stops. It is
+// called from the subscription, which the Subscriber's subs counts.
+func (sub *subscription) watchHolds(cs *channelState) {
+	s := sub.s
+	s.heldMu.Lock()
+	hs := s.heldStateOf(sub.queue)
+	if hs.stop == nil {
+		stop := make(chan struct{})
+		hs.stop = stop
+		s.subs.Add(1)
+		go func() {
+			defer s.subs.Done()
+			s.watch(hs, stop, sub.queue)
+		}()
+	}
+	hs.lanes[sub] = &laneWatch{cs: cs, loadEvery: holdsWatch, loadAt: time.Now()}
+	s.heldMu.Unlock()
+	go func() {
+		<-cs.stopping
+		s.heldMu.Lock()
+		defer s.heldMu.Unlock()
+		delete(hs.lanes, sub)
+		if len(hs.lanes) == 0 {
+			close(hs.stop)
+			hs.stop = nil
+		}
+	}()
 }

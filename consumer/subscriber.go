@@ -98,9 +98,8 @@ type Subscriber struct {
 
 	seen seenIDs // publish ids of the deliveries acked lately
 
-	watchMu    sync.Mutex               // guards what follows
-	watchers   map[string]*holdsWatcher // by queue ordered by key: its lanes' reads of the held state
-	heldStates map[string]*heldState    // by queue ordered by key: its reads and writes of the held state
+	heldMu     sync.Mutex
+	heldStates map[string]*heldState // by queue ordered by key (guarded by heldMu)
 
 	metrics   *telemetry.Instruments
 	consumes  telemetry.Consumes // attribute sets of messaging.client.consumed.messages
