@@ -125,7 +125,7 @@ func NewAt(t testing.TB, url string) *Env {
 
 func newEnv(t testing.TB, url string) *Env {
 	t.Helper()
-	conn, err := dial(url, "warren test "+t.Name())
+	conn, err := connect(url, "warren test "+t.Name())
 	if err != nil {
 		t.Fatalf("no RabbitMQ at %s (start it with `make broker`): %v", amqpurl.Redact(url), err)
 	}
@@ -246,12 +246,12 @@ func (e *Env) Delay(d topology.Delay) topology.Delay {
 // Dial opens a connection of its own to the Env's broker, the in-memory one too (see Logic),
 // which amqp.Dial cannot reach; its caller closes it. It dials as warren does (amqpx.Dial),
 // guarded against unreadable headers: a test of an unguarded client dials amqp.Dial(e.URL).
-func (e *Env) Dial() (*amqp.Connection, error) { return dial(e.URL, "warren test "+e.t.Name()) }
+func (e *Env) Dial() (*amqp.Connection, error) { return connect(e.URL, "warren test "+e.t.Name()) }
 
-// dial connects to the broker at url as warren does (amqpx.Dial), for up to Patience:
+// connect connects to the broker at url as warren does (amqpx.Dial), for up to Patience:
 // generous, as a loaded 2-core machine can take seconds for a handshake; a broker that does
 // not answer still fails.
-func dial(url, name string) (*amqp.Connection, error) {
+func connect(url, name string) (*amqp.Connection, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), Patience())
 	defer cancel()
 	conn, _, err := amqpx.Dial(ctx, warren.Connection{URL: url}, name)
@@ -321,7 +321,7 @@ func (e *Env) cleanup() {
 // DeleteAt removes queues and exchanges from the broker at url, ignoring those that do not
 // exist: for examples and the benchmark, which have no test to clean up after them.
 func DeleteAt(url string, queues, exchanges []string) error {
-	conn, err := dial(url, "warren cleanup")
+	conn, err := connect(url, "warren cleanup")
 	if err != nil {
 		return err
 	}
