@@ -27,9 +27,9 @@ func Example() {
 	}
 	pub, err := dlx.NewPublisher(dlx.Config{
 		Connection: warren.Connection{URL: url},
-		// The default delay levels are named warren.delay.*; this example uses 4 levels of its
-		// own (delays up to 65 s; the default's 193 queues reach 10 years).
-		Topology: topology.Config{Delay: topology.Delay{Prefix: "warren.example.dlx.delay", Levels: 4}},
+		// The default delay levels are named warren.delay.*; this example uses 3 levels of its
+		// own (delays up to 4 s; the default's 193 queues reach 10 years).
+		Topology: topology.Config{Delay: topology.Delay{Prefix: "warren.example.dlx.delay", Levels: 3}},
 	}, nil)
 	if err != nil {
 		panic(err)

@@ -27,9 +27,10 @@ func Example() {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
 	}
 	const queue = "warren.example.ops.orders"
-	// Delay levels of the example's own (the default is warren.delay), 4 of them (delays up to
-	// 65 s) rather than the default's 193 queues, to declare and delete quickly.
-	delay := topology.Delay{Prefix: "warren.example.ops.delay", Levels: 4}
+	// Delay levels of the example's own (the default is warren.delay): 2 of them (delays up to
+	// 255 ms; it retries nothing) rather than the default's 193 queues, to declare and delete
+	// quickly.
+	delay := topology.Delay{Prefix: "warren.example.ops.delay", Levels: 2}
 	defer deleteExample(url, delay, queue)
 
 	var fixed atomic.Bool

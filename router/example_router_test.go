@@ -26,9 +26,10 @@ func ExampleRouter() {
 	if url == "" {
 		url = "amqp://guest:guest@127.0.0.1:5672/"
 	}
-	// Delay levels of the example's own (the default is warren.delay), 4 of them (delays up to
-	// 65 s) rather than the default's 193 queues, to declare and delete quickly.
-	delay := topology.Delay{Prefix: "warren.example.router.delay", Levels: 4}
+	// Delay levels of the example's own (the default is warren.delay): 2 of them (delays up to
+	// 255 ms, enough for its retry) rather than the default's 193 queues, to declare and delete
+	// quickly.
+	delay := topology.Delay{Prefix: "warren.example.router.delay", Levels: 2}
 	const queue = "warren.example.router.greetings"
 	defer deleteExample(url, delay, queue)
 

@@ -80,8 +80,16 @@ func TestOrderedQueueHasLanesWithASingleActiveConsumer(t *testing.T) {
 	ch2 := env.Channel()
 	second, err := ch2.Consume(lane, "second", false, false, false, false, nil)
 	require.NoError(t, err)
-	publish(t, env.Channel(), b.Delay().DeliveryExchange(), "", amqp.Table{contract.DestQueueHeader: lane}, "one")
-	publish(t, env.Channel(), "", lane, nil, "two")
+	// One after the other, each confirmed: publishes on two channels may reach the lane in
+	// either order.
+	pub := env.Channel()
+	require.NoError(t, pub.Confirm(false))
+	for _, p := range []struct{ exchange, key, body string }{{b.Delay().DeliveryExchange(), "", "one"}, {"", lane, "two"}} {
+		dc, err := pub.PublishWithDeferredConfirm(p.exchange, p.key, false, false, amqp.Publishing{
+			Headers: amqp.Table{contract.DestQueueHeader: lane}, Body: []byte(p.body)})
+		require.NoError(t, err)
+		require.True(t, dc.Wait())
+	}
 	for _, body := range []string{"one", "two"} {
 		select {
 		case d := <-first:
