@@ -26,21 +26,20 @@ type Config struct {
 
 // atLeast reports whether the broker follows version major.minor or later.
 func (b *Broker) atLeast(major, minor int) bool {
-	var ma, mi int
-	_, _ = fmt.Sscanf(b.cfg.Version, "%d.%d", &ma, &mi)
-	return ma > major || ma == major && mi >= minor
+	return b.major > major || b.major == major && b.minor >= minor
 }
 
 // Broker is one in-memory RabbitMQ node with a single virtual host.
 type Broker struct {
-	cfg       Config
-	mu        sync.Mutex
-	exchanges map[string]*exchange
-	queues    map[string]*queue
-	conns     map[*conn]bool
-	replies   map[string]*channel // the channels that consume amq.rabbitmq.reply-to, by their reply address
-	closed    bool
-	seq       int // for server-named queues and consumer tags
+	cfg          Config
+	major, minor int // cfg.Version's
+	mu           sync.Mutex
+	exchanges    map[string]*exchange
+	queues       map[string]*queue
+	conns        map[*conn]bool
+	replies      map[string]*channel // the channels that consume amq.rabbitmq.reply-to, by their reply address
+	closed       bool
+	seq          int // for server-named queues and consumer tags
 
 	host       string // the host of URL
 	unregister func()
@@ -57,6 +56,7 @@ func New(cfg Config) *Broker {
 	}
 	b := &Broker{cfg: cfg, exchanges: map[string]*exchange{}, queues: map[string]*queue{}, conns: map[*conn]bool{},
 		replies: map[string]*channel{}}
+	_, _ = fmt.Sscanf(cfg.Version, "%d.%d", &b.major, &b.minor)
 	for name, kind := range map[string]string{
 		"": "direct", "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
 		"amq.headers": "headers", "amq.match": "headers",
@@ -229,7 +229,7 @@ func headersMatch(args, headers Table) bool {
 		}
 		tried++
 		got, ok := headers[k]
-		if ok && (want == nil || fmt.Sprint(want) == fmt.Sprint(got)) {
+		if ok && (want == nil || sameValue(want, got)) {
 			matched++
 		}
 	}
@@ -237,4 +237,15 @@ func headersMatch(args, headers Table) bool {
 		return matched > 0
 	}
 	return matched == tried
+}
+
+// sameValue reports whether a binding's value and a header's are the same, as text: strings
+// (the delay levels' digits) are compared as they are, other values as fmt prints them.
+func sameValue(want, got any) bool {
+	if w, ok := want.(string); ok {
+		if g, ok := got.(string); ok {
+			return w == g
+		}
+	}
+	return fmt.Sprint(want) == fmt.Sprint(got)
 }
