@@ -58,9 +58,11 @@ screenshots: broker chromium
 demos: broker
 	$(GO) test -count=1 -v -run TestDemos ./examples/
 
-## unit: the unit tests alone (go test -short: no broker, Redis or time limits), in seconds
+## unit: the unit tests alone (go test -short: no broker, Redis or time limits; the tests of warren's
+## logic on the in-memory broker), in under 30 s; without the race detector, which doubles it (make test
+## runs every test under it)
 unit:
-	$(GO) test -short -race -count=1 ./...
+	$(GO) test -short -count=1 -parallel $(TEST_PARALLEL) ./...
 
 ## lint: golangci-lint (.golangci.yml: vet, staticcheck, errcheck, revive, ...) on the root module
 ## and on tools/, built from the module proxy into .bin/ the first time (a few minutes), at the
