@@ -16,37 +16,49 @@ const (
 	frameMax   = 131072
 )
 
-// conn is the server's end of one client connection. Frames to the client are queued and
-// written by a goroutine of their own (writeLoop), so that the broker never waits for a
-// client while it holds its lock.
+// conn is the server's end of one client connection. Frames to the client are written at
+// once, in the order they are sent: the pipe's writes never wait for the reader, so the
+// broker never waits for a client while it holds its lock.
 type conn struct {
 	b        *Broker
 	nc       net.Conn
 	channels map[uint16]*channel // read and written under b.mu
 
 	outMu  sync.Mutex
-	out    [][]frame
-	wake   chan struct{} // a send to it says out has frames
+	w      *bufio.Writer // over nc; nil once the connection's last frame is written
 	closed chan struct{} // closed once the connection is closed
 	once   sync.Once
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
-	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}, w: bufio.NewWriter(nc), closed: make(chan struct{})}
 }
 
-// send queues frames to be written together, in order.
+// send writes frames together, in order. After the connection's close-ok, or a failed
+// write, it writes nothing more and closes the connection (on a goroutine of its own: the
+// caller may hold the broker's lock, which close takes).
 func (c *conn) send(fs ...frame) {
 	c.outMu.Lock()
-	c.out = append(c.out, fs)
-	c.outMu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	defer c.outMu.Unlock()
+	if c.w == nil {
+		return
+	}
+	var err error
+	for _, f := range fs {
+		if err = f.write(c.w); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if err != nil || closeOk(fs[0]) {
+		c.w = nil
+		go c.close()
 	}
 }
 
-// sendMethod queues a method, with its content when it carries one.
+// sendMethod sends a method, with its content when it carries one.
 func (c *conn) sendMethod(ch uint16, m message) {
 	mc, ok := m.(messageWithContent)
 	if !ok {
@@ -61,39 +73,6 @@ func (c *conn) sendMethod(ch uint16, m message) {
 		body = body[n:]
 	}
 	c.send(fs...)
-}
-
-// writeLoop writes the queued frames until the connection closes.
-func (c *conn) writeLoop() {
-	w := bufio.NewWriter(c.nc)
-	for {
-		select {
-		case <-c.wake:
-		case <-c.closed:
-			return
-		}
-		c.outMu.Lock()
-		batches := c.out
-		c.out = nil
-		c.outMu.Unlock()
-		for _, fs := range batches {
-			for _, f := range fs {
-				if err := f.write(w); err != nil {
-					c.close()
-					return
-				}
-			}
-			if closeOk(fs[0]) { // the last frame of the connection
-				_ = w.Flush()
-				c.close()
-				return
-			}
-		}
-		if err := w.Flush(); err != nil {
-			c.close()
-			return
-		}
-	}
 }
 
 // closeOk reports whether f is connection.close-ok.
@@ -139,7 +118,6 @@ func (e *errConnection) Error() string { return fmt.Sprintf("connection error %d
 
 // serve runs the connection: the handshake, then every frame the client sends.
 func (c *conn) serve() {
-	go c.writeLoop()
 	defer c.close()
 	r := reader{r: bufio.NewReader(c.nc)}
 	header := make([]byte, 8)
