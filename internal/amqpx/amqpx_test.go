@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // The reply CI got when parallel publishers declared the same delay level at once.
@@ -46,4 +47,40 @@ func TestRetryClassifiesBrokerReplies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Do returns its call's result; a call the broker does not answer ends after the context,
+// with the context's error, and its channel closed; a context already ended makes no call.
+func TestDoBoundsOneCallByTheContext(t *testing.T) {
+	t.Parallel()
+	env := testenv.New(t)
+	proxy, url := testenv.ProxyURL(t, env.URL)
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+
+	q := env.Queue("do")
+	err = amqpx.Do(context.Background(), ch, func() error { _, err := ch.QueueDeclarePassive(q, true, false, false, false, nil); return err })
+	require.ErrorContains(t, err, "NOT_FOUND", "the call's own error")
+	ch, err = conn.Channel()
+	require.NoError(t, err)
+	require.NoError(t, amqpx.Do(context.Background(), ch, func() error { return ch.Qos(1, 0, false) }))
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, amqpx.Do(cancelled, ch, func() error { t.Error("called"); return nil }), context.Canceled)
+
+	// A broker that does not answer: as warren's components do, Watch closes the connection
+	// (which ends the channel's close too) when Do's close of the channel gets no answer.
+	proxy.Freeze()
+	defer proxy.Thaw()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	stop := amqpx.Watch(ctx, conn)
+	defer stop()
+	err = amqpx.Do(ctx, ch, func() error { return ch.Qos(2, 0, false) })
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.True(t, ch.IsClosed(), "the channel is closed")
 }
