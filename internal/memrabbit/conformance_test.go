@@ -1401,3 +1401,113 @@ func getAll(s side, ch *amqp.Channel, q string) []string {
 		got = append(got, string(d.Body))
 	}
 }
+
+func TestAConsumerCancelledByItsQueuesDeletionEndsItsDeliveries(t *testing.T) {
+	conformance(t, func(s side) {
+		for _, kind := range []string{"classic", "quorum"} {
+			conn := s.dial()
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+			q := s.name(kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind})
+			require.NoError(s.t, err)
+			for _, b := range []string{"1", "2"} {
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+			}
+			require.NoError(s.t, ch.Qos(1, 0, false))
+			cancels := ch.NotifyCancel(make(chan string, 1))
+			ds, err := ch.Consume(q, "mine", false, false, false, false, nil)
+			require.NoError(s.t, err)
+			d := receive(s, ds)
+			other, err := conn.Channel()
+			require.NoError(s.t, err)
+			n, err := other.QueueDelete(q, false, false, false)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 1, n, "the unacked message is not counted")
+			select {
+			case tag := <-cancels:
+				assert.Equal(s.t, "mine", tag)
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("no cancel")
+			}
+			select {
+			case extra, ok := <-ds:
+				assert.False(s.t, ok, "the deliveries end, got %q", extra.Body)
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("the deliveries did not end")
+			}
+			// The channel stays open: it takes the settlement of what it received, and a cancel of
+			// the tag the broker cancelled.
+			require.NoError(s.t, d.Ack(false))
+			require.NoError(s.t, ch.Cancel("mine", false))
+			_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			assert.Equal(s.t, 404, amqpCode(s, err))
+			select {
+			case e := <-closed:
+				assert.Equal(s.t, 404, e.Code, "closed by the passive declare only")
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("the passive declare did not close the channel")
+			}
+		}
+	})
+}
+
+func TestAQueueDeletedAndDeclaredAgainIsANewQueue(t *testing.T) {
+	conformance(t, func(s side) {
+		for _, kind := range []string{"classic", "quorum"} {
+			conn := s.dial()
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(kind)
+			args := amqp.Table{"x-queue-type": kind}
+			_, err = ch.QueueDeclare(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.Confirm(false))
+			for _, b := range []string{"got", "consumed"} {
+				confirmed(s, ch, q, b)
+			}
+			got, ok, err := ch.Get(q, false)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			cancels := ch.NotifyCancel(make(chan string, 1))
+			ds, err := ch.Consume(q, "mine", false, false, false, false, nil)
+			require.NoError(s.t, err)
+			consumed := receive(s, ds)
+			other, err := conn.Channel()
+			require.NoError(s.t, err)
+			_, err = other.QueueDelete(q, false, false, false)
+			require.NoError(s.t, err)
+			select {
+			case <-cancels:
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("no cancel")
+			}
+			_, err = other.QueueDeclare(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			// What the old queue delivered goes back to it, not to the new one: it is gone.
+			require.NoError(s.t, got.Nack(false, true))
+			require.NoError(s.t, consumed.Reject(true))
+			publish(s, other, "", q, amqp.Publishing{Body: []byte("new")})
+			ds, err = ch.Consume(q, "mine", false, false, false, false, nil)
+			require.NoError(s.t, err, "the tag is free again")
+			d := receive(s, ds)
+			assert.Equal(s.t, "new", string(d.Body))
+			assert.False(s.t, d.Redelivered)
+			require.NoError(s.t, d.Ack(false))
+			none(s, ds)
+			info, err := other.QueueDeclarePassive(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 1, info.Consumers)
+		}
+	})
+}
+
+// confirmed publishes body to queue q on ch, in confirm mode, and waits for the broker's ack:
+// a quorum queue holds it then.
+func confirmed(s side, ch *amqp.Channel, q, body string) {
+	s.t.Helper()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(body)})
+	require.NoError(s.t, err)
+	require.True(s.t, dc.Wait(), "acked")
+}
