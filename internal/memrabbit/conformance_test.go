@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -1510,4 +1511,43 @@ func confirmed(s side, ch *amqp.Channel, q, body string) {
 	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(body)})
 	require.NoError(s.t, err)
 	require.True(s.t, dc.Wait(), "acked")
+}
+
+func TestAQuorumQueueRefusesWhatOnlyAClassicQueueHas(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		for _, c := range []struct {
+			name                           string
+			durable, autoDelete, exclusive bool
+			args                           amqp.Table
+			refused                        string
+		}{
+			{"prio", true, false, false, amqp.Table{"x-max-priority": int32(5)}, "invalid arg 'x-max-priority'"},
+			{"lazy", true, false, false, amqp.Table{"x-queue-mode": "lazy"}, "invalid arg 'x-queue-mode'"},
+			{"locator", true, false, false, amqp.Table{"x-queue-master-locator": "min-masters"}, "invalid arg 'x-queue-master-locator'"},
+			{"version", true, false, false, amqp.Table{"x-queue-version": int32(2)}, "invalid arg 'x-queue-version'"},
+			{"transient", false, false, false, nil, "invalid property 'non-durable'"},
+			{"autodelete", true, true, false, nil, "invalid property 'auto-delete'"},
+			{"exclusive", true, false, true, nil, "invalid property 'exclusive-owner'"},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(c.name)
+			args := amqp.Table{"x-queue-type": "quorum"}
+			maps.Copy(args, c.args)
+			_, err = ch.QueueDeclare(q, c.durable, c.autoDelete, c.exclusive, false, args)
+			want := fmt.Sprintf("PRECONDITION_FAILED - %s for queue '%s' in vhost '/'", c.refused, q)
+			if strings.HasPrefix(c.refused, "invalid arg") {
+				want += " of queue type rabbit_quorum_queue"
+			}
+			var ae *amqp.Error
+			require.True(s.t, errors.As(err, &ae), "%s: want an AMQP error, got %v", c.name, err)
+			assert.Equal(s.t, 406, ae.Code, c.name)
+			assert.Equal(s.t, want, ae.Reason, c.name)
+			ch, err = conn.Channel()
+			require.NoError(s.t, err)
+			_, err = ch.QueueDeclarePassive(q, c.durable, c.autoDelete, c.exclusive, false, args)
+			assert.Equal(s.t, 404, amqpCode(s, err), "%s: not declared", c.name)
+		}
+	})
 }

@@ -106,6 +106,9 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 		b.touchLocked(q)
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
 	}
+	if err := quorumRefusal(name, m); err != nil {
+		return nil, err
+	}
 	q = b.newQueue(name, m.Durable, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
 		q.exclusive = c
@@ -113,6 +116,34 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 	b.queues[name] = q
 	b.touchLocked(q)
 	return &queueDeclareOk{Queue: name}, nil
+}
+
+// classicOnly are the arguments a quorum queue refuses, as RabbitMQ 3.10.8 and 4.0.5 do.
+var classicOnly = []string{"x-max-priority", "x-queue-mode", "x-queue-master-locator", "x-queue-version"}
+
+// quorumRefusal is the refusal of a new quorum queue declared with what only a classic queue
+// has: one of classicOnly, or not durable, auto-delete or exclusive.
+func quorumRefusal(name string, m *queueDeclare) error {
+	if m.Arguments["x-queue-type"] != "quorum" {
+		return nil
+	}
+	for _, arg := range classicOnly {
+		if _, ok := m.Arguments[arg]; ok {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_quorum_queue", arg, name)
+		}
+	}
+	property := ""
+	switch {
+	case !m.Durable:
+		property = "non-durable"
+	case m.AutoDelete:
+		property = "auto-delete"
+	case m.Exclusive:
+		property = "exclusive-owner"
+	default:
+		return nil
+	}
+	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid property '%s' for queue '%s' in vhost '/'", property, name)
 }
 
 // queueFor returns the queue name, which c may use.
