@@ -1551,3 +1551,38 @@ func TestAQuorumQueueRefusesWhatOnlyAClassicQueueHas(t *testing.T) {
 		}
 	})
 }
+
+func TestAPriorityQueueDeliversTheHighestPriorityFirst(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-max-priority": int32(5)})
+		require.NoError(s.t, err)
+		// Without a priority: 0; above the queue's maximum: the maximum.
+		for _, m := range []struct {
+			body     string
+			priority uint8
+		}{{"a1", 1}, {"b3", 3}, {"c1", 1}, {"d0", 0}, {"e9", 9}, {"f3", 3}, {"g5", 5}} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+				amqp.Publishing{Body: []byte(m.body), Priority: m.priority})
+			require.NoError(s.t, err)
+			require.True(s.t, dc.Wait())
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte("none")})
+		require.NoError(s.t, err)
+		require.True(s.t, dc.Wait())
+		// A message that comes back goes back among those of its priority, at their head.
+		var got []string
+		for range 3 {
+			d, ok, err := ch.Get(q, false)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			got = append(got, string(d.Body))
+		}
+		assert.Equal(s.t, []string{"e9", "g5", "b3"}, got)
+		require.NoError(s.t, ch.Nack(0, true, true))
+		assert.Equal(s.t, []string{"e9", "g5", "b3", "f3", "a1", "c1", "d0", "none"}, getAll(s, ch, q))
+	})
+}

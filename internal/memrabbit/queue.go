@@ -50,6 +50,7 @@ type queue struct {
 	deliveryLimit int           // x-delivery-limit (quorum); negative: none
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
+	maxPriority   int           // x-max-priority (classic); zero: none
 
 	expiry *time.Timer // for the head's expiration
 	unused *time.Timer // for x-expires
@@ -104,6 +105,9 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 		q.deliveryLimit = 20 // RabbitMQ 4.0's default
 	}
 	q.single, _ = args["x-single-active-consumer"].(bool)
+	if n, ok := intArg(args["x-max-priority"]); ok && !q.quorum && !q.stream {
+		q.maxPriority = int(n)
+	}
 	if ms, ok := intArg(args["x-expires"]); ok {
 		q.expires = time.Duration(ms) * time.Millisecond
 	}
@@ -153,7 +157,7 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	if exp := expiryOf(q, msg, time.Now()); !exp.IsZero() {
 		qd.expires = exp
 	}
-	q.ready = append(q.ready, qd)
+	q.put(qd)
 	for q.maxLength >= 0 && len(q.ready) > q.maxLength && q.overflow == "drop-head" {
 		head := q.ready[0]
 		q.ready = q.ready[1:]
@@ -238,8 +242,43 @@ func (b *Broker) returnLocked(q *queue, back []*queued, rejected []*queued) {
 		}
 		kept = append(kept, qd)
 	}
-	q.ready = append(kept, q.ready...)
+	if q.maxPriority == 0 {
+		q.ready = append(kept, q.ready...)
+	} else {
+		for i := len(kept) - 1; i >= 0; i-- {
+			q.putBack(kept[i])
+		}
+	}
 	b.armExpiryLocked(q)
+}
+
+// priority is qd's priority in q: its message's, at most q's maximum (no priority: 0).
+func (q *queue) priority(qd *queued) int {
+	return min(int(qd.msg.props.Priority), q.maxPriority)
+}
+
+// put adds qd to q's ready messages: at the tail; in a priority queue, after every message of
+// its priority or higher. A priority queue delivers its highest priority first, each priority
+// in order.
+func (q *queue) put(qd *queued) {
+	i := len(q.ready)
+	if q.maxPriority > 0 {
+		p := q.priority(qd)
+		if j := slices.IndexFunc(q.ready, func(o *queued) bool { return q.priority(o) < p }); j >= 0 {
+			i = j
+		}
+	}
+	q.ready = slices.Insert(q.ready, i, qd)
+}
+
+// putBack returns qd, delivered, to a priority queue: at the head of its priority.
+func (q *queue) putBack(qd *queued) {
+	p := q.priority(qd)
+	i := slices.IndexFunc(q.ready, func(o *queued) bool { return q.priority(o) <= p })
+	if i < 0 {
+		i = len(q.ready)
+	}
+	q.ready = slices.Insert(q.ready, i, qd)
 }
 
 // deadLetterLocked sends qd, which leaves q for reason, to q's dead-letter exchange, with
