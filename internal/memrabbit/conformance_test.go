@@ -1586,3 +1586,48 @@ func TestAPriorityQueueDeliversTheHighestPriorityFirst(t *testing.T) {
 		assert.Equal(s.t, []string{"e9", "g5", "b3", "f3", "a1", "c1", "d0", "none"}, getAll(s, ch, q))
 	})
 }
+
+func TestMaxLengthBytesCountsTheBodiesOfTheReadyMessages(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		dlx, dead := deadLetterTo(s, ch)
+		publishAll := func(q string, bodies ...string) []bool {
+			var acked []bool
+			for _, b := range bodies {
+				dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+					amqp.Publishing{Body: []byte(b), Headers: amqp.Table{"h": "not counted"}})
+				require.NoError(s.t, err)
+				acked = append(acked, dc.Wait())
+			}
+			return acked
+		}
+		// drop-head: the oldest go until the bodies fit.
+		drop := s.name("drop")
+		_, err = ch.QueueDeclare(drop, true, false, false, false, amqp.Table{"x-max-length-bytes": int64(10), "x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		assert.Equal(s.t, []bool{true, true, true, true}, publishAll(drop, "aaaa", "bbbb", "cc", "dddddddd"))
+		for _, want := range []string{"aaaa", "bbbb"} {
+			d := receive(s, dead)
+			assert.Equal(s.t, want, string(d.Body))
+			assert.Equal(s.t, "maxlen", death(s, d)["reason"])
+		}
+		assert.Equal(s.t, []string{"cc", "dddddddd"}, getAll(s, ch, drop))
+		// reject-publish: a classic queue refuses what would take it over its limit; a quorum
+		// queue takes messages until it is over it.
+		for _, c := range []struct {
+			kind  string
+			acked []bool
+		}{
+			{"classic", []bool{true, true, false, true, false}},
+			{"quorum", []bool{true, true, true, false, false}},
+		} {
+			q := s.name(c.kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": c.kind, "x-max-length-bytes": int64(10),
+				"x-overflow": "reject-publish"})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, c.acked, publishAll(q, "aaaa", "bbbb", "ccccc", "dd", "e"), c.kind)
+		}
+	})
+}

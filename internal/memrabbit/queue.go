@@ -46,6 +46,7 @@ type queue struct {
 	dlx           *string       // x-dead-letter-exchange
 	dlrk          *string       // x-dead-letter-routing-key
 	maxLength     int           // x-max-length; negative: none
+	maxBytes      int           // x-max-length-bytes, of the ready messages' bodies; negative: none
 	overflow      string        // x-overflow: drop-head, reject-publish, reject-publish-dlx
 	deliveryLimit int           // x-delivery-limit (quorum); negative: none
 	single        bool          // x-single-active-consumer
@@ -81,7 +82,7 @@ func (b *Broker) touchLocked(q *queue) {
 // newQueue returns a queue declared with args.
 func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
-		ttl: -1, maxLength: -1, overflow: "drop-head", deliveryLimit: -1}
+		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1}
 	q.quorum = args["x-queue-type"] == "quorum"
 	q.stream = args["x-queue-type"] == "stream"
 	if ms, ok := intArg(args["x-message-ttl"]); ok {
@@ -95,6 +96,9 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 	}
 	if n, ok := intArg(args["x-max-length"]); ok {
 		q.maxLength = int(n)
+	}
+	if n, ok := intArg(args["x-max-length-bytes"]); ok {
+		q.maxBytes = int(n)
 	}
 	if o, ok := args["x-overflow"].(string); ok {
 		q.overflow = o
@@ -144,7 +148,7 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 		q.log = append(q.log, msg)
 		return true
 	}
-	if q.maxLength >= 0 && q.full() {
+	if q.full(msg) {
 		switch q.overflow {
 		case "reject-publish":
 			return false
@@ -158,7 +162,7 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 		qd.expires = exp
 	}
 	q.put(qd)
-	for q.maxLength >= 0 && len(q.ready) > q.maxLength && q.overflow == "drop-head" {
+	for q.overflow == "drop-head" && q.over() {
 		head := q.ready[0]
 		q.ready = q.ready[1:]
 		b.deadLetterLocked(q, head, "maxlen")
@@ -167,13 +171,28 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	return true
 }
 
-// full reports whether q refuses one more message: a classic queue at its limit, a quorum
-// queue over it (measured on 3.10.8 and 4.0.5: a quorum queue of x-max-length 1 takes two).
-func (q *queue) full() bool {
+// full reports whether q refuses msg: a classic queue that msg would take over its limits, a
+// quorum queue already over them (measured on 3.10.8 and 4.0.5: a quorum queue of x-max-length
+// 1 takes two, one of x-max-length-bytes 10 takes bodies of 4, 4 and 5 bytes).
+func (q *queue) full(msg *stored) bool {
 	if q.quorum {
-		return len(q.ready) > q.maxLength
+		return q.over()
 	}
-	return len(q.ready) >= q.maxLength
+	return q.maxLength >= 0 && len(q.ready) >= q.maxLength || q.maxBytes >= 0 && q.bytes()+len(msg.body) > q.maxBytes
+}
+
+// over reports whether q holds more than its limits.
+func (q *queue) over() bool {
+	return q.maxLength >= 0 && len(q.ready) > q.maxLength || q.maxBytes >= 0 && q.bytes() > q.maxBytes
+}
+
+// bytes is the size of q's ready messages, as x-max-length-bytes counts it: their bodies.
+func (q *queue) bytes() int {
+	n := 0
+	for _, qd := range q.ready {
+		n += len(qd.msg.body)
+	}
+	return n
 }
 
 // expiryOf is when msg, enqueued at now, expires in q: the queue's TTL or the message's
