@@ -1631,3 +1631,44 @@ func TestMaxLengthBytesCountsTheBodiesOfTheReadyMessages(t *testing.T) {
 		}
 	})
 }
+
+func TestWhereAQuorumQueuesGetReturnsAMessageIsTheVersions(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3"} {
+			confirmed(s, ch, q, b)
+		}
+		seen := func(d amqp.Delivery) string {
+			return fmt.Sprintf("%s %t %T(%[3]v)", d.Body, d.Redelivered, d.Headers["x-delivery-count"])
+		}
+		var got []string
+		for _, back := range []func(amqp.Delivery) error{
+			func(d amqp.Delivery) error { return d.Nack(false, true) },
+			func(d amqp.Delivery) error { return d.Reject(true) },
+		} {
+			d, ok, err := ch.Get(q, false)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			got = append(got, seen(d))
+			require.NoError(s.t, back(d))
+		}
+		for range 3 {
+			d, ok, err := ch.Get(q, true)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			got = append(got, seen(d))
+		}
+		version, _ := brokerVersion()
+		if strings.HasPrefix(version, "3.") { // to the tail; every basic.get tells the count
+			assert.Equal(s.t, []string{"1 false int64(0)", "2 false int64(0)", "3 false int64(0)", "1 true int64(1)", "2 true int64(1)"}, got)
+		} else { // to the head, as a consumer's
+			assert.Equal(s.t, []string{"1 false <nil>(<nil>)", "1 true int64(1)", "1 true int64(2)", "2 false <nil>(<nil>)",
+				"3 false <nil>(<nil>)"}, got)
+		}
+	})
+}

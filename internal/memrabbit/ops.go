@@ -276,6 +276,21 @@ func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 	return len(queues) > 0, refused
 }
 
+// nackedLocked returns deliveries nacked with requeue to their queues: as requeueLocked, but
+// on RabbitMQ 3.10 a quorum queue puts a message taken by basic.get at its tail (measured on
+// 3.10.8; 4.0.5 puts it at the head, as a consumer's).
+func (b *Broker) nackedLocked(ds []*delivery) {
+	var head []*delivery
+	for _, d := range ds {
+		if d.cs == nil && d.q.quorum && !b.atLeast(4, 0) {
+			b.returnLocked(d.q, nil, nil, []*queued{d.qd})
+			continue
+		}
+		head = append(head, d)
+	}
+	b.requeueLocked(head, false)
+}
+
 // requeueLocked returns deliveries to their queues (see returnLocked), rejected ones to be
 // dead-lettered.
 func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
@@ -289,9 +304,9 @@ func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
 	}
 	for _, q := range order {
 		if reject {
-			b.returnLocked(q, nil, back[q])
+			b.returnLocked(q, nil, back[q], nil)
 		} else {
-			b.returnLocked(q, back[q], nil)
+			b.returnLocked(q, back[q], nil, nil)
 		}
 	}
 }

@@ -239,33 +239,38 @@ func (b *Broker) armExpiryLocked(q *queue) {
 }
 
 // returnLocked puts delivered messages back at the head of q, in the order they were
-// delivered, marked redelivered; a quorum queue counts the return, and dead-letters a
-// message returned more often than its delivery limit. rejected are nacked without requeue:
-// dead-lettered.
-func (b *Broker) returnLocked(q *queue, back []*queued, rejected []*queued) {
+// delivered (behind: at its tail), marked redelivered; a quorum queue counts the return, and
+// dead-letters a message returned more often than its delivery limit. rejected are nacked
+// without requeue: dead-lettered.
+func (b *Broker) returnLocked(q *queue, back, rejected, behind []*queued) {
 	if b.queues[q.name] != q || q.stream {
 		return // deleted; or a stream, which keeps them all
 	}
 	for _, qd := range rejected {
 		b.deadLetterLocked(q, qd, "rejected")
 	}
-	var kept []*queued
-	for _, qd := range back {
-		qd.redelivered = true
-		if q.quorum {
-			qd.deliveries++
-			if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
-				b.deadLetterLocked(q, qd, "delivery_limit")
-				continue
+	kept := func(qds []*queued) []*queued {
+		var out []*queued
+		for _, qd := range qds {
+			qd.redelivered = true
+			if q.quorum {
+				qd.deliveries++
+				if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
+					b.deadLetterLocked(q, qd, "delivery_limit")
+					continue
+				}
 			}
+			out = append(out, qd)
 		}
-		kept = append(kept, qd)
+		return out
 	}
+	q.ready = append(q.ready, kept(behind)...)
+	back = kept(back)
 	if q.maxPriority == 0 {
-		q.ready = append(kept, q.ready...)
+		q.ready = append(back, q.ready...)
 	} else {
-		for i := len(kept) - 1; i >= 0; i-- {
-			q.putBack(kept[i])
+		for i := len(back) - 1; i >= 0; i-- {
+			q.putBack(back[i])
 		}
 	}
 	b.armExpiryLocked(q)
