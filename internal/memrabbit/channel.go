@@ -333,8 +333,12 @@ func (ch *channel) get(m *basicGet) error {
 	q.ready = q.ready[1:]
 	b.armExpiryLocked(q)
 	tag := ch.track(q, qd, nil, m.NoAck)
+	p := deliveredProps(qd)
+	if q.quorum && !b.atLeast(4, 0) { // RabbitMQ 3.10 tells the count on every basic.get, 0 too
+		p = withHeader(p, "x-delivery-count", int64(qd.deliveries))
+	}
 	ch.c.sendMethod(ch.id, &basicGetOk{DeliveryTag: tag, Redelivered: qd.redelivered, Exchange: qd.msg.exchange,
-		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: deliveredProps(qd), Body: qd.msg.body})
+		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: p, Body: qd.msg.body})
 	return nil
 }
 
@@ -389,8 +393,10 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 		ch.c.b.recordLocked(kind, d.qd.msg, d.q.name, "")
 	}
 	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
-	if nack {
-		ch.c.b.requeueLocked(back, !requeue)
+	if nack && !requeue {
+		ch.c.b.requeueLocked(back, true)
+	} else if nack {
+		ch.c.b.nackedLocked(back)
 	}
 	ch.c.b.dispatchLocked()
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -1400,4 +1401,274 @@ func getAll(s side, ch *amqp.Channel, q string) []string {
 		}
 		got = append(got, string(d.Body))
 	}
+}
+
+func TestAConsumerCancelledByItsQueuesDeletionEndsItsDeliveries(t *testing.T) {
+	conformance(t, func(s side) {
+		for _, kind := range []string{"classic", "quorum"} {
+			conn := s.dial()
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+			q := s.name(kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind})
+			require.NoError(s.t, err)
+			for _, b := range []string{"1", "2"} {
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+			}
+			require.NoError(s.t, ch.Qos(1, 0, false))
+			cancels := ch.NotifyCancel(make(chan string, 1))
+			ds, err := ch.Consume(q, "mine", false, false, false, false, nil)
+			require.NoError(s.t, err)
+			d := receive(s, ds)
+			other, err := conn.Channel()
+			require.NoError(s.t, err)
+			n, err := other.QueueDelete(q, false, false, false)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 1, n, "the unacked message is not counted")
+			select {
+			case tag := <-cancels:
+				assert.Equal(s.t, "mine", tag)
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("no cancel")
+			}
+			select {
+			case extra, ok := <-ds:
+				assert.False(s.t, ok, "the deliveries end, got %q", extra.Body)
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("the deliveries did not end")
+			}
+			// The channel stays open: it takes the settlement of what it received, and a cancel of
+			// the tag the broker cancelled.
+			require.NoError(s.t, d.Ack(false))
+			require.NoError(s.t, ch.Cancel("mine", false))
+			_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			assert.Equal(s.t, 404, amqpCode(s, err))
+			select {
+			case e := <-closed:
+				assert.Equal(s.t, 404, e.Code, "closed by the passive declare only")
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("the passive declare did not close the channel")
+			}
+		}
+	})
+}
+
+func TestAQueueDeletedAndDeclaredAgainIsANewQueue(t *testing.T) {
+	conformance(t, func(s side) {
+		for _, kind := range []string{"classic", "quorum"} {
+			conn := s.dial()
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(kind)
+			args := amqp.Table{"x-queue-type": kind}
+			_, err = ch.QueueDeclare(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.Confirm(false))
+			for _, b := range []string{"got", "consumed"} {
+				confirmed(s, ch, q, b)
+			}
+			got, ok, err := ch.Get(q, false)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			cancels := ch.NotifyCancel(make(chan string, 1))
+			ds, err := ch.Consume(q, "mine", false, false, false, false, nil)
+			require.NoError(s.t, err)
+			consumed := receive(s, ds)
+			other, err := conn.Channel()
+			require.NoError(s.t, err)
+			_, err = other.QueueDelete(q, false, false, false)
+			require.NoError(s.t, err)
+			select {
+			case <-cancels:
+			case <-time.After(5 * time.Second):
+				s.t.Fatal("no cancel")
+			}
+			_, err = other.QueueDeclare(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			// What the old queue delivered goes back to it, not to the new one: it is gone.
+			require.NoError(s.t, got.Nack(false, true))
+			require.NoError(s.t, consumed.Reject(true))
+			publish(s, other, "", q, amqp.Publishing{Body: []byte("new")})
+			ds, err = ch.Consume(q, "mine", false, false, false, false, nil)
+			require.NoError(s.t, err, "the tag is free again")
+			d := receive(s, ds)
+			assert.Equal(s.t, "new", string(d.Body))
+			assert.False(s.t, d.Redelivered)
+			require.NoError(s.t, d.Ack(false))
+			none(s, ds)
+			info, err := other.QueueDeclarePassive(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, 1, info.Consumers)
+		}
+	})
+}
+
+// confirmed publishes body to queue q on ch, in confirm mode, and waits for the broker's ack:
+// a quorum queue holds it then.
+func confirmed(s side, ch *amqp.Channel, q, body string) {
+	s.t.Helper()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(body)})
+	require.NoError(s.t, err)
+	require.True(s.t, dc.Wait(), "acked")
+}
+
+func TestAQuorumQueueRefusesWhatOnlyAClassicQueueHas(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		for _, c := range []struct {
+			name                           string
+			durable, autoDelete, exclusive bool
+			args                           amqp.Table
+			refused                        string
+		}{
+			{"prio", true, false, false, amqp.Table{"x-max-priority": int32(5)}, "invalid arg 'x-max-priority'"},
+			{"lazy", true, false, false, amqp.Table{"x-queue-mode": "lazy"}, "invalid arg 'x-queue-mode'"},
+			{"locator", true, false, false, amqp.Table{"x-queue-master-locator": "min-masters"}, "invalid arg 'x-queue-master-locator'"},
+			{"version", true, false, false, amqp.Table{"x-queue-version": int32(2)}, "invalid arg 'x-queue-version'"},
+			{"transient", false, false, false, nil, "invalid property 'non-durable'"},
+			{"autodelete", true, true, false, nil, "invalid property 'auto-delete'"},
+			{"exclusive", true, false, true, nil, "invalid property 'exclusive-owner'"},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(c.name)
+			args := amqp.Table{"x-queue-type": "quorum"}
+			maps.Copy(args, c.args)
+			_, err = ch.QueueDeclare(q, c.durable, c.autoDelete, c.exclusive, false, args)
+			want := fmt.Sprintf("PRECONDITION_FAILED - %s for queue '%s' in vhost '/'", c.refused, q)
+			if strings.HasPrefix(c.refused, "invalid arg") {
+				want += " of queue type rabbit_quorum_queue"
+			}
+			var ae *amqp.Error
+			require.True(s.t, errors.As(err, &ae), "%s: want an AMQP error, got %v", c.name, err)
+			assert.Equal(s.t, 406, ae.Code, c.name)
+			assert.Equal(s.t, want, ae.Reason, c.name)
+			ch, err = conn.Channel()
+			require.NoError(s.t, err)
+			_, err = ch.QueueDeclarePassive(q, c.durable, c.autoDelete, c.exclusive, false, args)
+			assert.Equal(s.t, 404, amqpCode(s, err), "%s: not declared", c.name)
+		}
+	})
+}
+
+func TestAPriorityQueueDeliversTheHighestPriorityFirst(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-max-priority": int32(5)})
+		require.NoError(s.t, err)
+		// Without a priority: 0; above the queue's maximum: the maximum.
+		for _, m := range []struct {
+			body     string
+			priority uint8
+		}{{"a1", 1}, {"b3", 3}, {"c1", 1}, {"d0", 0}, {"e9", 9}, {"f3", 3}, {"g5", 5}} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+				amqp.Publishing{Body: []byte(m.body), Priority: m.priority})
+			require.NoError(s.t, err)
+			require.True(s.t, dc.Wait())
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte("none")})
+		require.NoError(s.t, err)
+		require.True(s.t, dc.Wait())
+		// A message that comes back goes back among those of its priority, at their head.
+		var got []string
+		for range 3 {
+			d, ok, err := ch.Get(q, false)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			got = append(got, string(d.Body))
+		}
+		assert.Equal(s.t, []string{"e9", "g5", "b3"}, got)
+		require.NoError(s.t, ch.Nack(0, true, true))
+		assert.Equal(s.t, []string{"e9", "g5", "b3", "f3", "a1", "c1", "d0", "none"}, getAll(s, ch, q))
+	})
+}
+
+func TestMaxLengthBytesCountsTheBodiesOfTheReadyMessages(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		dlx, dead := deadLetterTo(s, ch)
+		publishAll := func(q string, bodies ...string) []bool {
+			var acked []bool
+			for _, b := range bodies {
+				dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+					amqp.Publishing{Body: []byte(b), Headers: amqp.Table{"h": "not counted"}})
+				require.NoError(s.t, err)
+				acked = append(acked, dc.Wait())
+			}
+			return acked
+		}
+		// drop-head: the oldest go until the bodies fit.
+		drop := s.name("drop")
+		_, err = ch.QueueDeclare(drop, true, false, false, false, amqp.Table{"x-max-length-bytes": int64(10), "x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		assert.Equal(s.t, []bool{true, true, true, true}, publishAll(drop, "aaaa", "bbbb", "cc", "dddddddd"))
+		for _, want := range []string{"aaaa", "bbbb"} {
+			d := receive(s, dead)
+			assert.Equal(s.t, want, string(d.Body))
+			assert.Equal(s.t, "maxlen", death(s, d)["reason"])
+		}
+		assert.Equal(s.t, []string{"cc", "dddddddd"}, getAll(s, ch, drop))
+		// reject-publish: a classic queue refuses what would take it over its limit; a quorum
+		// queue takes messages until it is over it.
+		for _, c := range []struct {
+			kind  string
+			acked []bool
+		}{
+			{"classic", []bool{true, true, false, true, false}},
+			{"quorum", []bool{true, true, true, false, false}},
+		} {
+			q := s.name(c.kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": c.kind, "x-max-length-bytes": int64(10),
+				"x-overflow": "reject-publish"})
+			require.NoError(s.t, err)
+			assert.Equal(s.t, c.acked, publishAll(q, "aaaa", "bbbb", "ccccc", "dd", "e"), c.kind)
+		}
+	})
+}
+
+func TestWhereAQuorumQueuesGetReturnsAMessageIsTheVersions(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(s.t, err)
+		for _, b := range []string{"1", "2", "3"} {
+			confirmed(s, ch, q, b)
+		}
+		seen := func(d amqp.Delivery) string {
+			return fmt.Sprintf("%s %t %T(%[3]v)", d.Body, d.Redelivered, d.Headers["x-delivery-count"])
+		}
+		var got []string
+		for _, back := range []func(amqp.Delivery) error{
+			func(d amqp.Delivery) error { return d.Nack(false, true) },
+			func(d amqp.Delivery) error { return d.Reject(true) },
+		} {
+			d, ok, err := ch.Get(q, false)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			got = append(got, seen(d))
+			require.NoError(s.t, back(d))
+		}
+		for range 3 {
+			d, ok, err := ch.Get(q, true)
+			require.NoError(s.t, err)
+			require.True(s.t, ok)
+			got = append(got, seen(d))
+		}
+		version, _ := brokerVersion()
+		if strings.HasPrefix(version, "3.") { // to the tail; every basic.get tells the count
+			assert.Equal(s.t, []string{"1 false int64(0)", "2 false int64(0)", "3 false int64(0)", "1 true int64(1)", "2 true int64(1)"}, got)
+		} else { // to the head, as a consumer's
+			assert.Equal(s.t, []string{"1 false <nil>(<nil>)", "1 true int64(1)", "1 true int64(2)", "2 false <nil>(<nil>)",
+				"3 false <nil>(<nil>)"}, got)
+		}
+	})
 }

@@ -106,6 +106,9 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 		b.touchLocked(q)
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
 	}
+	if err := quorumRefusal(name, m); err != nil {
+		return nil, err
+	}
 	q = b.newQueue(name, m.Durable, m.AutoDelete, m.Arguments)
 	if m.Exclusive {
 		q.exclusive = c
@@ -113,6 +116,34 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 	b.queues[name] = q
 	b.touchLocked(q)
 	return &queueDeclareOk{Queue: name}, nil
+}
+
+// classicOnly are the arguments a quorum queue refuses, as RabbitMQ 3.10.8 and 4.0.5 do.
+var classicOnly = []string{"x-max-priority", "x-queue-mode", "x-queue-master-locator", "x-queue-version"}
+
+// quorumRefusal is the refusal of a new quorum queue declared with what only a classic queue
+// has: one of classicOnly, or not durable, auto-delete or exclusive.
+func quorumRefusal(name string, m *queueDeclare) error {
+	if m.Arguments["x-queue-type"] != "quorum" {
+		return nil
+	}
+	for _, arg := range classicOnly {
+		if _, ok := m.Arguments[arg]; ok {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_quorum_queue", arg, name)
+		}
+	}
+	property := ""
+	switch {
+	case !m.Durable:
+		property = "non-durable"
+	case m.AutoDelete:
+		property = "auto-delete"
+	case m.Exclusive:
+		property = "exclusive-owner"
+	default:
+		return nil
+	}
+	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid property '%s' for queue '%s' in vhost '/'", property, name)
 }
 
 // queueFor returns the queue name, which c may use.
@@ -245,6 +276,21 @@ func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 	return len(queues) > 0, refused
 }
 
+// nackedLocked returns deliveries nacked with requeue to their queues: as requeueLocked, but
+// on RabbitMQ 3.10 a quorum queue puts a message taken by basic.get at its tail (measured on
+// 3.10.8; 4.0.5 puts it at the head, as a consumer's).
+func (b *Broker) nackedLocked(ds []*delivery) {
+	var head []*delivery
+	for _, d := range ds {
+		if d.cs == nil && d.q.quorum && !b.atLeast(4, 0) {
+			b.returnLocked(d.q, nil, nil, []*queued{d.qd})
+			continue
+		}
+		head = append(head, d)
+	}
+	b.requeueLocked(head, false)
+}
+
 // requeueLocked returns deliveries to their queues (see returnLocked), rejected ones to be
 // dead-lettered.
 func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
@@ -258,9 +304,9 @@ func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
 	}
 	for _, q := range order {
 		if reject {
-			b.returnLocked(q, nil, back[q])
+			b.returnLocked(q, nil, back[q], nil)
 		} else {
-			b.returnLocked(q, back[q], nil)
+			b.returnLocked(q, back[q], nil, nil)
 		}
 	}
 }

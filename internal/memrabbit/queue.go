@@ -46,10 +46,12 @@ type queue struct {
 	dlx           *string       // x-dead-letter-exchange
 	dlrk          *string       // x-dead-letter-routing-key
 	maxLength     int           // x-max-length; negative: none
+	maxBytes      int           // x-max-length-bytes, of the ready messages' bodies; negative: none
 	overflow      string        // x-overflow: drop-head, reject-publish, reject-publish-dlx
 	deliveryLimit int           // x-delivery-limit (quorum); negative: none
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
+	maxPriority   int           // x-max-priority (classic); zero: none
 
 	expiry *time.Timer // for the head's expiration
 	unused *time.Timer // for x-expires
@@ -80,7 +82,7 @@ func (b *Broker) touchLocked(q *queue) {
 // newQueue returns a queue declared with args.
 func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
-		ttl: -1, maxLength: -1, overflow: "drop-head", deliveryLimit: -1}
+		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1}
 	q.quorum = args["x-queue-type"] == "quorum"
 	q.stream = args["x-queue-type"] == "stream"
 	if ms, ok := intArg(args["x-message-ttl"]); ok {
@@ -95,6 +97,9 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 	if n, ok := intArg(args["x-max-length"]); ok {
 		q.maxLength = int(n)
 	}
+	if n, ok := intArg(args["x-max-length-bytes"]); ok {
+		q.maxBytes = int(n)
+	}
 	if o, ok := args["x-overflow"].(string); ok {
 		q.overflow = o
 	}
@@ -104,6 +109,9 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 		q.deliveryLimit = 20 // RabbitMQ 4.0's default
 	}
 	q.single, _ = args["x-single-active-consumer"].(bool)
+	if n, ok := intArg(args["x-max-priority"]); ok && !q.quorum && !q.stream {
+		q.maxPriority = int(n)
+	}
 	if ms, ok := intArg(args["x-expires"]); ok {
 		q.expires = time.Duration(ms) * time.Millisecond
 	}
@@ -140,7 +148,7 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 		q.log = append(q.log, msg)
 		return true
 	}
-	if q.maxLength >= 0 && q.full() {
+	if q.full(msg) {
 		switch q.overflow {
 		case "reject-publish":
 			return false
@@ -153,8 +161,8 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	if exp := expiryOf(q, msg, time.Now()); !exp.IsZero() {
 		qd.expires = exp
 	}
-	q.ready = append(q.ready, qd)
-	for q.maxLength >= 0 && len(q.ready) > q.maxLength && q.overflow == "drop-head" {
+	q.put(qd)
+	for q.overflow == "drop-head" && q.over() {
 		head := q.ready[0]
 		q.ready = q.ready[1:]
 		b.deadLetterLocked(q, head, "maxlen")
@@ -163,13 +171,28 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	return true
 }
 
-// full reports whether q refuses one more message: a classic queue at its limit, a quorum
-// queue over it (measured on 3.10.8 and 4.0.5: a quorum queue of x-max-length 1 takes two).
-func (q *queue) full() bool {
+// full reports whether q refuses msg: a classic queue that msg would take over its limits, a
+// quorum queue already over them (measured on 3.10.8 and 4.0.5: a quorum queue of x-max-length
+// 1 takes two, one of x-max-length-bytes 10 takes bodies of 4, 4 and 5 bytes).
+func (q *queue) full(msg *stored) bool {
 	if q.quorum {
-		return len(q.ready) > q.maxLength
+		return q.over()
 	}
-	return len(q.ready) >= q.maxLength
+	return q.maxLength >= 0 && len(q.ready) >= q.maxLength || q.maxBytes >= 0 && q.bytes()+len(msg.body) > q.maxBytes
+}
+
+// over reports whether q holds more than its limits.
+func (q *queue) over() bool {
+	return q.maxLength >= 0 && len(q.ready) > q.maxLength || q.maxBytes >= 0 && q.bytes() > q.maxBytes
+}
+
+// bytes is the size of q's ready messages, as x-max-length-bytes counts it: their bodies.
+func (q *queue) bytes() int {
+	n := 0
+	for _, qd := range q.ready {
+		n += len(qd.msg.body)
+	}
+	return n
 }
 
 // expiryOf is when msg, enqueued at now, expires in q: the queue's TTL or the message's
@@ -216,30 +239,70 @@ func (b *Broker) armExpiryLocked(q *queue) {
 }
 
 // returnLocked puts delivered messages back at the head of q, in the order they were
-// delivered, marked redelivered; a quorum queue counts the return, and dead-letters a
-// message returned more often than its delivery limit. rejected are nacked without requeue:
-// dead-lettered.
-func (b *Broker) returnLocked(q *queue, back []*queued, rejected []*queued) {
+// delivered (behind: at its tail), marked redelivered; a quorum queue counts the return, and
+// dead-letters a message returned more often than its delivery limit. rejected are nacked
+// without requeue: dead-lettered.
+func (b *Broker) returnLocked(q *queue, back, rejected, behind []*queued) {
 	if b.queues[q.name] != q || q.stream {
 		return // deleted; or a stream, which keeps them all
 	}
 	for _, qd := range rejected {
 		b.deadLetterLocked(q, qd, "rejected")
 	}
-	var kept []*queued
-	for _, qd := range back {
-		qd.redelivered = true
-		if q.quorum {
-			qd.deliveries++
-			if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
-				b.deadLetterLocked(q, qd, "delivery_limit")
-				continue
+	kept := func(qds []*queued) []*queued {
+		var out []*queued
+		for _, qd := range qds {
+			qd.redelivered = true
+			if q.quorum {
+				qd.deliveries++
+				if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
+					b.deadLetterLocked(q, qd, "delivery_limit")
+					continue
+				}
 			}
+			out = append(out, qd)
 		}
-		kept = append(kept, qd)
+		return out
 	}
-	q.ready = append(kept, q.ready...)
+	q.ready = append(q.ready, kept(behind)...)
+	back = kept(back)
+	if q.maxPriority == 0 {
+		q.ready = append(back, q.ready...)
+	} else {
+		for i := len(back) - 1; i >= 0; i-- {
+			q.putBack(back[i])
+		}
+	}
 	b.armExpiryLocked(q)
+}
+
+// priority is qd's priority in q: its message's, at most q's maximum (no priority: 0).
+func (q *queue) priority(qd *queued) int {
+	return min(int(qd.msg.props.Priority), q.maxPriority)
+}
+
+// put adds qd to q's ready messages: at the tail; in a priority queue, after every message of
+// its priority or higher. A priority queue delivers its highest priority first, each priority
+// in order.
+func (q *queue) put(qd *queued) {
+	i := len(q.ready)
+	if q.maxPriority > 0 {
+		p := q.priority(qd)
+		if j := slices.IndexFunc(q.ready, func(o *queued) bool { return q.priority(o) < p }); j >= 0 {
+			i = j
+		}
+	}
+	q.ready = slices.Insert(q.ready, i, qd)
+}
+
+// putBack returns qd, delivered, to a priority queue: at the head of its priority.
+func (q *queue) putBack(qd *queued) {
+	p := q.priority(qd)
+	i := slices.IndexFunc(q.ready, func(o *queued) bool { return q.priority(o) <= p })
+	if i < 0 {
+		i = len(q.ready)
+	}
+	q.ready = slices.Insert(q.ready, i, qd)
 }
 
 // deadLetterLocked sends qd, which leaves q for reason, to q's dead-letter exchange, with
