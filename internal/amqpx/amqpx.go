@@ -49,39 +49,29 @@ func Watch(ctx context.Context, conn *amqp.Connection) (stop func()) {
 // Do runs op, which makes one call on ch that waits for the broker, and returns its error.
 // If ctx ends first and op has not returned a moment later (watchGrace), ch is closed (which
 // makes op return) and the context's error is returned: a broker that does not answer can
-// never hang the caller. op runs on the caller's goroutine; a goroutine of the context's
-// watches it only once ctx has ended. One call only: amqp091-go hands the channel's close-ok
-// to whichever call waits, so a second call sent after the close could take it and leave
-// Close waiting for ever.
+// never hang the caller. One call only: amqp091-go hands the channel's close-ok to whichever
+// call waits, so a second call sent after the close could take it and leave Close waiting
+// for ever.
 func Do(ctx context.Context, ch *amqp.Channel, op func() error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var (
-		returned = make(chan struct{}) // closed once op has returned
-		watched  = make(chan struct{}) // closed once the watch, begun, has ended
-		closed   bool                  // whether the watch closed ch; read after watched
-	)
-	stop := context.AfterFunc(ctx, func() {
-		defer close(watched)
-		t := time.NewTimer(watchGrace)
-		defer t.Stop()
-		select {
-		case <-returned:
-		case <-t.C:
-			closed = true
-			_ = ch.Close()
-		}
-	})
-	err := op()
-	close(returned)
-	if !stop() { // the watch has begun: wait for its end
-		<-watched
-		if closed { // op failed because of the close: ctx's error says why
-			return ctx.Err()
-		}
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
 	}
-	return err
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(watchGrace):
+		_ = ch.Close()
+		opErr := <-done
+		_ = opErr // it failed because of the close: ctx's error says why
+		return ctx.Err()
+	}
 }
 
 // DeclareCounter declares name, a queue whose consumer count (a passive declare's) counts
