@@ -62,7 +62,7 @@ demos: broker
 ## logic on the in-memory broker), in under 30 s; without the race detector, which doubles it (make test
 ## runs every test under it)
 unit:
-	$(GO) test -short -count=1 -parallel $(TEST_PARALLEL) ./...
+	$(GO) test -short -count=1 -p $(TEST_PACKAGES) -parallel $(TEST_PARALLEL) ./...
 
 ## lint: golangci-lint (.golangci.yml: vet, staticcheck, errcheck, revive, ...) on the root module
 ## and on tools/, built from the module proxy into .bin/ the first time (a few minutes), at the
