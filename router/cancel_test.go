@@ -23,10 +23,10 @@ import (
 // brokerCancelled is the subscriber's line for a consumer the broker cancelled.
 const brokerCancelled = "The broker cancelled the consumer"
 
-// serverVersion is the RabbitMQ version of the broker at url.
-func serverVersion(t *testing.T, url string) string {
+// serverVersion is the RabbitMQ version of env's broker.
+func serverVersion(t *testing.T, env *testenv.Env) string {
 	t.Helper()
-	conn, err := amqp.Dial(url)
+	conn, err := env.Dial()
 	require.NoError(t, err)
 	defer conn.Close()
 	v := amqpx.ServerVersion(conn)
@@ -209,7 +209,7 @@ func TestCancelOfADeletedAndRedeclaredQueueConsumesAgain(t *testing.T) {
 func TestConsumerTimeoutRedeliversTheMessageOnce(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	version := serverVersion(t, env.URL)
+	version := serverVersion(t, env)
 	args := amqp.Table{"x-consumer-timeout": int64(1000)}
 	delay := env.Delay(topology.Delay{})
 	if !atLeast(t, version, 3, 12) {
@@ -224,7 +224,7 @@ func TestConsumerTimeoutRedeliversTheMessageOnce(t *testing.T) {
 
 		node := testenv.StartNode(t, testenv.WithRabbitSettings("{consumer_timeout, 1000}", "{channel_tick_interval, 100}"))
 		env = testenv.NewAt(t, node.URL())
-		version = serverVersion(t, env.URL)
+		version = serverVersion(t, env)
 		args, delay = nil, topology.Delay{Levels: 1}
 	}
 	queue := env.Queue("held")
@@ -285,8 +285,8 @@ func TestConsumerTimeoutRedeliversTheMessageOnce(t *testing.T) {
 // the argument itself on every version that runs here (3.10.8, 4.0.5).
 func TestSubscriberRefusesMaxPriorityOnAQuorumQueue(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
-	version := serverVersion(t, env.URL)
+	env := testenv.Logic(t)
+	version := serverVersion(t, env)
 	queue := env.Queue("prio")
 	sub, err := consumer.NewSubscriber(consumer.Config{
 		Connection: env.Connection(), Topology: topology.Config{Delay: env.Delay(topology.Delay{})},

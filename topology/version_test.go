@@ -72,7 +72,7 @@ func TestValidateForFollowsTheBrokerVersion(t *testing.T) {
 // exists with other arguments). x-consumer-timeout is declared from 3.12 and refused before.
 func TestApplyChecksArgumentsForTheBrokerVersion(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	conn, err := env.Dial()
 	require.NoError(t, err)
 	version := amqpx.ServerVersion(conn)
