@@ -397,6 +397,8 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 	ahead := make([]nextTicks, len(s.cfg.Jobs))
 	for ctx.Err() == nil {
 		now := time.Now()
+		// At least hourly: a timer counts the monotonic clock, which a wall clock set forward,
+		// or a machine suspended, does not move, while ticks are wall-clock times.
 		wake, changed := now.Add(time.Hour), false
 		for i, j := range s.cfg.Jobs {
 			js, ok := st.Jobs[j.Name]
