@@ -21,7 +21,7 @@ import (
 // end logs no error (the end of its handlers at Info), and Run returns nil.
 func TestKillDeleteLogsNoError(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("deliberate")
 	logger := watermill.NewCaptureLogger()
 	r, err := router.New(router.Config{

@@ -89,7 +89,7 @@ func runScheduler(t *testing.T, env *testenv.Env, cfg scheduler.Config) *schedul
 // ticks go on: none lost, none twice, none early.
 func TestOneActiveAndHandover(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	q := env.WorkQueue("ticks")
 	name := env.Name("group")
 	env.Remove([]string{scheduler.LockQueue(scheduler.DefaultPrefix, name), scheduler.StateQueue(scheduler.DefaultPrefix, name)}, nil)

@@ -28,11 +28,13 @@ import (
 
 // side is one broker a case runs against.
 type side struct {
-	t     *testing.T
-	dial  func() *amqp.Connection
-	name  func(string) string   // a name of the case's own
-	conn  warren.Connection     // for warren's components
-	delay func() topology.Delay // a delay layout of the case's own, removed after it
+	t    *testing.T
+	dial func() *amqp.Connection
+	// dialVia is dial through wrap's net.Conn: wrap is given the connection's socket.
+	dialVia func(wrap func(net.Conn) net.Conn) *amqp.Connection
+	name    func(string) string   // a name of the case's own
+	conn    warren.Connection     // for warren's components
+	delay   func() topology.Delay // a delay layout of the case's own, removed after it
 }
 
 // brokerVersion is the major.minor version of the broker of testenv.URL ("3.10", "4.0"),
@@ -62,15 +64,23 @@ func conformance(t *testing.T, c func(s side)) {
 		synctest.Test(t, func(t *testing.T) {
 			b := memrabbit.New(memrabbit.Config{Version: version})
 			t.Cleanup(func() { _ = b.Close() }) // registered first: it runs after the case's own cleanups
+			dialVia := func(wrap func(net.Conn) net.Conn) *amqp.Connection {
+				conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
+					Heartbeat: 0, Dial: func(string, string) (net.Conn, error) {
+						nc, err := b.Dial()
+						if err != nil {
+							return nil, err
+						}
+						return wrap(nc), nil
+					},
+				})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = conn.Close() })
+				return conn
+			}
 			c(side{t: t, name: func(n string) string { return n }, conn: warren.Connection{URL: b.URL()},
-				delay: func() topology.Delay { return topology.Delay{Levels: 4} }, dial: func() *amqp.Connection {
-					conn, err := amqp.DialConfig("amqp://guest:guest@memrabbit/", amqp.Config{
-						Heartbeat: 0, Dial: func(string, string) (net.Conn, error) { return b.Dial() },
-					})
-					require.NoError(t, err)
-					t.Cleanup(func() { _ = conn.Close() })
-					return conn
-				}})
+				delay: func() topology.Delay { return topology.Delay{Levels: 4} }, dialVia: dialVia,
+				dial: func() *amqp.Connection { return dialVia(func(nc net.Conn) net.Conn { return nc }) }})
 		})
 	})
 	t.Run("rabbitmq", func(t *testing.T) {
@@ -100,6 +110,17 @@ func conformance(t *testing.T, c func(s side)) {
 		c(side{t: t, name: func(n string) string { made = append(made, prefix+n); return prefix + n }, delay: delay,
 			conn: warren.Connection{URL: testenv.URL()}, dial: func() *amqp.Connection {
 				conn, err := amqp.Dial(testenv.URL())
+				require.NoError(t, err, "the broker at %s must answer", testenv.URL())
+				t.Cleanup(func() { _ = conn.Close() })
+				return conn
+			}, dialVia: func(wrap func(net.Conn) net.Conn) *amqp.Connection {
+				conn, err := amqp.DialConfig(testenv.URL(), amqp.Config{Dial: func(network, addr string) (net.Conn, error) {
+					nc, err := amqp.DefaultDial(30*time.Second)(network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return wrap(nc), nil
+				}})
 				require.NoError(t, err, "the broker at %s must answer", testenv.URL())
 				t.Cleanup(func() { _ = conn.Close() })
 				return conn
@@ -1671,4 +1692,56 @@ func TestWhereAQuorumQueuesGetReturnsAMessageIsTheVersions(t *testing.T) {
 				"3 false <nil>(<nil>)"}, got)
 		}
 	})
+}
+
+// A connection its client closes is ended by the client: after its close-ok the broker leaves
+// the socket open (RabbitMQ for up to 30 s), so the client's reader does not see the end of
+// the stream before the client closes it (amqp091 would tell that end to NotifyClose as a
+// lost connection when it reads it first).
+func TestAConnectionItsClientClosesIsEndedByTheClient(t *testing.T) {
+	conformance(t, func(s side) {
+		w := &endWatch{}
+		conn := s.dialVia(func(nc net.Conn) net.Conn { w.Conn = nc; return w })
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		require.NoError(s.t, conn.Close())
+		err, ok := <-closed
+		assert.False(s.t, ok, "closing tells no error: %v", err)
+		time.Sleep(200 * time.Millisecond) // the time for the broker to end the stream, if it does
+		w.mu.Lock()
+		ended := w.ended
+		w.mu.Unlock()
+		require.NoError(s.t, w.closeSocket())
+		assert.NoError(s.t, ended, "the broker ended the stream before the client closed it")
+	})
+}
+
+// endWatch is a client's socket that records a read ending before the socket is closed. Its
+// Close leaves the socket open: the case closes it (closeSocket) once it has seen whether the
+// broker ends the stream of itself.
+type endWatch struct {
+	net.Conn
+	mu     sync.Mutex
+	closed bool
+	ended  error
+}
+
+func (w *endWatch) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	if err != nil {
+		w.mu.Lock()
+		if !w.closed && w.ended == nil {
+			w.ended = err
+		}
+		w.mu.Unlock()
+	}
+	return n, err
+}
+
+func (w *endWatch) Close() error { return nil }
+
+func (w *endWatch) closeSocket() error {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	return w.Conn.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // Limits the broker tunes connections to, as RabbitMQ's defaults.
@@ -15,6 +16,10 @@ const (
 	channelMax = 2047
 	frameMax   = 131072
 )
+
+// closingTimeout is how long the broker, having answered a client's connection.close, waits
+// for the client to close the socket before it closes it itself (RabbitMQ's).
+const closingTimeout = 30 * time.Second
 
 // conn is the server's end of one client connection. Frames to the client are written at
 // once, in the order they are sent: the pipe's writes never wait for the reader, so the
@@ -24,19 +29,19 @@ type conn struct {
 	nc       net.Conn
 	channels map[uint16]*channel // read and written under b.mu
 
-	outMu  sync.Mutex
-	w      *bufio.Writer // over nc; nil once the connection's last frame is written
-	closed chan struct{} // closed once the connection is closed
-	once   sync.Once
+	outMu    sync.Mutex
+	w        *bufio.Writer // over nc; nil once the connection's last frame is written
+	once     sync.Once
+	released bool // its channels and exclusive queues are gone; under b.mu
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
-	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}, w: bufio.NewWriter(nc), closed: make(chan struct{})}
+	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}, w: bufio.NewWriter(nc)}
 }
 
-// send writes frames together, in order. After the connection's close-ok, or a failed
-// write, it writes nothing more and closes the connection (on a goroutine of its own: the
-// caller may hold the broker's lock, which close takes).
+// send writes frames together, in order. After the connection's close-ok it writes nothing
+// more; after a failed write it writes nothing more and closes the connection (on a
+// goroutine of its own: the caller may hold the broker's lock, which close takes).
 func (c *conn) send(fs ...frame) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
@@ -54,6 +59,8 @@ func (c *conn) send(fs ...frame) {
 	}
 	if err != nil || closeOk(fs[0]) {
 		c.w = nil
+	}
+	if err != nil {
 		go c.close()
 	}
 }
@@ -85,26 +92,47 @@ func closeOk(f frame) bool {
 	return ok
 }
 
-// close closes the connection, once: its channels' unacked messages go back to their queues,
-// its exclusive queues are deleted.
+// close closes the connection, once, and releases what it held.
 func (c *conn) close() {
 	c.once.Do(func() {
-		close(c.closed)
 		_ = c.nc.Close()
-		b := c.b
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		for _, ch := range c.channels {
-			ch.closeLocked()
-		}
-		c.channels = map[uint16]*channel{}
-		for name, q := range b.queues {
-			if q.exclusive == c {
-				b.deleteQueueLocked(name)
-			}
-		}
-		delete(b.conns, c)
+		c.release()
+		c.b.mu.Lock()
+		defer c.b.mu.Unlock()
+		delete(c.b.conns, c)
 	})
+}
+
+// release releases what the connection holds, once: its channels' unacked messages go back
+// to their queues, its exclusive queues are deleted.
+func (c *conn) release() {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c.released {
+		return
+	}
+	c.released = true
+	for _, ch := range c.channels {
+		ch.closeLocked()
+	}
+	c.channels = map[uint16]*channel{}
+	for name, q := range b.queues {
+		if q.exclusive == c {
+			b.deleteQueueLocked(name)
+		}
+	}
+}
+
+// closeOkThenLinger answers the client's connection.close once the connection's channels
+// are released, then, as RabbitMQ, leaves the socket to the client to close (for up to
+// closingTimeout), dropping what it still sends: a client that closes its connection sees
+// its own close, not the broker's end of the stream.
+func (c *conn) closeOkThenLinger(r *reader) {
+	c.release()
+	c.sendMethod(0, &connectionCloseOk{})
+	_ = c.nc.SetReadDeadline(time.Now().Add(closingTimeout))
+	_, _ = io.Copy(io.Discard, r.r)
 }
 
 // errConnection is a connection error the broker sends before it closes.
@@ -133,6 +161,10 @@ func (c *conn) serve() {
 			return
 		}
 		if err := c.frame(f); err != nil {
+			if errors.Is(err, errClosed) {
+				c.closeOkThenLinger(&r)
+				return
+			}
 			var ce *errConnection
 			if errors.As(err, &ce) {
 				c.sendMethod(0, &connectionClose{ReplyCode: ce.code, ReplyText: ce.text, ClassId: ce.class, MethodId: ce.meth})
@@ -145,8 +177,11 @@ func (c *conn) serve() {
 	}
 }
 
-// errClosing says the client closed the connection.
+// errClosing says the client sent connection.close-ok unasked.
 var errClosing = errors.New("closing")
+
+// errClosed says the client sent connection.close.
+var errClosed = errors.New("closed")
 
 // drainUntilCloseOk reads what the client still sends until its close-ok or close.
 func (c *conn) drainUntilCloseOk(r *reader) {
@@ -160,8 +195,7 @@ func (c *conn) drainUntilCloseOk(r *reader) {
 			case *connectionCloseOk:
 				return
 			case *connectionClose:
-				c.sendMethod(0, &connectionCloseOk{})
-				<-c.closed
+				c.closeOkThenLinger(r)
 				return
 			}
 		}
@@ -225,9 +259,7 @@ func (c *conn) frame(f frame) error {
 		if f.ChannelId == 0 {
 			switch f.Method.(type) {
 			case *connectionClose:
-				c.sendMethod(0, &connectionCloseOk{})
-				<-c.closed
-				return errClosing
+				return errClosed
 			case *connectionCloseOk:
 				return errClosing
 			case *connectionBlocked, *connectionUnblocked:
