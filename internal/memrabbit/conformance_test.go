@@ -131,12 +131,21 @@ func conformance(t *testing.T, c func(s side)) {
 // receive returns the next delivery, failing the case after a while.
 func receive(s side, ds <-chan amqp.Delivery) amqp.Delivery {
 	s.t.Helper()
+	d, _ := within(s, ds, "no delivery")
+	return d
+}
+
+// within returns what c gives, and whether c was open, failing the case with what if c
+// gives nothing in 5 s.
+func within[T any](s side, c <-chan T, what string) (T, bool) {
+	s.t.Helper()
 	select {
-	case d := <-ds:
-		return d
+	case v, ok := <-c:
+		return v, ok
 	case <-time.After(5 * time.Second):
-		s.t.Fatal("no delivery")
-		return amqp.Delivery{}
+		s.t.Fatal(what)
+		var zero T
+		return zero, false
 	}
 }
 
@@ -205,15 +214,11 @@ func TestAMandatoryUnroutablePublishIsReturned(t *testing.T) {
 		returns := ch.NotifyReturn(make(chan amqp.Return, 1))
 		nowhere := s.name("nowhere")
 		require.NoError(s.t, ch.PublishWithContext(context.Background(), "", nowhere, true, false, amqp.Publishing{Body: []byte("x")}))
-		select {
-		case r := <-returns:
-			assert.Equal(s.t, uint16(312), r.ReplyCode)
-			assert.Equal(s.t, "NO_ROUTE", r.ReplyText)
-			assert.Equal(s.t, nowhere, r.RoutingKey)
-			assert.Equal(s.t, "x", string(r.Body))
-		case <-time.After(5 * time.Second):
-			s.t.Fatal("no return")
-		}
+		r, _ := within(s, returns, "no return")
+		assert.Equal(s.t, uint16(312), r.ReplyCode)
+		assert.Equal(s.t, "NO_ROUTE", r.ReplyText)
+		assert.Equal(s.t, nowhere, r.RoutingKey)
+		assert.Equal(s.t, "x", string(r.Body))
 	})
 }
 
@@ -675,30 +680,6 @@ func TestUnbindingStopsTheRouting(t *testing.T) {
 		require.NoError(s.t, err)
 		assert.Equal(s.t, "bound", string(receive(s, ds).Body))
 		none(s, ds)
-	})
-}
-
-func TestDeletingAQueueCancelsItsConsumers(t *testing.T) {
-	conformance(t, func(s side) {
-		conn := s.dial()
-		ch, err := conn.Channel()
-		require.NoError(s.t, err)
-		q := s.name("q")
-		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
-		require.NoError(s.t, err)
-		cancels := ch.NotifyCancel(make(chan string, 1))
-		_, err = ch.Consume(q, "mine", false, false, false, false, nil)
-		require.NoError(s.t, err)
-		other, err := conn.Channel()
-		require.NoError(s.t, err)
-		_, err = other.QueueDelete(q, false, false, false)
-		require.NoError(s.t, err)
-		select {
-		case tag := <-cancels:
-			assert.Equal(s.t, "mine", tag)
-		case <-time.After(5 * time.Second):
-			s.t.Fatal("no cancel")
-		}
 	})
 }
 
@@ -1196,12 +1177,8 @@ func TestAnAlternateExchangeTakesWhatWouldBeReturned(t *testing.T) {
 		require.NoError(s.t, ch.QueueBind(q, "", ae, false, nil))
 		require.NoError(s.t, ch.PublishWithContext(context.Background(), covered, "k", true, false, amqp.Publishing{Body: []byte("caught")}))
 		require.NoError(s.t, ch.PublishWithContext(context.Background(), plain, "k", true, false, amqp.Publishing{Body: []byte("back")}))
-		select {
-		case r := <-returns:
-			assert.Equal(s.t, "back", string(r.Body))
-		case <-time.After(5 * time.Second):
-			s.t.Fatal("no return")
-		}
+		r, _ := within(s, returns, "no return")
+		assert.Equal(s.t, "back", string(r.Body))
 		d, ok, err := ch.Get(q, true)
 		require.NoError(s.t, err)
 		require.True(s.t, ok)
@@ -1316,12 +1293,8 @@ func TestPublishingToAnInternalExchangeIsRefused(t *testing.T) {
 		require.NoError(s.t, ch.ExchangeDeclare(x, "fanout", false, false, true, false, nil))
 		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 		require.NoError(s.t, ch.PublishWithContext(context.Background(), x, "", false, false, amqp.Publishing{}))
-		select {
-		case e := <-closed:
-			assert.Equal(s.t, 403, e.Code)
-		case <-time.After(5 * time.Second):
-			s.t.Fatal("not refused")
-		}
+		e, _ := within(s, closed, "not refused")
+		assert.Equal(s.t, 403, e.Code)
 	})
 }
 
@@ -1447,30 +1420,18 @@ func TestAConsumerCancelledByItsQueuesDeletionEndsItsDeliveries(t *testing.T) {
 			n, err := other.QueueDelete(q, false, false, false)
 			require.NoError(s.t, err)
 			assert.Equal(s.t, 1, n, "the unacked message is not counted")
-			select {
-			case tag := <-cancels:
-				assert.Equal(s.t, "mine", tag)
-			case <-time.After(5 * time.Second):
-				s.t.Fatal("no cancel")
-			}
-			select {
-			case extra, ok := <-ds:
-				assert.False(s.t, ok, "the deliveries end, got %q", extra.Body)
-			case <-time.After(5 * time.Second):
-				s.t.Fatal("the deliveries did not end")
-			}
+			tag, _ := within(s, cancels, "no cancel")
+			assert.Equal(s.t, "mine", tag)
+			extra, ok := within(s, ds, "the deliveries did not end")
+			assert.False(s.t, ok, "the deliveries end, got %q", extra.Body)
 			// The channel stays open: it takes the settlement of what it received, and a cancel of
 			// the tag the broker cancelled.
 			require.NoError(s.t, d.Ack(false))
 			require.NoError(s.t, ch.Cancel("mine", false))
 			_, err = ch.QueueDeclarePassive(q, true, false, false, false, nil)
 			assert.Equal(s.t, 404, amqpCode(s, err))
-			select {
-			case e := <-closed:
-				assert.Equal(s.t, 404, e.Code, "closed by the passive declare only")
-			case <-time.After(5 * time.Second):
-				s.t.Fatal("the passive declare did not close the channel")
-			}
+			e, _ := within(s, closed, "the passive declare did not close the channel")
+			assert.Equal(s.t, 404, e.Code, "closed by the passive declare only")
 		}
 	})
 }
@@ -1500,11 +1461,7 @@ func TestAQueueDeletedAndDeclaredAgainIsANewQueue(t *testing.T) {
 			require.NoError(s.t, err)
 			_, err = other.QueueDelete(q, false, false, false)
 			require.NoError(s.t, err)
-			select {
-			case <-cancels:
-			case <-time.After(5 * time.Second):
-				s.t.Fatal("no cancel")
-			}
+			within(s, cancels, "no cancel")
 			_, err = other.QueueDeclare(q, true, false, false, false, args)
 			require.NoError(s.t, err)
 			// What the old queue delivered goes back to it, not to the new one: it is gone.
