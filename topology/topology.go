@@ -183,7 +183,8 @@ type Config struct {
 	LeaderLocator LeaderLocator `yaml:"leader_locator,omitempty" json:"leader_locator,omitempty"`
 	// ExchangeKind of exchanges that do not set one. Default topic.
 	ExchangeKind Kind `yaml:"exchange_kind,omitempty" json:"exchange_kind,omitempty"`
-	// Timeout bounds each call to the broker. Default 30s.
+	// Timeout bounds each call to the broker; declarations go in batches of up to 64 sent
+	// without waiting for each answer, and a batch is one call. Default 30s.
 	Timeout time.Duration `yaml:"-" json:"-"`
 }
 

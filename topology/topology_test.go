@@ -3,7 +3,9 @@ package topology_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -271,6 +273,40 @@ func TestExistingQueueWithOtherArgumentsNamesQueueAndArgument(t *testing.T) {
 	assert.Contains(t, err.Error(), q)
 	var ae *amqp.Error
 	assert.True(t, errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed, "the broker's reply is kept")
+}
+
+// The builder sends its declarations without waiting for each answer: a refusal among them
+// is still reported for the object it is about, and the broker declares nothing after it.
+func TestARefusalAmongManyDeclarationsNamesItsObject(t *testing.T) {
+	t.Parallel()
+	env := testenv.Logic(t)
+	clash := env.Queue("clash")
+	ch := env.Channel()
+	_, err := ch.QueueDeclare(clash, true, false, false, false, amqp.Table{"x-message-ttl": int64(1000)})
+	require.NoError(t, err)
+	var queues []topology.Queue
+	for i := range 40 {
+		queues = append(queues, topology.Queue{Name: env.Queue(fmt.Sprintf("q%d", i))})
+	}
+	queues = slices.Insert(queues, 25, topology.Queue{Name: clash})
+
+	b := newBuilder(t, env, topology.Config{})
+	err = b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: queues})
+	var m *topology.MismatchError
+	require.ErrorAs(t, err, &m)
+	assert.Equal(t, clash, m.Name)
+	assert.Equal(t, "queue", m.What)
+	_, err = env.Inspect(queues[24].Name)
+	assert.NoError(t, err, "the queue before the refused one is declared")
+	_, err = env.Inspect(topology.PoisonQueue(queues[26].Name))
+	assert.ErrorContains(t, err, "NOT_FOUND", "nothing after the refusal is declared")
+
+	missing := env.Exchange("missing")
+	bd := topology.Binding{Exchange: missing, Queue: queues[0].Name, Key: "k"}
+	err = b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: queues[:10], Bindings: []topology.Binding{bd}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("topology: declare binding %q: ", bd.String()))
+	assert.Contains(t, err.Error(), "NOT_FOUND - no exchange '"+missing+"'")
 }
 
 func TestVerifyDeclaresNothingAndReportsDifferences(t *testing.T) {
