@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -332,7 +333,7 @@ func (b *Builder) delayObjects() []object {
 			q := d.LevelQueue(p, digit)
 			objs = append(objs, object{what: "queue", name: q, args: d.levelArgs(d.TTL(p, digit).Milliseconds(), d.next(p)),
 				role: levelQueue, typ: d.QueueType})
-			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{contract.DigitHeader(p): fmt.Sprint(digit)}}
+			bd := Binding{Exchange: d.LevelExchange(p), Queue: q, Headers: map[string]string{contract.DigitHeader(p): strconv.Itoa(digit)}}
 			objs = append(objs, object{what: "binding", name: bd.String(), binding: bd})
 		}
 	}

@@ -171,14 +171,16 @@ const maxName = 255
 // "warren.delay.quorum.1ms.r16" by default.
 func (d Delay) Name() string {
 	d = d.WithDefaults()
-	return fmt.Sprintf("%s.%s.%dms.r%d", d.Prefix, d.QueueType, d.Unit.Milliseconds(), d.Radix)
+	return d.Prefix + "." + string(d.QueueType) + "." + strconv.FormatInt(d.Unit.Milliseconds(), 10) + "ms.r" + strconv.Itoa(d.Radix)
 }
 
 // LevelExchange is the headers exchange of position p.
-func (d Delay) LevelExchange(p int) string { return fmt.Sprintf("%s.p%d", d.Name(), p) }
+func (d Delay) LevelExchange(p int) string { return d.Name() + ".p" + strconv.Itoa(p) }
 
 // LevelQueue is the queue of digit digit at position p.
-func (d Delay) LevelQueue(p, digit int) string { return fmt.Sprintf("%s.p%d.d%d", d.Name(), p, digit) }
+func (d Delay) LevelQueue(p, digit int) string {
+	return d.LevelExchange(p) + ".d" + strconv.Itoa(digit)
+}
 
 // DeliveryExchange is the headers exchange that hands a message to its destination.
 func (d Delay) DeliveryExchange() string { return d.Name() + ".deliver" }
@@ -214,10 +216,10 @@ func ParseParkingQueue(queue string) (layout string, ok bool) {
 }
 
 // ChainExchange is the fanout exchange in front of ChainQueue(i), 1 ≤ i ≤ Chain().
-func (d Delay) ChainExchange(i int) string { return fmt.Sprintf("%s.c%d", d.Name(), i) }
+func (d Delay) ChainExchange(i int) string { return d.Name() + ".c" + strconv.Itoa(i) }
 
 // ChainQueue is the chain queue a message enters with i chain hops to go.
-func (d Delay) ChainQueue(i int) string { return fmt.Sprintf("%s.c%d.q", d.Name(), i) }
+func (d Delay) ChainQueue(i int) string { return d.ChainExchange(i) + ".q" }
 
 // LedgerQueue is the stream that records the messages scheduled with an id (warren.Schedule),
 // their cancellations and deliveries (package ledger). Declared on first use.

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -127,7 +128,7 @@ func (b Binding) String() string {
 	if b.ToExchange != "" {
 		to = "exchange " + b.ToExchange
 	}
-	return fmt.Sprintf("binding %s -> %s (key %q)", b.Exchange, to, b.Key)
+	return "binding " + b.Exchange + " -> " + to + " (key " + strconv.Quote(b.Key) + ")"
 }
 
 // Topology is a declarative description of exchanges, work queues and bindings.
