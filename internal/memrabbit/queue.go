@@ -54,6 +54,7 @@ type queue struct {
 	maxPriority   int           // x-max-priority (classic); zero: none
 
 	expiry *time.Timer // for the head's expiration
+	armed  time.Time   // when expiry fires; zero: it is not set
 	unused *time.Timer // for x-expires
 }
 
@@ -214,6 +215,7 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 
 // armExpiryLocked sets q's timer for its head's expiration, expiring at once the heads that
 // are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for it.
+// The timer is q's own, set again only when its head's expiration changes.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
 	for len(q.ready) > 0 && !q.ready[0].expires.IsZero() && !q.ready[0].expires.After(now) {
@@ -221,17 +223,27 @@ func (b *Broker) armExpiryLocked(q *queue) {
 		q.ready = q.ready[1:]
 		b.deadLetterLocked(q, head, "expired")
 	}
-	if q.expiry != nil {
-		q.expiry.Stop()
-		q.expiry = nil
-	}
 	if len(q.ready) == 0 || q.ready[0].expires.IsZero() {
+		if !q.armed.IsZero() {
+			q.expiry.Stop()
+			q.armed = time.Time{}
+		}
 		return
 	}
-	q.expiry = time.AfterFunc(q.ready[0].expires.Sub(now), func() {
+	at := q.ready[0].expires
+	if q.armed.Equal(at) {
+		return
+	}
+	q.armed = at
+	if q.expiry != nil {
+		q.expiry.Reset(at.Sub(now))
+		return
+	}
+	q.expiry = time.AfterFunc(at.Sub(now), func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if b.queues[q.name] == q {
+			q.armed = time.Time{} // fired
 			b.armExpiryLocked(q)
 			b.dispatchLocked()
 		}
