@@ -241,7 +241,7 @@ In realistic implementations where performance is a concern, we would use
 system calls to read a frame.
 */
 type frame interface {
-	write(io.Writer) error
+	write(*frameBuffer) error
 	channel() uint16
 }
 
