@@ -41,7 +41,10 @@ type Broker struct {
 	conns        map[*conn]bool
 	replies      map[string]*channel // the channels that consume amq.rabbitmq.reply-to, by their reply address
 	closed       bool
-	seq          int // for server-named queues and consumer tags
+	expiring     expiring      // the queues whose head expires, soonest first
+	armSeq       uint64        // counts the expirations set
+	wake         chan struct{} // wakes the expirer when the soonest expiration changes; nil: none runs
+	seq          int           // for server-named queues and consumer tags
 
 	host       string // the host of URL
 	unregister func()
@@ -95,6 +98,12 @@ func (b *Broker) Close() error {
 	b.unregister()
 	b.mu.Lock()
 	b.closed = true
+	if b.wake != nil {
+		select {
+		case b.wake <- struct{}{}: // the expirer ends
+		default:
+		}
+	}
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)

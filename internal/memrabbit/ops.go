@@ -229,10 +229,9 @@ func (b *Broker) deleteQueueLocked(name string) {
 		return
 	}
 	delete(b.queues, name)
-	for _, t := range []*time.Timer{q.expiry, q.unused} {
-		if t != nil {
-			t.Stop()
-		}
+	b.setExpiryLocked(q, time.Time{})
+	if q.unused != nil {
+		q.unused.Stop()
 	}
 	for _, cs := range q.consumers {
 		delete(cs.ch.consumers, cs.tag)

@@ -53,8 +53,9 @@ type queue struct {
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
 
-	expiry *time.Timer // for the head's expiration
-	armed  time.Time   // when expiry fires; zero: it is not set
+	armed  time.Time   // when its head expires; zero: never
+	armSeq uint64      // when armed was set, among the broker's queues
+	heapAt int         // its index in the broker's expiring; -1: not there
 	unused *time.Timer // for x-expires
 }
 
@@ -83,7 +84,7 @@ func (b *Broker) touchLocked(q *queue) {
 // newQueue returns a queue declared with args.
 func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
-		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1}
+		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1, heapAt: -1}
 	q.quorum = args["x-queue-type"] == "quorum"
 	q.stream = args["x-queue-type"] == "stream"
 	if ms, ok := intArg(args["x-message-ttl"]); ok {
@@ -213,9 +214,9 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 	return now.Add(ttl)
 }
 
-// armExpiryLocked sets q's timer for its head's expiration, expiring at once the heads that
-// are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for it.
-// The timer is q's own, set again only when its head's expiration changes.
+// armExpiryLocked has q's head expire when it is due (see expire), expiring at once the heads
+// that are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for
+// it.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
 	for len(q.ready) > 0 && !q.ready[0].expires.IsZero() && !q.ready[0].expires.After(now) {
@@ -223,31 +224,11 @@ func (b *Broker) armExpiryLocked(q *queue) {
 		q.ready = q.ready[1:]
 		b.deadLetterLocked(q, head, "expired")
 	}
-	if len(q.ready) == 0 || q.ready[0].expires.IsZero() {
-		if !q.armed.IsZero() {
-			q.expiry.Stop()
-			q.armed = time.Time{}
-		}
-		return
+	var at time.Time
+	if len(q.ready) > 0 {
+		at = q.ready[0].expires
 	}
-	at := q.ready[0].expires
-	if q.armed.Equal(at) {
-		return
-	}
-	q.armed = at
-	if q.expiry != nil {
-		q.expiry.Reset(at.Sub(now))
-		return
-	}
-	q.expiry = time.AfterFunc(at.Sub(now), func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.queues[q.name] == q {
-			q.armed = time.Time{} // fired
-			b.armExpiryLocked(q)
-			b.dispatchLocked()
-		}
-	})
+	b.setExpiryLocked(q, at)
 }
 
 // returnLocked puts delivered messages back at the head of q, in the order they were
