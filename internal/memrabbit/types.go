@@ -256,6 +256,9 @@ type reader struct {
 	// A nil pointer or a stored value of 0 means no limit is enforced,
 	// matching the pre-negotiation and explicitly-unlimited cases.
 	maxFrameSize *atomic.Uint32
+
+	buf []byte // the payload of the frame being read (method and header frames)
+	c   cursor // over buf
 }
 
 // Implements the frame interface for Connection RPC
