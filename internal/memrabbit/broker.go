@@ -48,7 +48,7 @@ type Broker struct {
 
 	host       string // the host of URL
 	unregister func()
-	journal    []Event
+	journal    [][]entry // in arrays of journalChunk
 }
 
 // brokers numbers the brokers of the process, whose URLs differ by it.
