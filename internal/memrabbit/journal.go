@@ -69,7 +69,7 @@ func (b *Broker) Journal() []Event {
 	for _, chunk := range b.journal {
 		for _, e := range chunk {
 			out = append(out, Event{At: e.at, Kind: e.kind, Exchange: e.msg.exchange, RoutingKey: e.msg.routingKey,
-				Queue: e.queue, Reason: e.reason, MessageID: e.msg.props.MessageId, Headers: e.msg.props.Headers, Body: e.msg.body})
+				Queue: e.queue, Reason: e.reason, MessageID: e.msg.props.MessageId, Headers: e.msg.props.headers(), Body: e.msg.body})
 		}
 	}
 	return out
@@ -87,7 +87,7 @@ func (b *Broker) Messages(queue string) []Event {
 	out := []Event{}
 	for _, qd := range q.ready {
 		out = append(out, Event{Kind: "waiting", Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Queue: queue,
-			MessageID: qd.msg.props.MessageId, Headers: qd.msg.props.Headers, Body: qd.msg.body})
+			MessageID: qd.msg.props.MessageId, Headers: qd.msg.props.headers(), Body: qd.msg.body})
 	}
 	return out
 }

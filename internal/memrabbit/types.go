@@ -104,6 +104,11 @@ type properties struct {
 	UserId          string    // application use - creating user id
 	AppId           string    // application use - creating application
 	reserved1       string    // was cluster-id - process for buffer consumption
+
+	// The headers the broker set when it dead-lettered the message (x-death, x-first-death-*,
+	// x-last-death-*), kept apart from Headers, which every dead-lettering would otherwise
+	// copy whole: a message has both, these over Headers (see headers()).
+	deaths Table
 }
 
 // The property flags are an array of bits that indicate the presence or

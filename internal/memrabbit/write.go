@@ -106,7 +106,7 @@ func (f *headerFrame) appendPayload(b []byte) ([]byte, error) {
 	if p.ContentEncoding != "" {
 		mask |= flagContentEncoding
 	}
-	if len(p.Headers) > 0 {
+	if len(p.Headers) > 0 || len(p.deaths) > 0 {
 		mask |= flagHeaders
 	}
 	if p.DeliveryMode > 0 {
@@ -151,7 +151,7 @@ func (f *headerFrame) appendPayload(b []byte) ([]byte, error) {
 	shortstr(flagContentType, p.ContentType)
 	shortstr(flagContentEncoding, p.ContentEncoding)
 	if err == nil && hasProperty(mask, flagHeaders) {
-		b, err = appendTable(b, p.Headers)
+		b, err = appendHeaders(b, p.Headers, p.deaths)
 	}
 	if hasProperty(mask, flagDeliveryMode) {
 		b = append(b, p.DeliveryMode)
@@ -320,15 +320,49 @@ func appendTable(b []byte, table Table) ([]byte, error) {
 	return sized(b, func(b []byte) ([]byte, error) {
 		var err error
 		for key, val := range table {
-			if b, err = appendShortstr(b, key); err != nil {
-				return b, fmt.Errorf("writing key %q: %w", key, err)
-			}
-			if b, err = appendField(b, val); err != nil {
-				return b, fmt.Errorf("writing value for key %q: %w", key, err)
+			if b, err = appendEntry(b, key, val); err != nil {
+				return b, err
 			}
 		}
 		return b, nil
 	})
+}
+
+// appendHeaders appends a message's headers as one table: over's, and those of headers
+// that over does not have.
+func appendHeaders(b []byte, headers, over Table) ([]byte, error) {
+	if len(over) == 0 {
+		return appendTable(b, headers)
+	}
+	return sized(b, func(b []byte) ([]byte, error) {
+		var err error
+		for key, val := range headers {
+			if _, ok := over[key]; ok {
+				continue
+			}
+			if b, err = appendEntry(b, key, val); err != nil {
+				return b, err
+			}
+		}
+		for key, val := range over {
+			if b, err = appendEntry(b, key, val); err != nil {
+				return b, err
+			}
+		}
+		return b, nil
+	})
+}
+
+// appendEntry appends a table's entry.
+func appendEntry(b []byte, key string, val any) ([]byte, error) {
+	b, err := appendShortstr(b, key)
+	if err != nil {
+		return b, fmt.Errorf("writing key %q: %w", key, err)
+	}
+	if b, err = appendField(b, val); err != nil {
+		return b, fmt.Errorf("writing value for key %q: %w", key, err)
+	}
+	return b, nil
 }
 
 // writeTable serializes a Table to the given writer.
