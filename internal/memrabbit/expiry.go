@@ -7,10 +7,11 @@ import (
 
 // The heads of queues expire on one goroutine of the broker, the expirer: it waits for the
 // soonest expiration among the queues (expiring holds them, soonest first), expires what is
-// due and dispatches. It starts with the first expiration set, on the goroutine that sets it
-// (in a testing/synctest bubble, the bubble's), and ends when the broker closes.
-// One long-lived goroutine rather than a timer's goroutine per expiration: each of those
-// grew its stack anew to dead-letter and deliver.
+// due and dispatches. It starts with an expiration set while none runs, on the goroutine that
+// sets it (in a testing/synctest bubble, the bubble's), and ends when no queue's head has an
+// expiration or the broker closes: a broker with nothing to expire has no goroutine of its own.
+// One goroutine for the expirations that follow one another, rather than a timer's goroutine
+// for each, whose stack grew anew to dead-letter and deliver.
 
 // expiring is a heap of queues by when their head expires (queue.armed), the earlier armed
 // first among equals.
@@ -76,24 +77,19 @@ func (b *Broker) setExpiryLocked(q *queue, at time.Time) {
 	}
 }
 
-// expire is the expirer: it expires the heads of queues when they are due, until the broker
-// closes.
+// expire is the expirer: it expires the heads of queues when they are due, until no queue's
+// head has an expiration or the broker closes.
 func (b *Broker) expire(wake chan struct{}) {
 	var timer *time.Timer
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for {
-		if b.closed {
+		if b.closed || len(b.expiring) == 0 {
+			b.wake = nil
 			if timer != nil {
 				timer.Stop()
 			}
 			return
-		}
-		if len(b.expiring) == 0 {
-			b.mu.Unlock()
-			<-wake
-			b.mu.Lock()
-			continue
 		}
 		now := time.Now()
 		if d := b.expiring[0].armed.Sub(now); d > 0 {
