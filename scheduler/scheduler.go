@@ -395,6 +395,8 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 	// has a time limit of its own.
 	round := context.WithoutCancel(ctx)
 	ahead := make([]nextTicks, len(s.cfg.Jobs))
+	timer := time.NewTimer(time.Hour) // reset before each wait
+	defer timer.Stop()
 	for ctx.Err() == nil {
 		now := time.Now()
 		// At least hourly: a timer counts the monotonic clock, which a wall clock set forward,
@@ -423,9 +425,10 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 				return err
 			}
 		}
+		timer.Reset(time.Until(wake))
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Until(wake)):
+		case <-timer.C:
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -49,16 +50,34 @@ func parseSpec(s string, loc *time.Location) (spec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", s, err)
 	}
-	return inLocation{sched, loc}, nil
+	return &inLocation{Schedule: sched, loc: loc}, nil
 }
 
-// inLocation reads a cron schedule on the clock of loc (unless it names its own zone).
+// inLocation reads a cron schedule on the clock of loc (unless it names its own zone). It
+// remembers its last two answers: the active scheduler asks for the same ticks several times
+// a round (the next one, the one after it, the ones missed since the last), and stepping
+// through a cron expression costs far more than the asking.
 type inLocation struct {
 	cron.Schedule
 	loc *time.Location
+
+	mu     sync.Mutex
+	recent [2]struct{ after, next time.Time } // the newer first; zero: none
 }
 
-func (l inLocation) Next(t time.Time) time.Time { return l.Schedule.Next(t.In(l.loc)) }
+func (l *inLocation) Next(t time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recent {
+		if !r.after.IsZero() && r.after.Equal(t) { // the answer depends on the instant only
+			return r.next
+		}
+	}
+	next := l.Schedule.Next(t.In(l.loc))
+	l.recent[1] = l.recent[0]
+	l.recent[0].after, l.recent[0].next = t, next
+	return next
+}
 
 // maxMissedSpan bounds how far back between looks for the ticks of a cron expression: a
 // state recorded that long ago (or forged) must not keep the scheduler stepping through

@@ -10,6 +10,7 @@ package memrabbit
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,14 +37,18 @@ type Broker struct {
 	mu           sync.Mutex
 	exchanges    map[string]*exchange
 	queues       map[string]*queue
+	consumed     []*queue // the queues that have a consumer: the ones dispatchLocked delivers from
 	conns        map[*conn]bool
 	replies      map[string]*channel // the channels that consume amq.rabbitmq.reply-to, by their reply address
 	closed       bool
-	seq          int // for server-named queues and consumer tags
+	expiring     expiring      // the queues whose head expires, soonest first
+	armSeq       uint64        // counts the expirations set
+	wake         chan struct{} // wakes the expirer when the soonest expiration changes; nil: none runs
+	seq          int           // for server-named queues and consumer tags
 
 	host       string // the host of URL
 	unregister func()
-	journal    []Event
+	journal    [][]entry // in arrays of journalChunk
 }
 
 // brokers numbers the brokers of the process, whose URLs differ by it.
@@ -93,6 +98,12 @@ func (b *Broker) Close() error {
 	b.unregister()
 	b.mu.Lock()
 	b.closed = true
+	if b.wake != nil {
+		select {
+		case b.wake <- struct{}{}: // the expirer ends
+		default:
+		}
+	}
 	conns := make([]*conn, 0, len(b.conns))
 	for c := range b.conns {
 		conns = append(conns, c)
@@ -121,6 +132,30 @@ type binding struct {
 	toExchange bool
 	key        string
 	args       Table
+
+	// What routing matches, taken from key and args when the binding is made.
+	pattern  []string    // a topic binding's words
+	match    []headerArg // a headers binding's arguments that are matched: not x-match, none starting with "x-"
+	matchAny bool        // a headers binding's x-match is any (or any-with-x)
+}
+
+// headerArg is a header a headers binding matches: want nil matches any value.
+type headerArg struct {
+	key  string
+	want any
+}
+
+// newBinding returns a binding of dest to an exchange, with what routing matches.
+func newBinding(dest string, toExchange bool, key string, args Table) binding {
+	bd := binding{queue: dest, toExchange: toExchange, key: key, args: args, pattern: words(key)}
+	mode, _ := args["x-match"].(string)
+	bd.matchAny = strings.HasPrefix(mode, "any")
+	for k, want := range args {
+		if !strings.HasPrefix(k, "x-") {
+			bd.match = append(bd.match, headerArg{key: k, want: want})
+		}
+	}
+	return bd
 }
 
 // routeLocked returns the queues a message published to exchange x with key and headers
@@ -133,58 +168,74 @@ func (b *Broker) routeLocked(x *exchange, key string, headers Table) []*queue {
 		}
 		return nil
 	}
-	var out []*queue
-	seenQ, seenX := map[string]bool{}, map[string]bool{}
-	var walk func(x *exchange) bool
-	walk = func(x *exchange) bool {
-		if seenX[x.name] {
-			return false
-		}
-		seenX[x.name] = true
-		routed := false
-		for _, bd := range x.bindings {
-			if !x.matches(bd, key, headers) {
-				continue
-			}
-			if bd.toExchange {
-				if to, ok := b.exchanges[bd.queue]; ok && walk(to) {
-					routed = true
-				}
-				continue
-			}
-			q, ok := b.queues[bd.queue]
-			if !ok {
-				continue
-			}
-			routed = true
-			if !seenQ[q.name] {
-				seenQ[q.name] = true
-				out = append(out, q)
-			}
-		}
-		if !routed {
-			if ae, ok := x.args["alternate-exchange"].(string); ok {
-				if to, ok := b.exchanges[ae]; ok {
-					routed = walk(to)
-				}
-			}
-		}
-		return routed
-	}
-	walk(x)
-	return out
+	r := route{b: b, key: key, headers: headers}
+	r.walk(x)
+	return r.out
 }
 
-func (x *exchange) matches(bd binding, key string, headers Table) bool {
+// route is one routing of a message: the exchanges it went through and the queues it
+// reached, each once.
+type route struct {
+	b       *Broker
+	key     string
+	words   []string // the key's, split when a topic exchange first needs them
+	headers Table
+	seen    []*exchange
+	out     []*queue
+}
+
+// walk routes through x, and reports whether any queue, or exchange that routed it, took
+// the message.
+func (r *route) walk(x *exchange) bool {
+	if slices.Contains(r.seen, x) {
+		return false
+	}
+	r.seen = append(r.seen, x)
+	routed := false
+	for i := range x.bindings {
+		bd := &x.bindings[i]
+		if !r.matches(x, bd) {
+			continue
+		}
+		if bd.toExchange {
+			if to, ok := r.b.exchanges[bd.queue]; ok && r.walk(to) {
+				routed = true
+			}
+			continue
+		}
+		q, ok := r.b.queues[bd.queue]
+		if !ok {
+			continue
+		}
+		routed = true
+		if !slices.Contains(r.out, q) {
+			r.out = append(r.out, q)
+		}
+	}
+	if !routed {
+		if ae, ok := x.args["alternate-exchange"].(string); ok {
+			if to, ok := r.b.exchanges[ae]; ok {
+				routed = r.walk(to)
+			}
+		}
+	}
+	return routed
+}
+
+// matches reports whether binding bd of exchange x takes the message.
+func (r *route) matches(x *exchange, bd *binding) bool {
 	switch x.kind {
 	case "fanout":
 		return true
 	case "topic":
-		return topicMatch(words(bd.key), words(key))
+		if r.words == nil && r.key != "" {
+			r.words = words(r.key)
+		}
+		return topicMatch(bd.pattern, r.words)
 	case "headers":
-		return headersMatch(bd.args, headers)
+		return headersMatch(bd, r.headers)
 	default:
-		return bd.key == key
+		return bd.key == r.key
 	}
 }
 
@@ -219,24 +270,20 @@ func topicMatch(pattern, words []string) bool {
 
 // headersMatch matches a headers binding (x-match all, the default, or any; keys that start
 // with "x-" are not matched) against a message's headers.
-func headersMatch(args, headers Table) bool {
-	mode, _ := args["x-match"].(string)
-	any := strings.HasPrefix(mode, "any")
-	matched, tried := 0, 0
-	for k, want := range args {
-		if strings.HasPrefix(k, "x-") {
-			continue
-		}
-		tried++
-		got, ok := headers[k]
-		if ok && (want == nil || sameValue(want, got)) {
+func headersMatch(bd *binding, headers Table) bool {
+	matched := 0
+	for _, a := range bd.match {
+		got, ok := headers[a.key]
+		if ok && (a.want == nil || sameValue(a.want, got)) {
+			if bd.matchAny {
+				return true
+			}
 			matched++
+		} else if !bd.matchAny {
+			return false
 		}
 	}
-	if any {
-		return matched > 0
-	}
-	return matched == tried
+	return !bd.matchAny && matched == len(bd.match)
 }
 
 // sameValue reports whether a binding's value and a header's are the same, as text: strings

@@ -305,6 +305,9 @@ func (ch *channel) consume(m *basicConsume) error {
 	}
 	ch.consumers[tag] = cs
 	q.consumers = append(q.consumers, cs)
+	if len(q.consumers) == 1 {
+		b.consumed = append(b.consumed, q)
+	}
 	q.hadConsumer = true
 	b.touchLocked(q)
 	if !m.NoWait {
@@ -426,6 +429,9 @@ func (ch *channel) cancelLocked(cs *consumer) {
 	}
 	q := cs.queue
 	q.consumers = slices.DeleteFunc(q.consumers, func(o *consumer) bool { return o == cs })
+	if len(q.consumers) == 0 {
+		ch.c.b.unconsumedLocked(q)
+	}
 	if q.autoDelete && q.hadConsumer && len(q.consumers) == 0 {
 		ch.c.b.deleteQueueLocked(q.name)
 		return

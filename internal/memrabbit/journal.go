@@ -38,17 +38,41 @@ func (e Event) String() string {
 	return b.String()
 }
 
+// entry is an event as the journal keeps it: the Event takes the message's fields when the
+// journal is read (a stored message does not change).
+type entry struct {
+	at     time.Time
+	kind   string
+	msg    *stored
+	queue  string
+	reason string
+}
+
+// journalChunk is how many entries each array of the journal holds: it grows by arrays of
+// its own rather than by copying one.
+const journalChunk = 1024
+
 // recordLocked adds an event about msg to the journal.
 func (b *Broker) recordLocked(kind string, msg *stored, queue, reason string) {
-	b.journal = append(b.journal, Event{At: time.Now(), Kind: kind, Exchange: msg.exchange, RoutingKey: msg.routingKey,
-		Queue: queue, Reason: reason, MessageID: msg.props.MessageId, Headers: msg.props.Headers, Body: msg.body})
+	if n := len(b.journal); n == 0 || len(b.journal[n-1]) == journalChunk {
+		b.journal = append(b.journal, make([]entry, 0, journalChunk))
+	}
+	last := &b.journal[len(b.journal)-1]
+	*last = append(*last, entry{at: time.Now(), kind: kind, msg: msg, queue: queue, reason: reason})
 }
 
 // Journal returns what the broker did, in order.
 func (b *Broker) Journal() []Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]Event(nil), b.journal...)
+	var out []Event
+	for _, chunk := range b.journal {
+		for _, e := range chunk {
+			out = append(out, Event{At: e.at, Kind: e.kind, Exchange: e.msg.exchange, RoutingKey: e.msg.routingKey,
+				Queue: e.queue, Reason: e.reason, MessageID: e.msg.props.MessageId, Headers: e.msg.props.headers(), Body: e.msg.body})
+		}
+	}
+	return out
 }
 
 // Messages returns the messages waiting in queue (not those delivered and unacknowledged),
@@ -63,7 +87,7 @@ func (b *Broker) Messages(queue string) []Event {
 	out := []Event{}
 	for _, qd := range q.ready {
 		out = append(out, Event{Kind: "waiting", Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Queue: queue,
-			MessageID: qd.msg.props.MessageId, Headers: qd.msg.props.Headers, Body: qd.msg.body})
+			MessageID: qd.msg.props.MessageId, Headers: qd.msg.props.headers(), Body: qd.msg.body})
 	}
 	return out
 }

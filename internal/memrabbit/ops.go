@@ -182,7 +182,7 @@ func (b *Broker) bindLocked(c *conn, dest, exchangeName, key string, args Table,
 	}
 	switch {
 	case bind && i < 0:
-		x.bindings = append(x.bindings, binding{queue: dest, toExchange: toExchange, key: key, args: args})
+		x.bindings = append(x.bindings, newBinding(dest, toExchange, key, args))
 	case !bind && i >= 0:
 		x.bindings = append(x.bindings[:i], x.bindings[i+1:]...)
 		b.autoDeleteExchangeLocked(x)
@@ -229,16 +229,16 @@ func (b *Broker) deleteQueueLocked(name string) {
 		return
 	}
 	delete(b.queues, name)
-	for _, t := range []*time.Timer{q.expiry, q.unused} {
-		if t != nil {
-			t.Stop()
-		}
+	b.setExpiryLocked(q, time.Time{})
+	if q.unused != nil {
+		q.unused.Stop()
 	}
 	for _, cs := range q.consumers {
 		delete(cs.ch.consumers, cs.tag)
 		cs.ch.c.sendMethod(cs.ch.id, &basicCancel{ConsumerTag: cs.tag, NoWait: true})
 	}
 	q.consumers = nil
+	b.unconsumedLocked(q)
 	for _, x := range b.exchanges {
 		kept := x.bindings[:0]
 		for _, bd := range x.bindings {
@@ -314,11 +314,12 @@ func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
 // dispatchLocked delivers what the queues hold to their consumers, round robin, as far as
 // their channels' prefetch lets them.
 func (b *Broker) dispatchLocked() {
-	for _, q := range b.queues {
+	for _, q := range b.consumed {
 		if q.stream {
 			b.readStreamLocked(q)
 			continue
 		}
+		delivered := false
 		for len(q.ready) > 0 {
 			cs := q.nextConsumer()
 			if cs == nil {
@@ -326,13 +327,22 @@ func (b *Broker) dispatchLocked() {
 			}
 			qd := q.ready[0]
 			q.ready = q.ready[1:]
+			delivered = true
 			tag := cs.ch.track(q, qd, cs, cs.noAck)
 			b.recordLocked("delivered", qd.msg, q.name, "")
 			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
 				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
 		}
-		b.armExpiryLocked(q)
+		if delivered {
+			b.armExpiryLocked(q) // a new head
+		}
 	}
+}
+
+// unconsumedLocked takes q, which lost its last consumer, from the queues dispatchLocked
+// delivers from.
+func (b *Broker) unconsumedLocked(q *queue) {
+	b.consumed = slices.DeleteFunc(b.consumed, func(o *queue) bool { return o == q })
 }
 
 // deliveredProps are the properties qd is delivered with: a quorum queue tells how often it

@@ -16,11 +16,15 @@ func newPipe() (net.Conn, net.Conn) {
 	return &pipeEnd{r: ba, w: ab}, &pipeEnd{r: ab, w: ba}
 }
 
+// maxKeptBuffer is the largest buffer a stream keeps, once read, for what is written next.
+const maxKeptBuffer = 64 << 10
+
 // stream is one direction of a pipe.
 type stream struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
-	buf      []byte
+	buf      []byte // written, not yet read from off
+	off      int
 	closed   bool
 	deadline time.Time // of reads; zero: none
 	timer    *time.Timer
@@ -35,7 +39,7 @@ func newStream() *stream {
 func (s *stream) read(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.buf) == 0 {
+	for s.off == len(s.buf) {
 		switch {
 		case s.closed:
 			return 0, io.EOF
@@ -44,10 +48,13 @@ func (s *stream) read(p []byte) (int, error) {
 		}
 		s.cond.Wait()
 	}
-	n := copy(p, s.buf)
-	s.buf = s.buf[n:]
-	if len(s.buf) == 0 {
-		s.buf = nil // let the array go
+	n := copy(p, s.buf[s.off:])
+	s.off += n
+	if s.off == len(s.buf) { // all read: written again from the start
+		s.buf, s.off = s.buf[:0], 0
+		if cap(s.buf) > maxKeptBuffer {
+			s.buf = nil // let a large array go
+		}
 	}
 	return n, nil
 }
@@ -57,6 +64,9 @@ func (s *stream) write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	if s.closed {
 		return 0, io.ErrClosedPipe
+	}
+	if s.off > 0 && s.off >= len(s.buf)/2 { // mostly read: the rest moves to the front
+		s.buf, s.off = s.buf[:copy(s.buf, s.buf[s.off:])], 0
 	}
 	s.buf = append(s.buf, p...)
 	s.cond.Broadcast()

@@ -53,7 +53,9 @@ type queue struct {
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
 
-	expiry *time.Timer // for the head's expiration
+	armed  time.Time   // when its head expires; zero: never
+	armSeq uint64      // when armed was set, among the broker's queues
+	heapAt int         // its index in the broker's expiring; -1: not there
 	unused *time.Timer // for x-expires
 }
 
@@ -82,7 +84,7 @@ func (b *Broker) touchLocked(q *queue) {
 // newQueue returns a queue declared with args.
 func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
-		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1}
+		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1, heapAt: -1}
 	q.quorum = args["x-queue-type"] == "quorum"
 	q.stream = args["x-queue-type"] == "stream"
 	if ms, ok := intArg(args["x-message-ttl"]); ok {
@@ -212,8 +214,9 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 	return now.Add(ttl)
 }
 
-// armExpiryLocked sets q's timer for its head's expiration, expiring at once the heads that
-// are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for it.
+// armExpiryLocked has q's head expire when it is due (see expire), expiring at once the heads
+// that are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for
+// it.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
 	for len(q.ready) > 0 && !q.ready[0].expires.IsZero() && !q.ready[0].expires.After(now) {
@@ -221,21 +224,11 @@ func (b *Broker) armExpiryLocked(q *queue) {
 		q.ready = q.ready[1:]
 		b.deadLetterLocked(q, head, "expired")
 	}
-	if q.expiry != nil {
-		q.expiry.Stop()
-		q.expiry = nil
+	var at time.Time
+	if len(q.ready) > 0 {
+		at = q.ready[0].expires
 	}
-	if len(q.ready) == 0 || q.ready[0].expires.IsZero() {
-		return
-	}
-	q.expiry = time.AfterFunc(q.ready[0].expires.Sub(now), func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.queues[q.name] == q {
-			b.armExpiryLocked(q)
-			b.dispatchLocked()
-		}
-	})
+	b.setExpiryLocked(q, at)
 }
 
 // returnLocked puts delivered messages back at the head of q, in the order they were
@@ -319,27 +312,29 @@ func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
 	}
 	b.recordLocked("dead-lettered", qd.msg, q.name, reason)
 	msg := *qd.msg
-	msg.props.Headers = deathHeaders(b.atLeast(3, 13), qd.msg, q.name, reason, time.Now())
+	msg.props.deaths = deathHeaders(b.atLeast(3, 13), qd.msg, q.name, reason, time.Now())
 	msg.props.Expiration = ""
 	if q.dlrk != nil {
 		msg.routingKey = *q.dlrk
 	}
 	msg.exchange = *q.dlx
+	// Routing reads no header that starts with "x-": the message's own headers will do.
 	for _, to := range b.routeLocked(x, msg.routingKey, msg.props.Headers) {
-		if reason != "rejected" && isCycle(to.name, msg.props.Headers["x-death"]) {
+		if reason != "rejected" && isCycle(to.name, msg.props.header("x-death")) {
 			continue // dropped, as RabbitMQ drops a fully automatic dead-letter cycle
 		}
 		b.enqueueLocked(to, &msg)
 	}
 }
 
-// deathHeaders returns msg's headers with the death recorded: the x-death entry of the
-// queue and reason counted and moved to the front (a new one otherwise), and the
-// x-first-death-* headers set once (x-last-death-* too, from RabbitMQ 3.13).
+// deathHeaders returns the headers the broker sets on msg's dead-lettering (properties.deaths):
+// the x-death entry of the queue and reason counted and moved to the front (a new one
+// otherwise), and the x-first-death-* headers set once (x-last-death-* too, from RabbitMQ
+// 3.13).
 func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now time.Time) Table {
-	h := make(Table, len(msg.props.Headers)+4)
-	maps.Copy(h, msg.props.Headers)
-	deaths, _ := h["x-death"].([]any)
+	h := make(Table, 7)
+	maps.Copy(h, msg.props.deaths)
+	deaths, _ := msg.props.header("x-death").([]any)
 	var entry Table
 	var rest []any
 	for _, d := range deaths {
@@ -366,8 +361,8 @@ func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now tim
 		// through p2, p1 and p0, x-death reads p0, p2, p1.
 		slices.Reverse(rest)
 	}
-	h["x-death"] = append([]any{entry}, rest...)
-	if _, ok := h["x-first-death-reason"]; !ok {
+	h["x-death"] = append(append(make([]any, 0, 1+len(rest)), entry), rest...)
+	if !msg.props.hasHeader("x-first-death-reason") {
 		h["x-first-death-reason"], h["x-first-death-queue"], h["x-first-death-exchange"] = reason, queueName, msg.exchange
 	}
 	if lastDeath {
@@ -400,9 +395,41 @@ func isCycle(queueName string, xdeath any) bool {
 // withHeader returns p with header key set to v, on a copy of its headers: a stored message,
 // and its headers, are shared by every queue it was routed to.
 func withHeader(p properties, key string, v any) properties {
-	h := make(Table, len(p.Headers)+1)
-	maps.Copy(h, p.Headers)
+	h := p.headers()
+	if p.deaths == nil {
+		h = maps.Clone(h)
+	}
+	if h == nil {
+		h = Table{}
+	}
 	h[key] = v
-	p.Headers = h
+	p.Headers, p.deaths = h, nil
 	return p
+}
+
+// header returns the value of header key of a message with properties p (nil: none).
+func (p *properties) header(key string) any {
+	if v, ok := p.deaths[key]; ok {
+		return v
+	}
+	return p.Headers[key]
+}
+
+// hasHeader reports whether a message with properties p has header key.
+func (p *properties) hasHeader(key string) bool {
+	_, over := p.deaths[key]
+	_, own := p.Headers[key]
+	return over || own
+}
+
+// headers returns the headers of a message with properties p: its own, with those of its
+// dead-letterings over them, in a new Table when there were dead-letterings.
+func (p *properties) headers() Table {
+	if p.deaths == nil {
+		return p.Headers
+	}
+	h := make(Table, len(p.Headers)+len(p.deaths))
+	maps.Copy(h, p.Headers)
+	maps.Copy(h, p.deaths)
+	return h
 }

@@ -6,12 +6,12 @@
 package memrabbit
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
 	"math"
 	"time"
+	"unsafe"
 )
 
 /*
@@ -136,7 +136,77 @@ func readBytes(r io.Reader, n int64) ([]byte, error) {
 	return buf, nil
 }
 
+// cursor reads a frame's payload, read whole into the reader's buffer: what is read from it
+// is copied out (strings, tables, byte arrays), as the buffer is the next frame's.
+type cursor struct {
+	b []byte
+}
+
+func (c *cursor) Read(p []byte) (int, error) {
+	if len(c.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.b)
+	c.b = c.b[n:]
+	return n, nil
+}
+
+// next takes the next n bytes.
+func (c *cursor) next(n int) ([]byte, error) {
+	if n < 0 || len(c.b) < n {
+		c.b = nil
+		return nil, io.ErrUnexpectedEOF
+	}
+	p := c.b[:n:n]
+	c.b = c.b[n:]
+	return p, nil
+}
+
+// payload reads a frame's payload of size bytes into the reader's buffer, growing it in
+// readAllocChunk steps as the bytes arrive (a length the client claims does not allocate
+// on its own).
+func (r *reader) payload(size uint32) (*cursor, error) {
+	buf := r.buf[:0]
+	for uint32(len(buf)) < size {
+		chunk := int(min(size-uint32(len(buf)), readAllocChunk))
+		old := len(buf)
+		buf = append(buf, make([]byte, chunk)...)
+		if _, err := io.ReadFull(r.r, buf[old:]); err != nil {
+			return nil, err
+		}
+	}
+	r.buf = buf
+	r.c.b = buf
+	return &r.c, nil
+}
+
+// readBE reads an integer in network byte order.
+func readBE[T uint8 | int8 | uint16 | int16 | uint32 | int32 | uint64 | int64](r io.Reader, v *T) error {
+	c, ok := r.(*cursor)
+	if !ok {
+		return binary.Read(r, binary.BigEndian, v)
+	}
+	p, err := c.next(int(unsafe.Sizeof(*v)))
+	if err != nil {
+		return err
+	}
+	switch len(p) {
+	case 1:
+		*v = T(p[0])
+	case 2:
+		*v = T(binary.BigEndian.Uint16(p))
+	case 4:
+		*v = T(binary.BigEndian.Uint32(p))
+	default:
+		*v = T(binary.BigEndian.Uint64(p))
+	}
+	return nil
+}
+
 func readShortstr(r io.Reader) (v string, err error) {
+	if c, ok := r.(*cursor); ok {
+		return c.shortstr()
+	}
 	var length uint8
 	if err = binary.Read(r, binary.BigEndian, &length); err != nil {
 		return
@@ -150,6 +220,9 @@ func readShortstr(r io.Reader) (v string, err error) {
 }
 
 func readLongstr(r io.Reader) (v string, err error) {
+	if c, ok := r.(*cursor); ok {
+		return c.longstr()
+	}
 	var length uint32
 	if err = binary.Read(r, binary.BigEndian, &length); err != nil {
 		return
@@ -167,22 +240,32 @@ func readLongstr(r io.Reader) (v string, err error) {
 	return string(bytes), nil
 }
 
-func readDecimal(r io.Reader) (v Decimal, err error) {
-	if err = binary.Read(r, binary.BigEndian, &v.Scale); err != nil {
-		return
+func (c *cursor) shortstr() (string, error) {
+	n, err := c.next(1)
+	if err != nil {
+		return "", err
 	}
-	if err = binary.Read(r, binary.BigEndian, &v.Value); err != nil {
-		return
-	}
-	return
+	p, err := c.next(int(n[0]))
+	return string(p), err
 }
 
-func readTimestamp(r io.Reader) (v time.Time, err error) {
-	var sec int64
-	if err = binary.Read(r, binary.BigEndian, &sec); err != nil {
-		return
+func (c *cursor) longstr() (string, error) {
+	p, err := c.sized()
+	return string(p), err
+}
+
+// sized takes what a length of four bytes prefixes.
+func (c *cursor) sized() ([]byte, error) {
+	n, err := c.next(4)
+	if err != nil {
+		return nil, err
 	}
-	return time.Unix(sec, 0), nil
+	length := binary.BigEndian.Uint32(n)
+	// slices can't be longer than max int32 value
+	if length > (^uint32(0) >> 1) {
+		return nil, ErrSyntax
+	}
+	return c.next(int(length))
 }
 
 /*
@@ -216,112 +299,128 @@ const maxFieldDepth = 32
 // boxed `any` slice elements / Table map entries.
 const maxContainerElements = 8192
 
-func readFieldDepth(r io.Reader, depth int) (v any, err error) {
-	var typ byte
-	if err = binary.Read(r, binary.BigEndian, &typ); err != nil {
-		return
+func (c *cursor) field(depth int) (any, error) {
+	t, err := c.next(1)
+	if err != nil {
+		return nil, err
+	}
+	fixed := func(n int) []byte {
+		if err == nil {
+			var p []byte
+			p, err = c.next(n)
+			return p
+		}
+		return nil
 	}
 
-	switch typ {
+	switch t[0] {
 	case 't':
-		var value uint8
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value != 0, nil
-
-	case 'B':
-		var value [1]byte
-		if _, err = io.ReadFull(r, value[0:1]); err != nil {
-			return
-		}
-		return value[0], nil
-
-	case 'b':
-		var value int8
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 's':
-		var value int16
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'I':
-		var value int32
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'l':
-		var value int64
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'u':
-		var value uint16
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'i':
-		var value uint32
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'f':
-		var value float32
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'd':
-		var value float64
-		if err = binary.Read(r, binary.BigEndian, &value); err != nil {
-			return
-		}
-		return value, nil
-
-	case 'D':
-		return readDecimal(r)
-
-	case 'S':
-		return readLongstr(r)
-
-	case 'A':
-		return readArrayDepth(r, depth+1)
-
-	case 'T':
-		return readTimestamp(r)
-
-	case 'F':
-		return readTableDepth(r, depth+1)
-
-	case 'x':
-		var len int32
-		if err = binary.Read(r, binary.BigEndian, &len); err != nil {
-			return nil, err
-		}
-		if len < 0 {
-			return nil, ErrSyntax
-		}
-
-		value, err := readBytes(r, int64(len))
+		p := fixed(1)
 		if err != nil {
 			return nil, err
 		}
-		return value, nil
+		return p[0] != 0, nil
+
+	case 'B':
+		p := fixed(1)
+		if err != nil {
+			return nil, err
+		}
+		return p[0], nil
+
+	case 'b':
+		p := fixed(1)
+		if err != nil {
+			return nil, err
+		}
+		return int8(p[0]), nil
+
+	case 's':
+		p := fixed(2)
+		if err != nil {
+			return nil, err
+		}
+		return int16(binary.BigEndian.Uint16(p)), nil
+
+	case 'I':
+		p := fixed(4)
+		if err != nil {
+			return nil, err
+		}
+		return int32(binary.BigEndian.Uint32(p)), nil
+
+	case 'l':
+		p := fixed(8)
+		if err != nil {
+			return nil, err
+		}
+		return int64(binary.BigEndian.Uint64(p)), nil
+
+	case 'u':
+		p := fixed(2)
+		if err != nil {
+			return nil, err
+		}
+		return binary.BigEndian.Uint16(p), nil
+
+	case 'i':
+		p := fixed(4)
+		if err != nil {
+			return nil, err
+		}
+		return binary.BigEndian.Uint32(p), nil
+
+	case 'f':
+		p := fixed(4)
+		if err != nil {
+			return nil, err
+		}
+		return math.Float32frombits(binary.BigEndian.Uint32(p)), nil
+
+	case 'd':
+		p := fixed(8)
+		if err != nil {
+			return nil, err
+		}
+		return math.Float64frombits(binary.BigEndian.Uint64(p)), nil
+
+	case 'D':
+		p := fixed(5)
+		if err != nil {
+			return nil, err
+		}
+		return Decimal{Scale: p[0], Value: int32(binary.BigEndian.Uint32(p[1:]))}, nil
+
+	case 'S':
+		return c.longstr()
+
+	case 'A':
+		return c.array(depth + 1)
+
+	case 'T':
+		p := fixed(8)
+		if err != nil {
+			return nil, err
+		}
+		return time.Unix(int64(binary.BigEndian.Uint64(p)), 0), nil
+
+	case 'F':
+		return c.table(depth + 1)
+
+	case 'x':
+		p := fixed(4)
+		if err != nil {
+			return nil, err
+		}
+		n := int32(binary.BigEndian.Uint32(p))
+		if n < 0 {
+			return nil, ErrSyntax
+		}
+		p = fixed(int(n))
+		if err != nil {
+			return nil, err
+		}
+		return append([]byte{}, p...), nil
 
 	case 'V':
 		return nil, nil
@@ -339,84 +438,68 @@ types, and are shown in the grammar.  Multi-octet integer fields are always
 held in network byte order.
 */
 func readTable(r io.Reader) (table Table, err error) {
-	return readTableDepth(r, 0)
+	if c, ok := r.(*cursor); ok {
+		return c.table(0)
+	}
+	s, err := readLongstr(r)
+	if err != nil {
+		return nil, err
+	}
+	return parseTable([]byte(s), 0)
 }
 
-func readTableDepth(r io.Reader, depth int) (table Table, err error) {
+func (c *cursor) table(depth int) (Table, error) {
 	if depth > maxFieldDepth {
 		return nil, ErrSyntax
 	}
-
-	var nested bytes.Buffer
-	var str string
-
-	if str, err = readLongstr(r); err != nil {
-		return
+	p, err := c.sized()
+	if err != nil {
+		return nil, err
 	}
+	return parseTable(p, depth)
+}
 
-	nested.WriteString(str)
-
-	table = make(Table)
-
-	for nested.Len() > 0 {
-		var key string
-		var value any
-
-		if key, err = readShortstr(&nested); err != nil {
-			return
+// parseTable parses a table's entries, p.
+func parseTable(p []byte, depth int) (Table, error) {
+	nested := cursor{b: p}
+	table := make(Table)
+	for len(nested.b) > 0 {
+		key, err := nested.shortstr()
+		if err != nil {
+			return nil, err
 		}
-
-		if value, err = readFieldDepth(&nested, depth); err != nil {
-			return
+		value, err := nested.field(depth)
+		if err != nil {
+			return nil, err
 		}
-
 		if len(table) >= maxContainerElements {
 			return nil, ErrSyntax
 		}
-
 		table[key] = value
 	}
-
-	return
+	return table, nil
 }
 
-func readArrayDepth(r io.Reader, depth int) (arr []any, err error) {
+func (c *cursor) array(depth int) ([]any, error) {
 	if depth > maxFieldDepth {
 		return nil, ErrSyntax
 	}
-
-	var size uint32
-
-	if err = binary.Read(r, binary.BigEndian, &size); err != nil {
+	p, err := c.sized()
+	if err != nil {
 		return nil, err
 	}
-
-	// size is the encoded blob's byte length, not the element count of arr.
-	// Cap it like readLongstr's length to reject clearly invalid values.
-	if size > math.MaxInt32 {
-		return nil, ErrSyntax
-	}
-
-	var (
-		lim   = &io.LimitedReader{R: r, N: int64(size)}
-		field any
-	)
-
-	for {
-		if field, err = readFieldDepth(lim, depth); err != nil {
-			if err == io.EOF {
-				break
-			}
+	nested := cursor{b: p}
+	var arr []any
+	for len(nested.b) > 0 {
+		field, err := nested.field(depth)
+		if err != nil {
 			return nil, err
 		}
-
 		if len(arr) >= maxContainerElements {
 			return nil, ErrSyntax
 		}
-
 		arr = append(arr, field)
 	}
-
 	return arr, nil
 }
 
@@ -430,105 +513,66 @@ func (r *reader) parseHeaderFrame(channel uint16, size uint32) (frame frame, err
 		ChannelId: channel,
 	}
 
-	lim := &io.LimitedReader{R: r.r, N: int64(size)}
-
-	if err = binary.Read(lim, binary.BigEndian, &hf.ClassId); err != nil {
+	c, err := r.payload(size)
+	if err != nil {
 		return
 	}
 
-	if err = binary.Read(lim, binary.BigEndian, &hf.weight); err != nil {
+	if err = readBE(c, &hf.ClassId); err != nil {
 		return
 	}
 
-	if err = binary.Read(lim, binary.BigEndian, &hf.Size); err != nil {
+	if err = readBE(c, &hf.weight); err != nil {
+		return
+	}
+
+	if err = readBE(c, &hf.Size); err != nil {
 		return
 	}
 
 	var flags uint16
 
-	if err = binary.Read(lim, binary.BigEndian, &flags); err != nil {
+	if err = readBE(c, &flags); err != nil {
 		return
 	}
 
-	if hasProperty(flags, flagContentType) {
-		if hf.Properties.ContentType, err = readShortstr(lim); err != nil {
-			return
+	shortstr := func(flag int, s *string) {
+		if err == nil && hasProperty(flags, flag) {
+			*s, err = c.shortstr()
 		}
 	}
-	if hasProperty(flags, flagContentEncoding) {
-		if hf.Properties.ContentEncoding, err = readShortstr(lim); err != nil {
-			return
+	p := &hf.Properties
+	shortstr(flagContentType, &p.ContentType)
+	shortstr(flagContentEncoding, &p.ContentEncoding)
+	if err == nil && hasProperty(flags, flagHeaders) {
+		p.Headers, err = c.table(0)
+	}
+	if err == nil && hasProperty(flags, flagDeliveryMode) {
+		err = readBE(c, &p.DeliveryMode)
+	}
+	if err == nil && hasProperty(flags, flagPriority) {
+		err = readBE(c, &p.Priority)
+	}
+	shortstr(flagCorrelationId, &p.CorrelationId)
+	shortstr(flagReplyTo, &p.ReplyTo)
+	shortstr(flagExpiration, &p.Expiration)
+	shortstr(flagMessageId, &p.MessageId)
+	if err == nil && hasProperty(flags, flagTimestamp) {
+		var sec int64
+		if err = readBE(c, &sec); err == nil {
+			p.Timestamp = time.Unix(sec, 0)
 		}
 	}
-	if hasProperty(flags, flagHeaders) {
-		if hf.Properties.Headers, err = readTable(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagDeliveryMode) {
-		if err = binary.Read(lim, binary.BigEndian, &hf.Properties.DeliveryMode); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagPriority) {
-		if err = binary.Read(lim, binary.BigEndian, &hf.Properties.Priority); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagCorrelationId) {
-		if hf.Properties.CorrelationId, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagReplyTo) {
-		if hf.Properties.ReplyTo, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagExpiration) {
-		if hf.Properties.Expiration, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagMessageId) {
-		if hf.Properties.MessageId, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagTimestamp) {
-		if hf.Properties.Timestamp, err = readTimestamp(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagType) {
-		if hf.Properties.Type, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagUserId) {
-		if hf.Properties.UserId, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagAppId) {
-		if hf.Properties.AppId, err = readShortstr(lim); err != nil {
-			return
-		}
-	}
-	if hasProperty(flags, flagReserved1) {
-		if hf.Properties.reserved1, err = readShortstr(lim); err != nil {
-			return
-		}
+	shortstr(flagType, &p.Type)
+	shortstr(flagUserId, &p.UserId)
+	shortstr(flagAppId, &p.AppId)
+	shortstr(flagReserved1, &p.reserved1)
+	if err != nil {
+		return nil, err
 	}
 
-	// Drain any bytes remaining in the frame payload that were not consumed
-	// by property parsing (e.g. padding added by other AMQP implementations).
-	if lim.N > 0 {
-		if _, err = io.CopyN(io.Discard, lim, lim.N); err != nil {
-			return
-		}
-	}
-
+	// Bytes remaining in the payload that property parsing did not consume (e.g.
+	// padding added by other AMQP implementations) are ignored.
 	return hf, nil
 }
 
@@ -537,9 +581,11 @@ func (r *reader) parseBodyFrame(channel uint16, size uint32) (frame frame, err e
 		ChannelId: channel,
 	}
 
-	if bf.Body, err = readBytes(r.r, int64(size)); err != nil {
+	c, err := r.payload(size)
+	if err != nil {
 		return nil, err
 	}
+	bf.Body = c.b // the reader's buffer: the channel copies it before the next frame is read
 
 	return bf, nil
 }

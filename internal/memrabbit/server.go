@@ -30,35 +30,37 @@ type conn struct {
 	channels map[uint16]*channel // read and written under b.mu
 
 	outMu    sync.Mutex
-	w        *bufio.Writer // over nc; nil once the connection's last frame is written
+	out      frameBuffer // what send encodes, under outMu
+	ended    bool        // the connection's last frame is written; under outMu
 	once     sync.Once
 	released bool // its channels and exclusive queues are gone; under b.mu
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
-	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}, w: bufio.NewWriter(nc)}
+	return &conn{b: b, nc: nc, channels: map[uint16]*channel{}}
 }
 
-// send writes frames together, in order. After the connection's close-ok it writes nothing
-// more; after a failed write it writes nothing more and closes the connection (on a
-// goroutine of its own: the caller may hold the broker's lock, which close takes).
+// send writes frames together, in order, with one write. After the connection's close-ok it
+// writes nothing more; after a failed write it writes nothing more and closes the connection
+// (on a goroutine of its own: the caller may hold the broker's lock, which close takes).
 func (c *conn) send(fs ...frame) {
 	c.outMu.Lock()
 	defer c.outMu.Unlock()
-	if c.w == nil {
+	if c.ended {
 		return
 	}
+	c.out.b = c.out.b[:0]
 	var err error
 	for _, f := range fs {
-		if err = f.write(c.w); err != nil {
+		if err = f.write(&c.out); err != nil {
 			break
 		}
 	}
 	if err == nil {
-		err = c.w.Flush()
+		_, err = c.nc.Write(c.out.b)
 	}
 	if err != nil || closeOk(fs[0]) {
-		c.w = nil
+		c.ended = true
 	}
 	if err != nil {
 		go c.close()

@@ -85,10 +85,10 @@ func (msg *connectionStart) write(w io.Writer) (err error) {
 }
 
 func (msg *connectionStart) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.VersionMajor); err != nil {
+	if err = readBE(r, &msg.VersionMajor); err != nil {
 		return
 	}
-	if err = binary.Read(r, binary.BigEndian, &msg.VersionMinor); err != nil {
+	if err = readBE(r, &msg.VersionMinor); err != nil {
 		return
 	}
 
@@ -248,15 +248,15 @@ func (msg *connectionTune) write(w io.Writer) (err error) {
 }
 
 func (msg *connectionTune) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.ChannelMax); err != nil {
+	if err = readBE(r, &msg.ChannelMax); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.FrameMax); err != nil {
+	if err = readBE(r, &msg.FrameMax); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.Heartbeat); err != nil {
+	if err = readBE(r, &msg.Heartbeat); err != nil {
 		return
 	}
 
@@ -294,15 +294,15 @@ func (msg *connectionTuneOk) write(w io.Writer) (err error) {
 }
 
 func (msg *connectionTuneOk) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.ChannelMax); err != nil {
+	if err = readBE(r, &msg.ChannelMax); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.FrameMax); err != nil {
+	if err = readBE(r, &msg.FrameMax); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.Heartbeat); err != nil {
+	if err = readBE(r, &msg.Heartbeat); err != nil {
 		return
 	}
 
@@ -354,7 +354,7 @@ func (msg *connectionOpen) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.reserved2 = (bits&(1<<0) > 0)
@@ -425,7 +425,7 @@ func (msg *connectionClose) write(w io.Writer) (err error) {
 }
 
 func (msg *connectionClose) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.ReplyCode); err != nil {
+	if err = readBE(r, &msg.ReplyCode); err != nil {
 		return
 	}
 
@@ -433,10 +433,10 @@ func (msg *connectionClose) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.ClassId); err != nil {
+	if err = readBE(r, &msg.ClassId); err != nil {
 		return
 	}
-	if err = binary.Read(r, binary.BigEndian, &msg.MethodId); err != nil {
+	if err = readBE(r, &msg.MethodId); err != nil {
 		return
 	}
 
@@ -647,7 +647,7 @@ func (msg *channelFlow) write(w io.Writer) (err error) {
 func (msg *channelFlow) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Active = (bits&(1<<0) > 0)
@@ -684,7 +684,7 @@ func (msg *channelFlowOk) write(w io.Writer) (err error) {
 func (msg *channelFlowOk) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Active = (bits&(1<<0) > 0)
@@ -727,7 +727,7 @@ func (msg *channelClose) write(w io.Writer) (err error) {
 }
 
 func (msg *channelClose) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.ReplyCode); err != nil {
+	if err = readBE(r, &msg.ReplyCode); err != nil {
 		return
 	}
 
@@ -735,10 +735,10 @@ func (msg *channelClose) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.ClassId); err != nil {
+	if err = readBE(r, &msg.ClassId); err != nil {
 		return
 	}
-	if err = binary.Read(r, binary.BigEndian, &msg.MethodId); err != nil {
+	if err = readBE(r, &msg.MethodId); err != nil {
 		return
 	}
 
@@ -831,7 +831,7 @@ func (msg *exchangeDeclare) write(w io.Writer) (err error) {
 func (msg *exchangeDeclare) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -842,7 +842,7 @@ func (msg *exchangeDeclare) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Passive = (bits&(1<<0) > 0)
@@ -920,7 +920,7 @@ func (msg *exchangeDelete) write(w io.Writer) (err error) {
 func (msg *exchangeDelete) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -928,7 +928,7 @@ func (msg *exchangeDelete) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.IfUnused = (bits&(1<<0) > 0)
@@ -1007,7 +1007,7 @@ func (msg *exchangeBind) write(w io.Writer) (err error) {
 func (msg *exchangeBind) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1021,7 +1021,7 @@ func (msg *exchangeBind) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoWait = (bits&(1<<0) > 0)
@@ -1103,7 +1103,7 @@ func (msg *exchangeUnbind) write(w io.Writer) (err error) {
 func (msg *exchangeUnbind) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1117,7 +1117,7 @@ func (msg *exchangeUnbind) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoWait = (bits&(1<<0) > 0)
@@ -1211,7 +1211,7 @@ func (msg *queueDeclare) write(w io.Writer) (err error) {
 func (msg *queueDeclare) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1219,7 +1219,7 @@ func (msg *queueDeclare) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Passive = (bits&(1<<0) > 0)
@@ -1269,10 +1269,10 @@ func (msg *queueDeclareOk) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.MessageCount); err != nil {
+	if err = readBE(r, &msg.MessageCount); err != nil {
 		return
 	}
-	if err = binary.Read(r, binary.BigEndian, &msg.ConsumerCount); err != nil {
+	if err = readBE(r, &msg.ConsumerCount); err != nil {
 		return
 	}
 
@@ -1331,7 +1331,7 @@ func (msg *queueBind) write(w io.Writer) (err error) {
 func (msg *queueBind) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1345,7 +1345,7 @@ func (msg *queueBind) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoWait = (bits&(1<<0) > 0)
@@ -1414,7 +1414,7 @@ func (msg *queueUnbind) write(w io.Writer) (err error) {
 }
 
 func (msg *queueUnbind) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1492,7 +1492,7 @@ func (msg *queuePurge) write(w io.Writer) (err error) {
 func (msg *queuePurge) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1500,7 +1500,7 @@ func (msg *queuePurge) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoWait = (bits&(1<<0) > 0)
@@ -1529,7 +1529,7 @@ func (msg *queuePurgeOk) write(w io.Writer) (err error) {
 }
 
 func (msg *queuePurgeOk) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.MessageCount); err != nil {
+	if err = readBE(r, &msg.MessageCount); err != nil {
 		return
 	}
 
@@ -1585,7 +1585,7 @@ func (msg *queueDelete) write(w io.Writer) (err error) {
 func (msg *queueDelete) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1593,7 +1593,7 @@ func (msg *queueDelete) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.IfUnused = (bits&(1<<0) > 0)
@@ -1624,7 +1624,7 @@ func (msg *queueDeleteOk) write(w io.Writer) (err error) {
 }
 
 func (msg *queueDeleteOk) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.MessageCount); err != nil {
+	if err = readBE(r, &msg.MessageCount); err != nil {
 		return
 	}
 
@@ -1670,15 +1670,15 @@ func (msg *basicQos) write(w io.Writer) (err error) {
 func (msg *basicQos) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.PrefetchSize); err != nil {
+	if err = readBE(r, &msg.PrefetchSize); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.PrefetchCount); err != nil {
+	if err = readBE(r, &msg.PrefetchCount); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Global = (bits&(1<<0) > 0)
@@ -1767,7 +1767,7 @@ func (msg *basicConsume) write(w io.Writer) (err error) {
 func (msg *basicConsume) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1778,7 +1778,7 @@ func (msg *basicConsume) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoLocal = (bits&(1<<0) > 0)
@@ -1859,7 +1859,7 @@ func (msg *basicCancel) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoWait = (bits&(1<<0) > 0)
@@ -1953,7 +1953,7 @@ func (msg *basicPublish) write(w io.Writer) (err error) {
 func (msg *basicPublish) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -1964,7 +1964,7 @@ func (msg *basicPublish) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Mandatory = (bits&(1<<0) > 0)
@@ -2017,7 +2017,7 @@ func (msg *basicReturn) write(w io.Writer) (err error) {
 }
 
 func (msg *basicReturn) read(r io.Reader) (err error) {
-	if err = binary.Read(r, binary.BigEndian, &msg.ReplyCode); err != nil {
+	if err = readBE(r, &msg.ReplyCode); err != nil {
 		return
 	}
 
@@ -2096,11 +2096,11 @@ func (msg *basicDeliver) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.DeliveryTag); err != nil {
+	if err = readBE(r, &msg.DeliveryTag); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Redelivered = (bits&(1<<0) > 0)
@@ -2154,7 +2154,7 @@ func (msg *basicGet) write(w io.Writer) (err error) {
 func (msg *basicGet) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.reserved1); err != nil {
+	if err = readBE(r, &msg.reserved1); err != nil {
 		return
 	}
 
@@ -2162,7 +2162,7 @@ func (msg *basicGet) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.NoAck = (bits&(1<<0) > 0)
@@ -2228,11 +2228,11 @@ func (msg *basicGetOk) write(w io.Writer) (err error) {
 func (msg *basicGetOk) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.DeliveryTag); err != nil {
+	if err = readBE(r, &msg.DeliveryTag); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Redelivered = (bits&(1<<0) > 0)
@@ -2244,7 +2244,7 @@ func (msg *basicGetOk) read(r io.Reader) (err error) {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &msg.MessageCount); err != nil {
+	if err = readBE(r, &msg.MessageCount); err != nil {
 		return
 	}
 
@@ -2313,11 +2313,11 @@ func (msg *basicAck) write(w io.Writer) (err error) {
 func (msg *basicAck) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.DeliveryTag); err != nil {
+	if err = readBE(r, &msg.DeliveryTag); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Multiple = (bits&(1<<0) > 0)
@@ -2359,11 +2359,11 @@ func (msg *basicReject) write(w io.Writer) (err error) {
 func (msg *basicReject) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.DeliveryTag); err != nil {
+	if err = readBE(r, &msg.DeliveryTag); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Requeue = (bits&(1<<0) > 0)
@@ -2400,7 +2400,7 @@ func (msg *basicRecoverAsync) write(w io.Writer) (err error) {
 func (msg *basicRecoverAsync) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Requeue = (bits&(1<<0) > 0)
@@ -2437,7 +2437,7 @@ func (msg *basicRecover) write(w io.Writer) (err error) {
 func (msg *basicRecover) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Requeue = (bits&(1<<0) > 0)
@@ -2502,11 +2502,11 @@ func (msg *basicNack) write(w io.Writer) (err error) {
 func (msg *basicNack) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &msg.DeliveryTag); err != nil {
+	if err = readBE(r, &msg.DeliveryTag); err != nil {
 		return
 	}
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Multiple = (bits&(1<<0) > 0)
@@ -2652,7 +2652,7 @@ func (msg *confirmSelect) write(w io.Writer) (err error) {
 func (msg *confirmSelect) read(r io.Reader) (err error) {
 	var bits byte
 
-	if err = binary.Read(r, binary.BigEndian, &bits); err != nil {
+	if err = readBE(r, &bits); err != nil {
 		return
 	}
 	msg.Nowait = (bits&(1<<0) > 0)
@@ -2683,11 +2683,16 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		ChannelId: channel,
 	}
 
-	if err = binary.Read(r.r, binary.BigEndian, &mf.ClassId); err != nil {
+	c, err := r.payload(size)
+	if err != nil {
 		return
 	}
 
-	if err = binary.Read(r.r, binary.BigEndian, &mf.MethodId); err != nil {
+	if err = readBE(c, &mf.ClassId); err != nil {
+		return
+	}
+
+	if err = readBE(c, &mf.MethodId); err != nil {
 		return
 	}
 
@@ -2699,7 +2704,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // connection start
 			// fmt.Println("NextMethod: class:10 method:10")
 			method := &connectionStart{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2707,7 +2712,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // connection start-ok
 			// fmt.Println("NextMethod: class:10 method:11")
 			method := &connectionStartOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2715,7 +2720,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 20: // connection secure
 			// fmt.Println("NextMethod: class:10 method:20")
 			method := &connectionSecure{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2723,7 +2728,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 21: // connection secure-ok
 			// fmt.Println("NextMethod: class:10 method:21")
 			method := &connectionSecureOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2731,7 +2736,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 30: // connection tune
 			// fmt.Println("NextMethod: class:10 method:30")
 			method := &connectionTune{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2739,7 +2744,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 31: // connection tune-ok
 			// fmt.Println("NextMethod: class:10 method:31")
 			method := &connectionTuneOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2747,7 +2752,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 40: // connection open
 			// fmt.Println("NextMethod: class:10 method:40")
 			method := &connectionOpen{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2755,7 +2760,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 41: // connection open-ok
 			// fmt.Println("NextMethod: class:10 method:41")
 			method := &connectionOpenOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2763,7 +2768,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 50: // connection close
 			// fmt.Println("NextMethod: class:10 method:50")
 			method := &connectionClose{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2771,7 +2776,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 51: // connection close-ok
 			// fmt.Println("NextMethod: class:10 method:51")
 			method := &connectionCloseOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2779,7 +2784,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 60: // connection blocked
 			// fmt.Println("NextMethod: class:10 method:60")
 			method := &connectionBlocked{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2787,7 +2792,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 61: // connection unblocked
 			// fmt.Println("NextMethod: class:10 method:61")
 			method := &connectionUnblocked{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2795,7 +2800,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 70: // connection update-secret
 			// fmt.Println("NextMethod: class:10 method:70")
 			method := &connectionUpdateSecret{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2803,7 +2808,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 71: // connection update-secret-ok
 			// fmt.Println("NextMethod: class:10 method:71")
 			method := &connectionUpdateSecretOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2818,7 +2823,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // channel open
 			// fmt.Println("NextMethod: class:20 method:10")
 			method := &channelOpen{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2826,7 +2831,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // channel open-ok
 			// fmt.Println("NextMethod: class:20 method:11")
 			method := &channelOpenOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2834,7 +2839,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 20: // channel flow
 			// fmt.Println("NextMethod: class:20 method:20")
 			method := &channelFlow{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2842,7 +2847,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 21: // channel flow-ok
 			// fmt.Println("NextMethod: class:20 method:21")
 			method := &channelFlowOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2850,7 +2855,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 40: // channel close
 			// fmt.Println("NextMethod: class:20 method:40")
 			method := &channelClose{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2858,7 +2863,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 41: // channel close-ok
 			// fmt.Println("NextMethod: class:20 method:41")
 			method := &channelCloseOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2873,7 +2878,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // exchange declare
 			// fmt.Println("NextMethod: class:40 method:10")
 			method := &exchangeDeclare{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2881,7 +2886,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // exchange declare-ok
 			// fmt.Println("NextMethod: class:40 method:11")
 			method := &exchangeDeclareOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2889,7 +2894,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 20: // exchange delete
 			// fmt.Println("NextMethod: class:40 method:20")
 			method := &exchangeDelete{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2897,7 +2902,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 21: // exchange delete-ok
 			// fmt.Println("NextMethod: class:40 method:21")
 			method := &exchangeDeleteOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2905,7 +2910,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 30: // exchange bind
 			// fmt.Println("NextMethod: class:40 method:30")
 			method := &exchangeBind{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2913,7 +2918,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 31: // exchange bind-ok
 			// fmt.Println("NextMethod: class:40 method:31")
 			method := &exchangeBindOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2921,7 +2926,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 40: // exchange unbind
 			// fmt.Println("NextMethod: class:40 method:40")
 			method := &exchangeUnbind{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2929,7 +2934,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 51: // exchange unbind-ok
 			// fmt.Println("NextMethod: class:40 method:51")
 			method := &exchangeUnbindOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2944,7 +2949,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // queue declare
 			// fmt.Println("NextMethod: class:50 method:10")
 			method := &queueDeclare{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2952,7 +2957,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // queue declare-ok
 			// fmt.Println("NextMethod: class:50 method:11")
 			method := &queueDeclareOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2960,7 +2965,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 20: // queue bind
 			// fmt.Println("NextMethod: class:50 method:20")
 			method := &queueBind{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2968,7 +2973,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 21: // queue bind-ok
 			// fmt.Println("NextMethod: class:50 method:21")
 			method := &queueBindOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2976,7 +2981,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 50: // queue unbind
 			// fmt.Println("NextMethod: class:50 method:50")
 			method := &queueUnbind{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2984,7 +2989,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 51: // queue unbind-ok
 			// fmt.Println("NextMethod: class:50 method:51")
 			method := &queueUnbindOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -2992,7 +2997,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 30: // queue purge
 			// fmt.Println("NextMethod: class:50 method:30")
 			method := &queuePurge{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3000,7 +3005,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 31: // queue purge-ok
 			// fmt.Println("NextMethod: class:50 method:31")
 			method := &queuePurgeOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3008,7 +3013,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 40: // queue delete
 			// fmt.Println("NextMethod: class:50 method:40")
 			method := &queueDelete{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3016,7 +3021,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 41: // queue delete-ok
 			// fmt.Println("NextMethod: class:50 method:41")
 			method := &queueDeleteOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3031,7 +3036,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // basic qos
 			// fmt.Println("NextMethod: class:60 method:10")
 			method := &basicQos{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3039,7 +3044,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // basic qos-ok
 			// fmt.Println("NextMethod: class:60 method:11")
 			method := &basicQosOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3047,7 +3052,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 20: // basic consume
 			// fmt.Println("NextMethod: class:60 method:20")
 			method := &basicConsume{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3055,7 +3060,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 21: // basic consume-ok
 			// fmt.Println("NextMethod: class:60 method:21")
 			method := &basicConsumeOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3063,7 +3068,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 30: // basic cancel
 			// fmt.Println("NextMethod: class:60 method:30")
 			method := &basicCancel{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3071,7 +3076,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 31: // basic cancel-ok
 			// fmt.Println("NextMethod: class:60 method:31")
 			method := &basicCancelOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3079,7 +3084,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 40: // basic publish
 			// fmt.Println("NextMethod: class:60 method:40")
 			method := &basicPublish{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3087,7 +3092,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 50: // basic return
 			// fmt.Println("NextMethod: class:60 method:50")
 			method := &basicReturn{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3095,7 +3100,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 60: // basic deliver
 			// fmt.Println("NextMethod: class:60 method:60")
 			method := &basicDeliver{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3103,7 +3108,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 70: // basic get
 			// fmt.Println("NextMethod: class:60 method:70")
 			method := &basicGet{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3111,7 +3116,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 71: // basic get-ok
 			// fmt.Println("NextMethod: class:60 method:71")
 			method := &basicGetOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3119,7 +3124,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 72: // basic get-empty
 			// fmt.Println("NextMethod: class:60 method:72")
 			method := &basicGetEmpty{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3127,7 +3132,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 80: // basic ack
 			// fmt.Println("NextMethod: class:60 method:80")
 			method := &basicAck{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3135,7 +3140,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 90: // basic reject
 			// fmt.Println("NextMethod: class:60 method:90")
 			method := &basicReject{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3143,7 +3148,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 100: // basic recover-async
 			// fmt.Println("NextMethod: class:60 method:100")
 			method := &basicRecoverAsync{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3151,7 +3156,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 110: // basic recover
 			// fmt.Println("NextMethod: class:60 method:110")
 			method := &basicRecover{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3159,7 +3164,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 111: // basic recover-ok
 			// fmt.Println("NextMethod: class:60 method:111")
 			method := &basicRecoverOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3167,7 +3172,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 120: // basic nack
 			// fmt.Println("NextMethod: class:60 method:120")
 			method := &basicNack{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3182,7 +3187,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // tx select
 			// fmt.Println("NextMethod: class:90 method:10")
 			method := &txSelect{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3190,7 +3195,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // tx select-ok
 			// fmt.Println("NextMethod: class:90 method:11")
 			method := &txSelectOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3198,7 +3203,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 20: // tx commit
 			// fmt.Println("NextMethod: class:90 method:20")
 			method := &txCommit{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3206,7 +3211,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 21: // tx commit-ok
 			// fmt.Println("NextMethod: class:90 method:21")
 			method := &txCommitOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3214,7 +3219,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 30: // tx rollback
 			// fmt.Println("NextMethod: class:90 method:30")
 			method := &txRollback{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3222,7 +3227,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 31: // tx rollback-ok
 			// fmt.Println("NextMethod: class:90 method:31")
 			method := &txRollbackOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3237,7 +3242,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 10: // confirm select
 			// fmt.Println("NextMethod: class:85 method:10")
 			method := &confirmSelect{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3245,7 +3250,7 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 		case 11: // confirm select-ok
 			// fmt.Println("NextMethod: class:85 method:11")
 			method := &confirmSelectOk{}
-			if err = method.read(r.r); err != nil {
+			if err = method.read(c); err != nil {
 				return
 			}
 			mf.Method = method
@@ -3256,6 +3261,10 @@ func (r *reader) parseMethodFrame(channel uint16, size uint32) (f frame, err err
 
 	default:
 		return nil, fmt.Errorf("Bad method frame, unknown class %d", mf.ClassId)
+	}
+
+	if len(c.b) > 0 { // more than the method's fields: not a frame-end where one must be
+		return nil, ErrFrame
 	}
 
 	return mf, nil

@@ -104,6 +104,11 @@ type properties struct {
 	UserId          string    // application use - creating user id
 	AppId           string    // application use - creating application
 	reserved1       string    // was cluster-id - process for buffer consumption
+
+	// The headers the broker set when it dead-lettered the message (x-death, x-first-death-*,
+	// x-last-death-*), kept apart from Headers, which every dead-lettering would otherwise
+	// copy whole: a message has both, these over Headers (see headers()).
+	deaths Table
 }
 
 // The property flags are an array of bits that indicate the presence or
@@ -241,7 +246,7 @@ In realistic implementations where performance is a concern, we would use
 system calls to read a frame.
 */
 type frame interface {
-	write(io.Writer) error
+	write(*frameBuffer) error
 	channel() uint16
 }
 
@@ -256,6 +261,9 @@ type reader struct {
 	// A nil pointer or a stored value of 0 means no limit is enforced,
 	// matching the pre-negotiation and explicitly-unlimited cases.
 	maxFrameSize *atomic.Uint32
+
+	buf []byte // the payload of the frame being read (method and header frames)
+	c   cursor // over buf
 }
 
 // Implements the frame interface for Connection RPC

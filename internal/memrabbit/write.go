@@ -6,7 +6,6 @@
 package memrabbit
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,35 +14,65 @@ import (
 	"time"
 )
 
-func (f *methodFrame) write(w io.Writer) (err error) {
-	var payload bytes.Buffer
+// frameBuffer is where frames are encoded, one after the other, for one write to the
+// connection: each frame, and each table in it, is appended in place, its size written once
+// its end is known.
+type frameBuffer struct {
+	b []byte
+}
 
+func (fb *frameBuffer) Write(p []byte) (int, error) {
+	fb.b = append(fb.b, p...)
+	return len(p), nil
+}
+
+func (fb *frameBuffer) WriteString(s string) (int, error) {
+	fb.b = append(fb.b, s...)
+	return len(s), nil
+}
+
+func (fb *frameBuffer) WriteByte(c byte) error {
+	fb.b = append(fb.b, c)
+	return nil
+}
+
+// begin starts a frame: its header is written by end, once the payload's size is known.
+func (fb *frameBuffer) begin() int {
+	start := len(fb.b)
+	fb.b = append(fb.b, 0, 0, 0, 0, 0, 0, 0)
+	return start
+}
+
+// end ends the frame begun at start: its type, channel and payload size, then frame-end.
+// After an error the frame is taken out of the buffer.
+func (fb *frameBuffer) end(start int, typ uint8, channel uint16, err error) error {
+	if err != nil {
+		fb.b = fb.b[:start]
+		return err
+	}
+	fb.b[start] = typ
+	binary.BigEndian.PutUint16(fb.b[start+1:], channel)
+	binary.BigEndian.PutUint32(fb.b[start+3:], uint32(len(fb.b)-start-7))
+	fb.b = append(fb.b, frameEnd)
+	return nil
+}
+
+func (f *methodFrame) write(fb *frameBuffer) error {
 	if f.Method == nil {
 		return errors.New("malformed frame: missing method")
 	}
-
+	start := fb.begin()
 	class, method := f.Method.id()
-
-	if err = binary.Write(&payload, binary.BigEndian, class); err != nil {
-		return
-	}
-
-	if err = binary.Write(&payload, binary.BigEndian, method); err != nil {
-		return
-	}
-
-	if err = f.Method.write(&payload); err != nil {
-		return
-	}
-
-	return writeFrame(w, frameMethod, f.ChannelId, payload.Bytes())
+	fb.b = binary.BigEndian.AppendUint16(fb.b, class)
+	fb.b = binary.BigEndian.AppendUint16(fb.b, method)
+	return fb.end(start, frameMethod, f.ChannelId, f.Method.write(fb))
 }
 
 // Heartbeat
 //
 // Payload is empty
-func (f *heartbeatFrame) write(w io.Writer) (err error) {
-	return writeFrame(w, frameHeartbeat, f.ChannelId, []byte{})
+func (f *heartbeatFrame) write(fb *frameBuffer) error {
+	return fb.end(fb.begin(), frameHeartbeat, f.ChannelId, nil)
 }
 
 // CONTENT HEADER
@@ -53,208 +82,146 @@ func (f *heartbeatFrame) write(w io.Writer) (err error) {
 // +----------+--------+-----------+----------------+------------- - -
 //
 //	short     short    long long       short        remainder...
-func (f *headerFrame) write(w io.Writer) (err error) {
-	var payload bytes.Buffer
+func (f *headerFrame) write(fb *frameBuffer) error {
+	start := fb.begin()
+	var err error
+	fb.b, err = f.appendPayload(fb.b)
+	return fb.end(start, frameHeader, f.ChannelId, err)
+}
 
-	if err = binary.Write(&payload, binary.BigEndian, f.ClassId); err != nil {
-		return
-	}
-
-	if err = binary.Write(&payload, binary.BigEndian, f.weight); err != nil {
-		return
-	}
-
-	if err = binary.Write(&payload, binary.BigEndian, f.Size); err != nil {
-		return
-	}
+func (f *headerFrame) appendPayload(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint16(b, f.ClassId)
+	b = binary.BigEndian.AppendUint16(b, f.weight)
+	b = binary.BigEndian.AppendUint64(b, f.Size)
 
 	// First pass will build the mask to be serialized, second pass will serialize
 	// each of the fields that appear in the mask.
 
+	p := &f.Properties
 	var mask uint16
 
-	if f.Properties.ContentType != "" {
+	if p.ContentType != "" {
 		mask |= flagContentType
 	}
-	if f.Properties.ContentEncoding != "" {
+	if p.ContentEncoding != "" {
 		mask |= flagContentEncoding
 	}
-	if len(f.Properties.Headers) > 0 {
+	if len(p.Headers) > 0 || len(p.deaths) > 0 {
 		mask |= flagHeaders
 	}
-	if f.Properties.DeliveryMode > 0 {
+	if p.DeliveryMode > 0 {
 		mask |= flagDeliveryMode
 	}
-	if f.Properties.Priority > 0 {
+	if p.Priority > 0 {
 		mask |= flagPriority
 	}
-	if f.Properties.CorrelationId != "" {
+	if p.CorrelationId != "" {
 		mask |= flagCorrelationId
 	}
-	if f.Properties.ReplyTo != "" {
+	if p.ReplyTo != "" {
 		mask |= flagReplyTo
 	}
-	if f.Properties.Expiration != "" {
+	if p.Expiration != "" {
 		mask |= flagExpiration
 	}
-	if f.Properties.MessageId != "" {
+	if p.MessageId != "" {
 		mask |= flagMessageId
 	}
-	if !f.Properties.Timestamp.IsZero() {
+	if !p.Timestamp.IsZero() {
 		mask |= flagTimestamp
 	}
-	if f.Properties.Type != "" {
+	if p.Type != "" {
 		mask |= flagType
 	}
-	if f.Properties.UserId != "" {
+	if p.UserId != "" {
 		mask |= flagUserId
 	}
-	if f.Properties.AppId != "" {
+	if p.AppId != "" {
 		mask |= flagAppId
 	}
 
-	if err = binary.Write(&payload, binary.BigEndian, mask); err != nil {
-		return
-	}
+	b = binary.BigEndian.AppendUint16(b, mask)
 
-	if hasProperty(mask, flagContentType) {
-		if err = writeShortstr(&payload, f.Properties.ContentType); err != nil {
-			return
+	var err error
+	shortstr := func(flag int, s string) {
+		if err == nil && hasProperty(mask, flag) {
+			b, err = appendShortstr(b, s)
 		}
 	}
-	if hasProperty(mask, flagContentEncoding) {
-		if err = writeShortstr(&payload, f.Properties.ContentEncoding); err != nil {
-			return
-		}
-	}
-	if hasProperty(mask, flagHeaders) {
-		if err = writeTable(&payload, f.Properties.Headers); err != nil {
-			return
-		}
+	shortstr(flagContentType, p.ContentType)
+	shortstr(flagContentEncoding, p.ContentEncoding)
+	if err == nil && hasProperty(mask, flagHeaders) {
+		b, err = appendHeaders(b, p.Headers, p.deaths)
 	}
 	if hasProperty(mask, flagDeliveryMode) {
-		if err = binary.Write(&payload, binary.BigEndian, f.Properties.DeliveryMode); err != nil {
-			return
-		}
+		b = append(b, p.DeliveryMode)
 	}
 	if hasProperty(mask, flagPriority) {
-		if err = binary.Write(&payload, binary.BigEndian, f.Properties.Priority); err != nil {
-			return
-		}
+		b = append(b, p.Priority)
 	}
-	if hasProperty(mask, flagCorrelationId) {
-		if err = writeShortstr(&payload, f.Properties.CorrelationId); err != nil {
-			return
-		}
-	}
-	if hasProperty(mask, flagReplyTo) {
-		if err = writeShortstr(&payload, f.Properties.ReplyTo); err != nil {
-			return
-		}
-	}
-	if hasProperty(mask, flagExpiration) {
-		if err = writeShortstr(&payload, f.Properties.Expiration); err != nil {
-			return
-		}
-	}
-	if hasProperty(mask, flagMessageId) {
-		if err = writeShortstr(&payload, f.Properties.MessageId); err != nil {
-			return
-		}
-	}
+	shortstr(flagCorrelationId, p.CorrelationId)
+	shortstr(flagReplyTo, p.ReplyTo)
+	shortstr(flagExpiration, p.Expiration)
+	shortstr(flagMessageId, p.MessageId)
 	if hasProperty(mask, flagTimestamp) {
-		if err = binary.Write(&payload, binary.BigEndian, uint64(f.Properties.Timestamp.Unix())); err != nil {
-			return
-		}
+		b = binary.BigEndian.AppendUint64(b, uint64(p.Timestamp.Unix()))
 	}
-	if hasProperty(mask, flagType) {
-		if err = writeShortstr(&payload, f.Properties.Type); err != nil {
-			return
-		}
-	}
-	if hasProperty(mask, flagUserId) {
-		if err = writeShortstr(&payload, f.Properties.UserId); err != nil {
-			return
-		}
-	}
-	if hasProperty(mask, flagAppId) {
-		if err = writeShortstr(&payload, f.Properties.AppId); err != nil {
-			return
-		}
-	}
-
-	return writeFrame(w, frameHeader, f.ChannelId, payload.Bytes())
+	shortstr(flagType, p.Type)
+	shortstr(flagUserId, p.UserId)
+	shortstr(flagAppId, p.AppId)
+	return b, err
 }
 
 // Body
 //
 // Payload is one byterange from the full body who's size is declared in the
 // Header frame
-func (f *bodyFrame) write(w io.Writer) (err error) {
-	return writeFrame(w, frameBody, f.ChannelId, f.Body)
+func (f *bodyFrame) write(fb *frameBuffer) error {
+	start := fb.begin()
+	fb.b = append(fb.b, f.Body...)
+	return fb.end(start, frameBody, f.ChannelId, nil)
 }
 
-func writeFrame(w io.Writer, typ uint8, channel uint16, payload []byte) (err error) {
-	end := []byte{frameEnd}
-	size := uint(len(payload))
-
-	_, err = w.Write([]byte{
-		typ,
-		byte((channel & 0xff00) >> 8),
-		byte((channel & 0x00ff) >> 0),
-		byte((size & 0xff000000) >> 24),
-		byte((size & 0x00ff0000) >> 16),
-		byte((size & 0x0000ff00) >> 8),
-		byte((size & 0x000000ff) >> 0),
-	})
-	if err != nil {
-		return
+func appendShortstr(b []byte, s string) ([]byte, error) {
+	if len(s) > 255 {
+		return b, fmt.Errorf("amqp: shortstr %q exceeds 255 bytes", s)
 	}
-
-	if _, err = w.Write(payload); err != nil {
-		return
-	}
-
-	if _, err = w.Write(end); err != nil {
-		return
-	}
-
-	return
+	b = append(b, uint8(len(s)))
+	return append(b, s...), nil
 }
 
 func writeShortstr(w io.Writer, s string) (err error) {
-	b := []byte(s)
-	if len(b) > 255 {
-		return fmt.Errorf("amqp: shortstr %q exceeds 255 bytes", s)
+	if fb, ok := w.(*frameBuffer); ok {
+		fb.b, err = appendShortstr(fb.b, s)
+		return err
 	}
-
-	length := uint8(len(b))
-
-	if err = binary.Write(w, binary.BigEndian, length); err != nil {
-		return
+	b, err := appendShortstr(nil, s)
+	if err != nil {
+		return err
 	}
-
-	if _, err = w.Write(b[:length]); err != nil {
-		return
-	}
-
-	return
+	_, err = w.Write(b)
+	return err
 }
 
 func writeLongstr(w io.Writer, s string) (err error) {
-	b := []byte(s)
-
-	length := uint32(len(b))
-
-	if err = binary.Write(w, binary.BigEndian, length); err != nil {
-		return
+	if fb, ok := w.(*frameBuffer); ok {
+		fb.b = binary.BigEndian.AppendUint32(fb.b, uint32(len(s)))
+		fb.b = append(fb.b, s...)
+		return nil
 	}
+	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(s)), uint32(len(s)))
+	_, err = w.Write(append(b, s...))
+	return err
+}
 
-	if _, err = w.Write(b[:length]); err != nil {
-		return
-	}
-
-	return
+// sized appends, through add, what is prefixed by its size in four bytes: the size is
+// written once add has appended it.
+func sized(b []byte, add func([]byte) ([]byte, error)) ([]byte, error) {
+	at := len(b)
+	b = append(b, 0, 0, 0, 0)
+	b, err := add(b)
+	binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	return b, err
 }
 
 /*
@@ -276,154 +243,138 @@ func writeLongstr(w io.Writer, s string) (err error) {
 't': bool
 'x': []byte
 */
-func writeField(w io.Writer, value any) (err error) {
-	var buf [9]byte
-	var enc []byte
-
+func appendField(b []byte, value any) ([]byte, error) {
 	switch v := value.(type) {
 	case bool:
-		buf[0] = 't'
 		if v {
-			buf[1] = byte(1)
-		} else {
-			buf[1] = byte(0)
+			return append(b, 't', 1), nil
 		}
-		enc = buf[:2]
+		return append(b, 't', 0), nil
 
 	case byte:
-		buf[0] = 'B'
-		buf[1] = v
-		enc = buf[:2]
+		return append(b, 'B', v), nil
 
 	case int8:
-		buf[0] = 'b'
-		buf[1] = uint8(v)
-		enc = buf[:2]
+		return append(b, 'b', uint8(v)), nil
 
 	case int16:
-		buf[0] = 's'
-		binary.BigEndian.PutUint16(buf[1:3], uint16(v))
-		enc = buf[:3]
+		return binary.BigEndian.AppendUint16(append(b, 's'), uint16(v)), nil
 
 	case int:
-		buf[0] = 'I'
-		binary.BigEndian.PutUint32(buf[1:5], uint32(v))
-		enc = buf[:5]
+		return binary.BigEndian.AppendUint32(append(b, 'I'), uint32(v)), nil
 
 	case int32:
-		buf[0] = 'I'
-		binary.BigEndian.PutUint32(buf[1:5], uint32(v))
-		enc = buf[:5]
+		return binary.BigEndian.AppendUint32(append(b, 'I'), uint32(v)), nil
 
 	case int64:
-		buf[0] = 'l'
-		binary.BigEndian.PutUint64(buf[1:9], uint64(v))
-		enc = buf[:9]
+		return binary.BigEndian.AppendUint64(append(b, 'l'), uint64(v)), nil
 
 	case uint16:
-		buf[0] = 'u'
-		binary.BigEndian.PutUint16(buf[1:3], v)
-		enc = buf[:3]
+		return binary.BigEndian.AppendUint16(append(b, 'u'), v), nil
 
 	case uint32:
-		buf[0] = 'i'
-		binary.BigEndian.PutUint32(buf[1:5], v)
-		enc = buf[:5]
+		return binary.BigEndian.AppendUint32(append(b, 'i'), v), nil
 
 	case float32:
-		buf[0] = 'f'
-		binary.BigEndian.PutUint32(buf[1:5], math.Float32bits(v))
-		enc = buf[:5]
+		return binary.BigEndian.AppendUint32(append(b, 'f'), math.Float32bits(v)), nil
 
 	case float64:
-		buf[0] = 'd'
-		binary.BigEndian.PutUint64(buf[1:9], math.Float64bits(v))
-		enc = buf[:9]
+		return binary.BigEndian.AppendUint64(append(b, 'd'), math.Float64bits(v)), nil
 
 	case Decimal:
-		buf[0] = 'D'
-		buf[1] = v.Scale
-		binary.BigEndian.PutUint32(buf[2:6], uint32(v.Value))
-		enc = buf[:6]
+		return binary.BigEndian.AppendUint32(append(b, 'D', v.Scale), uint32(v.Value)), nil
 
 	case string:
-		buf[0] = 'S'
-		binary.BigEndian.PutUint32(buf[1:5], uint32(len(v)))
-		enc = append(buf[:5], []byte(v)...)
+		b = binary.BigEndian.AppendUint32(append(b, 'S'), uint32(len(v)))
+		return append(b, v...), nil
 
 	case []any: // field-array
-		buf[0] = 'A'
-
-		sec := new(bytes.Buffer)
-		for _, val := range v {
-			if err = writeField(sec, val); err != nil {
-				return
+		return sized(append(b, 'A'), func(b []byte) ([]byte, error) {
+			var err error
+			for _, val := range v {
+				if b, err = appendField(b, val); err != nil {
+					return b, err
+				}
 			}
-		}
-
-		binary.BigEndian.PutUint32(buf[1:5], uint32(sec.Len()))
-		if _, err = w.Write(buf[:5]); err != nil {
-			return
-		}
-
-		if _, err = w.Write(sec.Bytes()); err != nil {
-			return
-		}
-
-		return
+			return b, nil
+		})
 
 	case time.Time:
-		buf[0] = 'T'
-		binary.BigEndian.PutUint64(buf[1:9], uint64(v.Unix()))
-		enc = buf[:9]
+		return binary.BigEndian.AppendUint64(append(b, 'T'), uint64(v.Unix())), nil
 
 	case Table:
-		if _, err = w.Write([]byte{'F'}); err != nil {
-			return
-		}
-		return writeTable(w, v)
+		return appendTable(append(b, 'F'), v)
 
 	case []byte:
-		buf[0] = 'x'
-		binary.BigEndian.PutUint32(buf[1:5], uint32(len(v)))
-		if _, err = w.Write(buf[0:5]); err != nil {
-			return
-		}
-		if _, err = w.Write(v); err != nil {
-			return
-		}
-		return
+		b = binary.BigEndian.AppendUint32(append(b, 'x'), uint32(len(v)))
+		return append(b, v...), nil
 
 	case nil:
-		buf[0] = 'V'
-		enc = buf[:1]
-
-	default:
-		return ErrFieldType
+		return append(b, 'V'), nil
 	}
+	return b, ErrFieldType
+}
 
-	_, err = w.Write(enc)
+// appendTable appends a Table: its size, then each key and value.
+func appendTable(b []byte, table Table) ([]byte, error) {
+	return sized(b, func(b []byte) ([]byte, error) {
+		var err error
+		for key, val := range table {
+			if b, err = appendEntry(b, key, val); err != nil {
+				return b, err
+			}
+		}
+		return b, nil
+	})
+}
 
-	return
+// appendHeaders appends a message's headers as one table: over's, and those of headers
+// that over does not have.
+func appendHeaders(b []byte, headers, over Table) ([]byte, error) {
+	if len(over) == 0 {
+		return appendTable(b, headers)
+	}
+	return sized(b, func(b []byte) ([]byte, error) {
+		var err error
+		for key, val := range headers {
+			if _, ok := over[key]; ok {
+				continue
+			}
+			if b, err = appendEntry(b, key, val); err != nil {
+				return b, err
+			}
+		}
+		for key, val := range over {
+			if b, err = appendEntry(b, key, val); err != nil {
+				return b, err
+			}
+		}
+		return b, nil
+	})
+}
+
+// appendEntry appends a table's entry.
+func appendEntry(b []byte, key string, val any) ([]byte, error) {
+	b, err := appendShortstr(b, key)
+	if err != nil {
+		return b, fmt.Errorf("writing key %q: %w", key, err)
+	}
+	if b, err = appendField(b, val); err != nil {
+		return b, fmt.Errorf("writing value for key %q: %w", key, err)
+	}
+	return b, nil
 }
 
 // writeTable serializes a Table to the given writer.
-// It writes each key-value pair and returns the serialized data as a longstr.
 func writeTable(w io.Writer, table Table) (err error) {
-	var buf bytes.Buffer
-
-	for key, val := range table {
-		if err = writeShortstr(&buf, key); err != nil {
-			return fmt.Errorf("writing key %q: %w", key, err)
-		}
-		if err = writeField(&buf, val); err != nil {
-			return fmt.Errorf("writing value for key %q: %w", key, err)
-		}
+	if fb, ok := w.(*frameBuffer); ok {
+		fb.b, err = appendTable(fb.b, table)
+		return err
 	}
-
-	if err := writeLongstr(w, buf.String()); err != nil {
-		return fmt.Errorf("writing final long string: %w", err)
+	b, err := appendTable(nil, table)
+	if err != nil {
+		return err
 	}
-
-	return nil
+	_, err = w.Write(b)
+	return err
 }
