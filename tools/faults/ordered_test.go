@@ -187,14 +187,19 @@ func TestOrderedKill9(t *testing.T) {
 }
 
 // joinLimit bounds how long the ordered case waits for a replacement process to get its
-// share of the lanes before its next fault (see awaitShare).
-const joinLimit = 30 * time.Second
+// share of the lanes before its next fault (see awaitShare); joinStreamLimit is the part of
+// the stream (in percent of its messages sent) past which it waits no more, so that the
+// faults still happen while messages flow.
+const (
+	joinLimit       = 30 * time.Second
+	joinStreamLimit = 85
+)
 
 // awaitShare waits until c has succeeded in its share of the lanes, as laneTimes counts it,
-// or joinLimit has passed, so that the case's next fault does not fall into the join it
-// measures: a broker's restart would count in the join's time, a kill would free lanes for
-// it. Past joinLimit it goes on: laneTimes then reports the join as it happened, after the
-// fault.
+// so that the case's next fault does not fall into the join it measures: a broker's restart
+// would count in the join's time, a kill would free lanes for it. Past joinLimit, or once
+// joinStreamLimit percent of the stream is sent, it goes on, and says so: laneTimes then
+// reports the join as it happened, after the fault.
 func (h *harness) awaitShare(c *consumer) {
 	share := max(orderedLanes/orderedProcs, 1)
 	for deadline := time.Now().Add(joinLimit); ; time.Sleep(50 * time.Millisecond) {
@@ -210,8 +215,10 @@ func (h *harness) awaitShare(c *consumer) {
 			h.event(c.name + " holds its share")
 			return
 		}
-		if time.Now().After(deadline) {
-			h.t.Logf("%s: consumer %s has no success in %d lanes %s after it was ready; the case goes on", h.since(), c.name, share, joinLimit)
+		if time.Now().After(deadline) || h.sent.Load() >= int64(h.size*joinStreamLimit/100) {
+			h.t.Logf("%s: consumer %s has no success in %d lanes yet (%d%% of the stream sent); the next fault comes inside its join",
+				h.since(), c.name, share, h.sent.Load()*100/int64(h.size))
+			h.event(c.name + " still joining")
 			return
 		}
 	}
