@@ -49,7 +49,7 @@ type laneHolds struct {
 	// active: the session's consumer got its first delivery, and the keys were read then.
 	active atomic.Bool
 
-	writing sync.Mutex // one write of the state at a time, holds and lets go in their order
+	writing sync.Mutex // the state's writes queued in their order: holds, and lets go (one at a time)
 }
 
 type heldKey struct {
@@ -110,20 +110,25 @@ func (sub *subscription) applyHolds(st held.State, seq int64, final bool) {
 
 // Hold holds the key of h, whose handler failed for good with cause (see contract.Holder):
 // the state first, then this process's view. A key held already is held again by this
-// message: an action under way on it stops.
+// message: an action under way on it stops. The write is queued in the lane's order of
+// writes (writing), and waited for outside it: the holds of a lane's other keys, poisoned
+// meanwhile, go in the same batch rather than one batch after another. A let-go of the same
+// key queued after it removes only the entry of the message it let go (see letGo), so the
+// view may take the hold after that let-go has taken the key out of it.
 func (h *handout) Hold(cause error) error {
 	sub, hs := h.sub, h.sub.holds
-	hs.writing.Lock()
-	defer hs.writing.Unlock()
 	e := held.Entry{Key: h.key, Lane: sub.consumed, Since: time.Now().UTC(), MessageID: h.msg.UUID,
 		Error: cause.Error(), Handler: sub.s.cfg.HandlerName}
-	if _, err := sub.s.updateHolds(sub.queue, func(st *held.State) bool {
+	hs.writing.Lock()
+	op := sub.s.queueHolds(sub.queue, func(st *held.State) bool {
 		if old, ok := st.Keys[h.key]; ok {
 			e.Since = old.Since
 		}
 		st.Keys[h.key] = e
 		return true
-	}); err != nil {
+	})
+	hs.writing.Unlock()
+	if _, err := sub.s.awaitHolds(sub.queue, op); err != nil {
 		return err
 	}
 	hs.mu.Lock()

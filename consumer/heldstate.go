@@ -23,6 +23,7 @@ import (
 type heldState struct {
 	pending []*heldOp // the reads and writes waiting for the next batch
 	running bool      // a batch is out: the next one waits for it
+	sent    time.Time // when the last batch ended: the next waits until holdsYield after
 
 	lanes map[*subscription]*laneWatch // the lanes watched
 	stop  chan struct{}                // closed when the last of them is gone; nil with none
@@ -50,10 +51,27 @@ type heldOp struct {
 	lead   chan struct{} // closed when its caller is to send the next batch
 }
 
+// holdsYield is how long a process leaves the held state's lock free after a batch before
+// it takes it for the next one. The lock (statequeue.Lock) goes to whoever asks first while it
+// is free, and the processes waiting for it ask again every 50 ms or so (75 ms at most:
+// statequeue.Lock's backoff), while the holder, its next batch waiting, would ask a few
+// milliseconds after letting it go: on a busy machine it won batch after batch, and the
+// others waited up to 4 s for one take (docs/decisions.md). Free for longer than a waiter's
+// longest pause, the lock goes to a waiter; the holder's next batch carries all that came
+// meanwhile.
+const holdsYield = 100 * time.Millisecond
+
 // updateHolds reads queue's held state and, when change reports a change, writes the changed
 // state (see held.Update), in the next batch of this process's reads and writes of it: one
 // that begins after the call. It returns the state as the batch left it.
 func (s *Subscriber) updateHolds(queue string, change func(*held.State) bool) (held.State, error) {
+	return s.awaitHolds(queue, s.queueHolds(queue, change))
+}
+
+// queueHolds puts a read or write of queue's held state in line for the next batch, after
+// those queued before it (a batch applies its changes in their order); awaitHolds waits for
+// its outcome.
+func (s *Subscriber) queueHolds(queue string, change func(*held.State) bool) *heldOp {
 	op := &heldOp{change: change, done: make(chan struct{}), lead: make(chan struct{})}
 	s.heldMu.Lock()
 	hs := s.heldStateOf(queue)
@@ -63,15 +81,31 @@ func (s *Subscriber) updateHolds(queue string, change func(*held.State) bool) (h
 		close(op.lead)
 	}
 	s.heldMu.Unlock()
+	return op
+}
+
+// awaitHolds returns the state as the batch of op, queued by queueHolds, left it; the first
+// op of a batch sends it.
+func (s *Subscriber) awaitHolds(queue string, op *heldOp) (held.State, error) {
+	s.heldMu.Lock()
+	hs := s.heldStateOf(queue)
+	s.heldMu.Unlock()
 	select {
 	case <-op.done:
 	case <-op.lead: // send the batch, this op in it, then hand the turn on
+		s.heldMu.Lock()
+		wait := time.Until(hs.sent.Add(holdsYield))
+		s.heldMu.Unlock()
+		if wait > 0 { // what comes meanwhile joins the batch
+			time.Sleep(wait)
+		}
 		s.heldMu.Lock()
 		batch := hs.pending
 		hs.pending = nil
 		s.heldMu.Unlock()
 		s.sendHolds(queue, batch)
 		s.heldMu.Lock()
+		hs.sent = time.Now()
 		if len(hs.pending) > 0 {
 			close(hs.pending[0].lead)
 		} else {

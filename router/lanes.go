@@ -163,12 +163,14 @@ func (b *balancer) balance(ctx context.Context, conn *amqp.Connection, ch *amqp.
 	}
 	processes := max(q.Consumers, 1)
 	share := (b.n + processes - 1) / processes
+	var excess []int
 	for lane := range b.held {
-		if len(b.held) <= share {
+		if len(b.held)-len(excess) <= share {
 			break
 		}
-		b.release(lane)
+		excess = append(excess, lane)
 	}
+	b.release(excess...)
 	for k := 0; k < b.n && len(b.held) < share && ctx.Err() == nil; k++ {
 		lane := (b.start + k) % b.n
 		if b.held[lane] != nil {
@@ -212,20 +214,29 @@ func (b *balancer) take(ctx context.Context, lane int, unlock func()) error {
 	return nil
 }
 
-// release stops consuming lane and, once its subscription has ended (its channel closed),
-// gives its lease up.
-func (b *balancer) release(lane int) {
-	l := b.held[lane]
-	delete(b.held, lane)
-	l.cancel()
-	<-l.done
-	l.unlock()
-	b.logger.Debug("Lane given up", watermill.LogFields{"queue": b.queue, "lane": lane})
+// release stops consuming lanes and gives each one's lease up once its subscription has
+// ended (its channel closed), the lanes at once: a lane waits for its own handlers only, not
+// for the other lanes'.
+func (b *balancer) release(lanes ...int) {
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		l := b.held[lane]
+		delete(b.held, lane)
+		l.cancel()
+		wg.Go(func() {
+			<-l.done
+			l.unlock()
+			b.logger.Debug("Lane given up", watermill.LogFields{"queue": b.queue, "lane": lane})
+		})
+	}
+	wg.Wait()
 }
 
 // releaseAll gives up every lane.
 func (b *balancer) releaseAll() {
+	var lanes []int
 	for lane := range b.held {
-		b.release(lane)
+		lanes = append(lanes, lane)
 	}
+	b.release(lanes...)
 }
