@@ -65,15 +65,14 @@ func (b *Broker) setExpiryLocked(q *queue, at time.Time) {
 	if q.heapAt != 0 {
 		return
 	}
-	switch {
-	case b.wake == nil:
+	if b.wake == nil {
 		b.wake = make(chan struct{}, 1)
 		go b.expire(b.wake)
-	default:
-		select {
-		case b.wake <- struct{}{}:
-		default: // already told
-		}
+		return
+	}
+	select {
+	case b.wake <- struct{}{}:
+	default: // already told
 	}
 }
 
