@@ -255,16 +255,23 @@ func TestDeclareAllExchangeKindsAndBindings(t *testing.T) {
 	assert.Equal(t, []string{"h1"}, drain(t, ch, qh, 1))
 }
 
+// declareClash declares a queue of its own with an argument warren does not declare it with,
+// and returns its name.
+func declareClash(t *testing.T, env *testenv.Env) string {
+	t.Helper()
+	q := env.Queue("clash")
+	_, err := env.Channel().QueueDeclare(q, true, false, false, false, amqp.Table{"x-message-ttl": int64(1000)})
+	require.NoError(t, err)
+	return q
+}
+
 func TestExistingQueueWithOtherArgumentsNamesQueueAndArgument(t *testing.T) {
 	t.Parallel()
 	env := testenv.New(t)
-	q := env.Queue("clash")
-	ch := env.Channel()
-	_, err := ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-message-ttl": int64(1000)})
-	require.NoError(t, err)
+	q := declareClash(t, env)
 
 	b := newBuilder(t, env, topology.Config{})
-	err = b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}})
+	err := b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: []topology.Queue{{Name: q}}})
 	var m *topology.MismatchError
 	require.ErrorAs(t, err, &m)
 	assert.Equal(t, q, m.Name)
@@ -280,10 +287,7 @@ func TestExistingQueueWithOtherArgumentsNamesQueueAndArgument(t *testing.T) {
 func TestARefusalAmongManyDeclarationsNamesItsObject(t *testing.T) {
 	t.Parallel()
 	env := testenv.Logic(t)
-	clash := env.Queue("clash")
-	ch := env.Channel()
-	_, err := ch.QueueDeclare(clash, true, false, false, false, amqp.Table{"x-message-ttl": int64(1000)})
-	require.NoError(t, err)
+	clash := declareClash(t, env)
 	var queues []topology.Queue
 	for i := range 40 {
 		queues = append(queues, topology.Queue{Name: env.Queue(fmt.Sprintf("q%d", i))})
@@ -291,7 +295,7 @@ func TestARefusalAmongManyDeclarationsNamesItsObject(t *testing.T) {
 	queues = slices.Insert(queues, 25, topology.Queue{Name: clash})
 
 	b := newBuilder(t, env, topology.Config{})
-	err = b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: queues})
+	err := b.Declare(context.Background(), env.Channel(), topology.Topology{Queues: queues})
 	var m *topology.MismatchError
 	require.ErrorAs(t, err, &m)
 	assert.Equal(t, clash, m.Name)

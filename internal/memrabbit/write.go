@@ -190,28 +190,20 @@ func appendShortstr(b []byte, s string) ([]byte, error) {
 	return append(b, s...), nil
 }
 
+// The methods of the spec write only into the connection's frameBuffer (methodFrame.write):
+// writeShortstr, writeLongstr and writeTable append to it in place.
+
 func writeShortstr(w io.Writer, s string) (err error) {
-	if fb, ok := w.(*frameBuffer); ok {
-		fb.b, err = appendShortstr(fb.b, s)
-		return err
-	}
-	b, err := appendShortstr(nil, s)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
+	fb := w.(*frameBuffer)
+	fb.b, err = appendShortstr(fb.b, s)
 	return err
 }
 
-func writeLongstr(w io.Writer, s string) (err error) {
-	if fb, ok := w.(*frameBuffer); ok {
-		fb.b = binary.BigEndian.AppendUint32(fb.b, uint32(len(s)))
-		fb.b = append(fb.b, s...)
-		return nil
-	}
-	b := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(s)), uint32(len(s)))
-	_, err = w.Write(append(b, s...))
-	return err
+func writeLongstr(w io.Writer, s string) error {
+	fb := w.(*frameBuffer)
+	fb.b = binary.BigEndian.AppendUint32(fb.b, uint32(len(s)))
+	fb.b = append(fb.b, s...)
+	return nil
 }
 
 // sized appends, through add, what is prefixed by its size in four bytes: the size is
@@ -367,14 +359,7 @@ func appendEntry(b []byte, key string, val any) ([]byte, error) {
 
 // writeTable serializes a Table to the given writer.
 func writeTable(w io.Writer, table Table) (err error) {
-	if fb, ok := w.(*frameBuffer); ok {
-		fb.b, err = appendTable(fb.b, table)
-		return err
-	}
-	b, err := appendTable(nil, table)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
+	fb := w.(*frameBuffer)
+	fb.b, err = appendTable(fb.b, table)
 	return err
 }
