@@ -394,7 +394,6 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 	// meanwhile (Close), so that a successor need not publish it again. Each of its calls
 	// has a time limit of its own.
 	round := context.WithoutCancel(ctx)
-	ahead := make([]nextTicks, len(s.cfg.Jobs))
 	timer := time.NewTimer(time.Hour) // reset before each wait
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -402,12 +401,12 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 		// At least hourly: a timer counts the monotonic clock, which a wall clock set forward,
 		// or a machine suspended, does not move, while ticks are wall-clock times.
 		wake, changed := now.Add(time.Hour), false
-		for i, j := range s.cfg.Jobs {
+		for _, j := range s.cfg.Jobs {
 			js, ok := st.Jobs[j.Name]
 			sp := s.specs[j.Name]
 			// New, changed, or recorded more than a tick ahead of this clock (a clock ahead,
 			// or a forged state, would stop the job until then): from now on.
-			if !ok || js.Schedule != j.Schedule || js.Topic != j.Topic || js.Next.After(ahead[i].second(sp, now)) {
+			if !ok || js.Schedule != j.Schedule || js.Topic != j.Topic || js.Next.After(sp.Next(sp.Next(now))) {
 				js = JobState{Schedule: j.Schedule, Topic: j.Topic}
 			}
 			if !js.Next.After(now) {
@@ -432,20 +431,6 @@ func (s *Scheduler) lead(ctx context.Context, conn *amqp.Connection) error {
 		}
 	}
 	return nil
-}
-
-// nextTicks keeps a spec's next two ticks after a time, which are the same for every time
-// from it to the first of them: the scheduler wakes at least hourly, and a cron expression's
-// Next steps through the hours to its tick.
-type nextTicks struct{ from, first, after time.Time }
-
-// second returns sp's second tick after now.
-func (n *nextTicks) second(sp spec, now time.Time) time.Time {
-	if now.Before(n.from) || !now.Before(n.first) {
-		n.from, n.first = now, sp.Next(now)
-		n.after = sp.Next(n.first)
-	}
-	return n.after
 }
 
 // advance publishes job j's missed ticks after js.Next (by policy), and its next tick

@@ -54,9 +54,10 @@ func parseSpec(s string, loc *time.Location) (spec, error) {
 }
 
 // inLocation reads a cron schedule on the clock of loc (unless it names its own zone). It
-// remembers its last two answers: the active scheduler asks for the same ticks several times
-// a round (the next one, the one after it, the ones missed since the last), and stepping
-// through a cron expression costs far more than the asking.
+// remembers its last two answers, each good for every time from the one asked about to the
+// tick answered (no tick lies between them): the active scheduler asks for the next tick and
+// the one after it at every wake-up, at least hourly, and stepping through a cron expression
+// costs far more than the asking.
 type inLocation struct {
 	cron.Schedule
 	loc *time.Location
@@ -69,7 +70,7 @@ func (l *inLocation) Next(t time.Time) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range l.recent {
-		if !r.after.IsZero() && r.after.Equal(t) { // the answer depends on the instant only
+		if !r.after.IsZero() && !t.Before(r.after) && t.Before(r.next) {
 			return r.next
 		}
 	}
