@@ -167,7 +167,7 @@ func (ch *channel) do(m message) error {
 			return err
 		}
 		n := len(q.ready)
-		q.ready = nil
+		q.clear()
 		if !m.NoWait {
 			ch.c.sendMethod(ch.id, &queuePurgeOk{MessageCount: uint32(n)})
 		}
@@ -206,7 +206,7 @@ func (ch *channel) do(m message) error {
 	case *basicReject:
 		return ch.settle(m.DeliveryTag, false, true, m.Requeue)
 	case *basicRecover:
-		ch.requeueAllLocked()
+		ch.requeueAllLocked(true)
 		ch.c.sendMethod(ch.id, &basicRecoverOk{})
 		b.dispatchLocked()
 	default:
@@ -332,8 +332,7 @@ func (ch *channel) get(m *basicGet) error {
 		ch.c.sendMethod(ch.id, &basicGetEmpty{})
 		return nil
 	}
-	qd := q.ready[0]
-	q.ready = q.ready[1:]
+	qd := q.take()
 	b.armExpiryLocked(q)
 	tag := ch.track(q, qd, nil, m.NoAck)
 	p := deliveredProps(qd)
@@ -397,16 +396,17 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 	}
 	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
 	if nack && !requeue {
-		ch.c.b.requeueLocked(back, true)
+		ch.c.b.rejectLocked(back)
 	} else if nack {
-		ch.c.b.nackedLocked(back)
+		ch.c.b.requeueLocked(back, true)
 	}
 	ch.c.b.dispatchLocked()
 	return nil
 }
 
-// requeueAllLocked returns every unacked delivery of the channel to its queue.
-func (ch *channel) requeueAllLocked() {
+// requeueAllLocked returns every unacked delivery of the channel to its queue: requeued by the
+// client (basic.recover), or left by the channel's close.
+func (ch *channel) requeueAllLocked(requeued bool) {
 	back := make([]*delivery, 0, len(ch.tags))
 	for _, t := range ch.tags {
 		d := ch.unacked[t]
@@ -416,7 +416,7 @@ func (ch *channel) requeueAllLocked() {
 		back = append(back, d)
 	}
 	ch.unacked, ch.tags = map[uint64]*delivery{}, nil
-	ch.c.b.requeueLocked(back, false)
+	ch.c.b.requeueLocked(back, requeued)
 }
 
 // cancelLocked removes a consumer.
@@ -444,7 +444,7 @@ func (ch *channel) closeLocked() {
 	for _, cs := range ch.consumers {
 		ch.cancelLocked(cs)
 	}
-	ch.requeueAllLocked()
+	ch.requeueAllLocked(false)
 	ch.c.b.dispatchLocked()
 }
 

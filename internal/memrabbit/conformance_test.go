@@ -1702,3 +1702,111 @@ func (w *endWatch) closeSocket() error {
 	w.mu.Unlock()
 	return w.Conn.Close()
 }
+
+// Where a message that comes back goes: a classic queue puts it where it was; a quorum queue
+// gives what comes back out first, in the order it came back, but on 3.10 what its client
+// requeues goes to its tail.
+func TestWhereAMessageThatComesBackGoesIsTheQueuesAndTheVersions(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		version, _ := brokerVersion()
+		for _, kind := range []string{"classic", "quorum"} {
+			for _, how := range []string{"nack 2 then 0", "recover", "channel closed"} {
+				q := s.name(kind + "." + strings.ReplaceAll(how, " ", "."))
+				_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind})
+				require.NoError(s.t, err)
+				for _, b := range []string{"0", "1", "2", "3", "4"} {
+					confirmed(s, ch, q, b)
+				}
+				held, err := conn.Channel()
+				require.NoError(s.t, err)
+				require.NoError(s.t, held.Qos(3, 0, false))
+				ds, err := held.Consume(q, "held", false, false, false, false, nil)
+				require.NoError(s.t, err)
+				got := []amqp.Delivery{receive(s, ds), receive(s, ds), receive(s, ds)}
+				require.NoError(s.t, held.Cancel("held", false))
+				switch how {
+				case "nack 2 then 0":
+					require.NoError(s.t, got[2].Nack(false, true))
+					require.NoError(s.t, got[0].Nack(false, true))
+					require.NoError(s.t, got[1].Ack(false))
+				case "recover":
+					require.NoError(s.t, held.Recover(true))
+				case "channel closed":
+					require.NoError(s.t, held.Close())
+				}
+				want := map[string][]string{ // classic, and quorum queues of 4.0
+					"nack 2 then 0":  {"0", "2", "3", "4"},
+					"recover":        {"0", "1", "2", "3", "4"},
+					"channel closed": {"0", "1", "2", "3", "4"},
+				}[how]
+				if kind == "quorum" {
+					want = map[string][]string{
+						"nack 2 then 0":  {"2", "0", "3", "4"},
+						"recover":        {"0", "1", "2", "3", "4"},
+						"channel closed": {"0", "1", "2", "3", "4"},
+					}[how]
+					if strings.HasPrefix(version, "3.") && how != "channel closed" {
+						want = map[string][]string{
+							"nack 2 then 0": {"3", "4", "2", "0"},
+							"recover":       {"3", "4", "0", "1", "2"},
+						}[how]
+					}
+				}
+				// The client has nothing unacked left: a get sees what the queue holds.
+				var bodies []string
+				require.Eventually(s.t, func() bool {
+					d, ok, err := ch.Get(q, true)
+					require.NoError(s.t, err)
+					if ok {
+						bodies = append(bodies, string(d.Body))
+					}
+					return len(bodies) == len(want)
+				}, 5*time.Second, 10*time.Millisecond)
+				assert.Equal(s.t, want, bodies, "%s, %s", kind, how)
+			}
+		}
+	})
+}
+
+// A quorum queue of RabbitMQ 4.0 has two priorities, high above 4: after what came back, it
+// gives out two of the high one, then whichever of the two came first. 3.10's keeps one order,
+// and puts what its client requeues at its tail.
+func TestAQuorumQueueOf4HasTwoPriorities(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(s.t, err)
+		publishAll := func(bodies ...string) {
+			for _, b := range bodies {
+				priority := map[byte]uint8{'h': 9, 'f': 5, 'n': 0, 'o': 4}[b[0]]
+				dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+					amqp.Publishing{Body: []byte(b), Priority: priority})
+				require.NoError(s.t, err)
+				require.True(s.t, dc.Wait())
+			}
+		}
+		publishAll("n0")
+		d, ok, err := ch.Get(q, false)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		publishAll("h1", "f2", "h3", "n4", "h5", "o6", "n7", "h8")
+		require.NoError(s.t, d.Nack(false, true)) // it goes out first
+		got := getAll(s, ch, q)
+		// The count goes on across the queue's life.
+		publishAll("n9", "h10", "h11", "n12")
+		got = append(got, getAll(s, ch, q)...)
+		version, _ := brokerVersion()
+		if strings.HasPrefix(version, "3.") {
+			assert.Equal(s.t, []string{"h1", "f2", "h3", "n4", "h5", "o6", "n7", "h8", "n0", "n9", "h10", "h11", "n12"}, got)
+		} else {
+			assert.Equal(s.t, []string{"n0", "h1", "f2", "h3", "h5", "n4", "h8", "o6", "n7", "h10", "h11", "n9", "n12"}, got)
+		}
+	})
+}

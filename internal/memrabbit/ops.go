@@ -2,6 +2,7 @@ package memrabbit
 
 import (
 	"fmt"
+	"iter"
 	"reflect"
 	"slices"
 	"strings"
@@ -276,37 +277,42 @@ func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 	return len(queues) > 0, refused
 }
 
-// nackedLocked returns deliveries nacked with requeue to their queues: as requeueLocked, but
-// on RabbitMQ 3.10 a quorum queue puts a message taken by basic.get at its tail (measured on
-// 3.10.8; 4.0.5 puts it at the head, as a consumer's).
-func (b *Broker) nackedLocked(ds []*delivery) {
-	var head []*delivery
-	for _, d := range ds {
-		if d.cs == nil && d.q.quorum && !b.atLeast(4, 0) {
-			b.returnLocked(d.q, nil, nil, []*queued{d.qd})
-			continue
-		}
-		head = append(head, d)
+// requeueLocked returns deliveries to their queues (see returnLocked): requeued by the client,
+// or left by a closed channel.
+func (b *Broker) requeueLocked(ds []*delivery, requeued bool) {
+	for q, qds := range byQueue(ds) {
+		b.returnLocked(q, qds, requeued)
 	}
-	b.requeueLocked(head, false)
 }
 
-// requeueLocked returns deliveries to their queues (see returnLocked), rejected ones to be
-// dead-lettered.
-func (b *Broker) requeueLocked(ds []*delivery, reject bool) {
-	back := map[*queue][]*queued{}
-	var order []*queue
-	for _, d := range ds {
-		if _, ok := back[d.q]; !ok {
-			order = append(order, d.q)
+// rejectLocked dead-letters deliveries nacked or rejected without requeue.
+func (b *Broker) rejectLocked(ds []*delivery) {
+	for q, qds := range byQueue(ds) {
+		if b.queues[q.name] != q || q.stream {
+			continue // deleted; or a stream, which keeps them all
 		}
-		back[d.q] = append(back[d.q], d.qd)
+		for _, qd := range qds {
+			b.deadLetterLocked(q, qd, "rejected")
+		}
+		b.armExpiryLocked(q)
 	}
-	for _, q := range order {
-		if reject {
-			b.returnLocked(q, nil, back[q], nil)
-		} else {
-			b.returnLocked(q, back[q], nil, nil)
+}
+
+// byQueue yields the messages of ds by queue, the queues in the order ds first names them.
+func byQueue(ds []*delivery) iter.Seq2[*queue, []*queued] {
+	return func(yield func(*queue, []*queued) bool) {
+		of := map[*queue][]*queued{}
+		var order []*queue
+		for _, d := range ds {
+			if _, ok := of[d.q]; !ok {
+				order = append(order, d.q)
+			}
+			of[d.q] = append(of[d.q], d.qd)
+		}
+		for _, q := range order {
+			if !yield(q, of[q]) {
+				return
+			}
 		}
 	}
 }
@@ -325,8 +331,7 @@ func (b *Broker) dispatchLocked() {
 			if cs == nil {
 				break
 			}
-			qd := q.ready[0]
-			q.ready = q.ready[1:]
+			qd := q.take()
 			delivered = true
 			tag := cs.ch.track(q, qd, cs, cs.noAck)
 			b.recordLocked("delivered", qd.msg, q.name, "")

@@ -1,6 +1,7 @@
 package memrabbit
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strconv"
@@ -21,6 +22,7 @@ type queued struct {
 	redelivered bool
 	expires     time.Time // zero: never
 	deliveries  int       // returns to a quorum queue (x-delivery-count)
+	seq         uint64    // its place in the order its queue took messages in
 }
 
 // queue holds messages for its consumers.
@@ -31,6 +33,8 @@ type queue struct {
 	autoDelete  bool
 	args        Table
 	ready       []*queued
+	seq         uint64 // the last queued.seq given
+	returned    int    // a quorum queue's returns: the first of ready, given out first
 	consumers   []*consumer
 	next        int  // the consumer the next delivery tries first
 	hadConsumer bool // an auto-delete queue goes with its last consumer
@@ -52,6 +56,9 @@ type queue struct {
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
+	twoLevels     bool          // a quorum queue of RabbitMQ 4.0 or later: two priorities
+	high          int           // of its ready messages after the returns, how many have the high one
+	dequeues      int           // its count of what it gave out, 0 to 2 (rabbit_fifo_q's dequeue_counter)
 
 	armed  time.Time   // when its head expires; zero: never
 	armSeq uint64      // when armed was set, among the broker's queues
@@ -110,6 +117,7 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 	} else if q.quorum && b.atLeast(4, 0) {
 		q.deliveryLimit = 20 // RabbitMQ 4.0's default
 	}
+	q.twoLevels = q.quorum && b.atLeast(4, 0)
 	q.single, _ = args["x-single-active-consumer"].(bool)
 	if n, ok := intArg(args["x-max-priority"]); ok && !q.quorum && !q.stream {
 		q.maxPriority = int(n)
@@ -165,9 +173,7 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	}
 	q.put(qd)
 	for q.overflow == "drop-head" && q.over() {
-		head := q.ready[0]
-		q.ready = q.ready[1:]
-		b.deadLetterLocked(q, head, "maxlen")
+		b.deadLetterLocked(q, q.take(), "maxlen")
 	}
 	b.armExpiryLocked(q)
 	return true
@@ -214,88 +220,135 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 	return now.Add(ttl)
 }
 
-// armExpiryLocked has q's head expire when it is due (see expire), expiring at once the heads
-// that are due. Only the head expires, as on RabbitMQ: a message behind a later one waits for
-// it.
+// armExpiryLocked has the message q gives out next (its head, see nextIndex) expire when it is due
+// (see expire), expiring at once those that are due. Only that one expires, as on RabbitMQ: a
+// message behind a later one waits for it.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
-	for len(q.ready) > 0 && !q.ready[0].expires.IsZero() && !q.ready[0].expires.After(now) {
-		head := q.ready[0]
-		q.ready = q.ready[1:]
-		b.deadLetterLocked(q, head, "expired")
+	for len(q.ready) > 0 {
+		if exp := q.ready[q.nextIndex()].expires; exp.IsZero() || exp.After(now) {
+			break
+		}
+		b.deadLetterLocked(q, q.take(), "expired")
 	}
 	var at time.Time
 	if len(q.ready) > 0 {
-		at = q.ready[0].expires
+		at = q.ready[q.nextIndex()].expires
 	}
 	b.setExpiryLocked(q, at)
 }
 
-// returnLocked puts delivered messages back at the head of q, in the order they were
-// delivered (behind: at its tail), marked redelivered; a quorum queue counts the return, and
-// dead-letters a message returned more often than its delivery limit. rejected are nacked
-// without requeue: dead-lettered.
-func (b *Broker) returnLocked(q *queue, back, rejected, behind []*queued) {
+// returnLocked puts messages delivered from q back, marked redelivered; a quorum queue counts
+// the return, and dead-letters a message returned more often than its delivery limit. Where
+// they go (measured on 3.10.8 and 4.0.5):
+//   - a classic queue puts each where it was, by the order the queue took them in;
+//   - a quorum queue gives its returns out first, in the order they came back; but on RabbitMQ
+//     3.10 what its client requeued (a nack or reject with requeue, a recover) goes to its
+//     tail, and only what a closed channel held is a return.
+func (b *Broker) returnLocked(q *queue, qds []*queued, requeued bool) {
 	if b.queues[q.name] != q || q.stream {
 		return // deleted; or a stream, which keeps them all
 	}
-	for _, qd := range rejected {
-		b.deadLetterLocked(q, qd, "rejected")
-	}
-	kept := func(qds []*queued) []*queued {
-		var out []*queued
-		for _, qd := range qds {
-			qd.redelivered = true
-			if q.quorum {
-				qd.deliveries++
-				if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
-					b.deadLetterLocked(q, qd, "delivery_limit")
-					continue
-				}
+	for _, qd := range qds {
+		qd.redelivered = true
+		if q.quorum {
+			qd.deliveries++
+			if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
+				b.deadLetterLocked(q, qd, "delivery_limit")
+				continue
 			}
-			out = append(out, qd)
 		}
-		return out
-	}
-	q.ready = append(q.ready, kept(behind)...)
-	back = kept(back)
-	if q.maxPriority == 0 {
-		q.ready = append(back, q.ready...)
-	} else {
-		for i := len(back) - 1; i >= 0; i-- {
-			q.putBack(back[i])
+		switch {
+		case !q.quorum:
+			q.insert(qd)
+		case requeued && !b.atLeast(4, 0):
+			q.ready = append(q.ready, qd)
+		default:
+			q.ready = slices.Insert(q.ready, q.returned, qd)
+			q.returned++
 		}
 	}
 	b.armExpiryLocked(q)
 }
 
-// priority is qd's priority in q: its message's, at most q's maximum (no priority: 0).
+// high reports whether qd has the high priority of a quorum queue of RabbitMQ 4.0: above 4.
+func high(qd *queued) bool {
+	return qd.msg.props.Priority > 4
+}
+
+// priority is qd's priority in a classic queue q: its message's, at most q's maximum (no
+// priority: 0).
 func (q *queue) priority(qd *queued) int {
 	return min(int(qd.msg.props.Priority), q.maxPriority)
 }
 
-// put adds qd to q's ready messages: at the tail; in a priority queue, after every message of
-// its priority or higher. A priority queue delivers its highest priority first, each priority
-// in order.
+// put adds a message q takes to its ready messages: at the tail; in a priority queue, after
+// every message of its priority or higher.
 func (q *queue) put(qd *queued) {
-	i := len(q.ready)
-	if q.maxPriority > 0 {
-		p := q.priority(qd)
-		if j := slices.IndexFunc(q.ready, func(o *queued) bool { return q.priority(o) < p }); j >= 0 {
-			i = j
-		}
+	q.seq++
+	qd.seq = q.seq
+	if q.twoLevels && high(qd) {
+		q.high++
 	}
+	if q.maxPriority > 0 {
+		q.insert(qd)
+	} else {
+		q.ready = append(q.ready, qd)
+	}
+}
+
+// insert puts qd among a classic queue's ready messages, which are in the order the queue
+// gives them out: the highest priority first, each priority in the order the queue took them.
+func (q *queue) insert(qd *queued) {
+	p := q.priority(qd)
+	i, _ := slices.BinarySearchFunc(q.ready, qd, func(o, _ *queued) int {
+		if op := q.priority(o); op != p {
+			return p - op
+		}
+		return cmp.Compare(o.seq, qd.seq)
+	})
 	q.ready = slices.Insert(q.ready, i, qd)
 }
 
-// putBack returns qd, delivered, to a priority queue: at the head of its priority.
-func (q *queue) putBack(qd *queued) {
-	p := q.priority(qd)
-	i := slices.IndexFunc(q.ready, func(o *queued) bool { return q.priority(o) <= p })
-	if i < 0 {
-		i = len(q.ready)
+// nextIndex is the index in q.ready of the message q gives out next: its head, but a quorum queue of
+// RabbitMQ 4.0 keeps two priorities after its returns and gives out two of the high one, then
+// whichever of the two came first (rabbit_fifo_q; measured on 4.0.5).
+func (q *queue) nextIndex() int {
+	if q.returned > 0 || q.high == 0 {
+		return 0
 	}
-	q.ready = slices.Insert(q.ready, i, qd)
+	h := slices.IndexFunc(q.ready, high)
+	n := slices.IndexFunc(q.ready, func(qd *queued) bool { return !high(qd) })
+	if n >= 0 && q.dequeues == 2 {
+		return min(h, n)
+	}
+	return h
+}
+
+// take removes the message q gives out next from its ready messages, and returns it.
+func (q *queue) take() *queued {
+	i := q.nextIndex()
+	qd := q.ready[i]
+	switch {
+	case i < q.returned:
+		q.returned--
+	case q.twoLevels:
+		q.dequeues = (q.dequeues + 1) % 3
+		if high(qd) {
+			q.high--
+		}
+	}
+	if i == 0 {
+		q.ready = q.ready[1:]
+	} else {
+		q.ready = slices.Delete(q.ready, i, i+1)
+	}
+	return qd
+}
+
+// clear empties q's ready messages.
+func (q *queue) clear() {
+	q.ready, q.returned, q.high = nil, 0, 0
 }
 
 // deadLetterLocked sends qd, which leaves q for reason, to q's dead-letter exchange, with
