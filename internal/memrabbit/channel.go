@@ -77,9 +77,14 @@ func channelErr(code uint16, format string, args ...any) error {
 // method handles a method of the channel, holding the broker's lock. A channel error closes
 // the channel; a connection error is returned.
 func (ch *channel) method(m message) error {
-	err := ch.do(m)
+	classID, methodID := m.id()
+	return ch.failed(ch.do(m), classID, methodID)
+}
+
+// failed closes the channel on a channel error err of the method classID, methodID; it
+// returns a connection error, and nil for the rest.
+func (ch *channel) failed(err error, classID, methodID uint16) error {
 	if ce, ok := err.(*errChannel); ok {
-		classID, methodID := m.id()
 		ch.closeLocked()
 		ch.closing = true
 		ch.c.sendMethod(ch.id, &channelClose{ReplyCode: ce.code, ReplyText: ce.text, ClassId: classID, MethodId: methodID})
@@ -101,6 +106,9 @@ func (ch *channel) do(m message) error {
 	case *channelFlow:
 		ch.c.sendMethod(ch.id, &channelFlowOk{Active: m.Active})
 	case *basicQos:
+		if m.PrefetchSize != 0 {
+			return &errConnection{code: NotImplemented, text: fmt.Sprintf("NOT_IMPLEMENTED - prefetch_size!=0 (%d)", m.PrefetchSize)}
+		}
 		if m.Global {
 			ch.global = int(m.PrefetchCount)
 		} else {
@@ -248,6 +256,9 @@ func (ch *channel) publish() error {
 	ch.publishing = nil
 	msg := &stored{exchange: m.Exchange, routingKey: m.RoutingKey, props: m.Properties, body: ch.content}
 	ch.content = nil
+	if err := expirationRefusal(msg.props.Expiration); err != nil {
+		return err
+	}
 	if msg.props.ReplyTo == directReplyTo {
 		if ch.reply == nil {
 			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - fast reply consumer does not exist")

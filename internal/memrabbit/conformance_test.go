@@ -1810,3 +1810,142 @@ func TestAQuorumQueueOf4HasTwoPriorities(t *testing.T) {
 		}
 	})
 }
+
+// A queue's arguments are checked as RabbitMQ checks them: the dead-letter exchange's type,
+// the queue type, the arguments of other types of queue, each value's kind and bounds.
+func TestAQueuesArgumentsAreCheckedAsRabbitMQChecksThem(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		for _, c := range []struct {
+			kind    string
+			args    amqp.Table
+			refused string // with the queue named Q; "": taken
+		}{
+			{"classic", amqp.Table{"x-message-ttl": int32(-1)}, "invalid arg 'x-message-ttl' for queue 'Q' in vhost '/': {value_negative,-1}"},
+			{"classic", amqp.Table{"x-message-ttl": "3"}, `invalid arg 'x-message-ttl' for queue 'Q' in vhost '/': "expected integer, got longstr"`},
+			{"quorum", amqp.Table{"x-message-ttl": true}, `invalid arg 'x-message-ttl' for queue 'Q' in vhost '/': "expected integer, got bool"`},
+			{"classic", amqp.Table{"x-message-ttl": int64(1) << 40}, "invalid arg 'x-message-ttl' for queue 'Q' in vhost '/': {value_too_large,1099511627776}"},
+			{"classic", amqp.Table{"x-expires": int32(0)}, "invalid arg 'x-expires' for queue 'Q' in vhost '/': {value_zero,0}"},
+			{"classic", amqp.Table{"x-max-priority": int32(300)}, "invalid arg 'x-max-priority' for queue 'Q' in vhost '/': {max_value_exceeded,300}"},
+			{"stream", amqp.Table{"x-max-length-bytes": int32(-1)}, "invalid arg 'x-max-length-bytes' for queue 'Q' in vhost '/': {value_negative,-1}"},
+			{"classic", amqp.Table{"x-overflow": "nope"}, "invalid arg 'x-overflow' for queue 'Q' in vhost '/': invalid_overflow"},
+			{"classic", amqp.Table{"x-queue-type": "nope"}, `invalid arg 'x-queue-type' for queue 'Q' in vhost '/': "unsupported queue type 'nope'"`},
+			{"classic", amqp.Table{"x-queue-type": int32(1)}, "invalid arg 'x-queue-type' for queue 'Q' in vhost '/': {unacceptable_type,signedint}"},
+			{"quorum", amqp.Table{"x-single-active-consumer": "yes"}, "invalid arg 'x-single-active-consumer' for queue 'Q' in vhost '/': {unacceptable_type,longstr}"},
+			{"classic", amqp.Table{"x-dead-letter-routing-key": "k"}, "invalid arg 'x-dead-letter-routing-key' for queue 'Q' in vhost '/': routing_key_but_no_dlx_defined"},
+			{"classic", amqp.Table{"x-dead-letter-exchange": int32(1)}, "invalid type 'signedint' for arg 'x-dead-letter-exchange' in queue 'Q' in vhost '/'"},
+			{"classic", amqp.Table{"x-delivery-limit": int32(5)}, "invalid arg 'x-delivery-limit' for queue 'Q' in vhost '/' of queue type rabbit_classic_queue"},
+			{"quorum", amqp.Table{"x-max-age": "1D"}, "invalid arg 'x-max-age' for queue 'Q' in vhost '/' of queue type rabbit_quorum_queue"},
+			{"stream", amqp.Table{"x-message-ttl": int32(1000)}, "invalid arg 'x-message-ttl' for queue 'Q' in vhost '/' of queue type rabbit_stream_queue"},
+			{"classic", amqp.Table{"x-max-length": uint8(3), "x-message-ttl": int8(0)}, ""},
+			{"quorum", amqp.Table{"x-delivery-limit": "any", "x-unknown": amqp.Table{}}, ""},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(fmt.Sprintf("%s.%d", c.kind, len(c.refused)))
+			args := amqp.Table{"x-queue-type": c.kind}
+			maps.Copy(args, c.args)
+			_, err = ch.QueueDeclare(q, true, false, false, false, args)
+			if c.refused == "" {
+				assert.NoError(s.t, err, "%s %v", c.kind, c.args)
+				_ = ch.Close()
+				continue
+			}
+			var amqpErr *amqp.Error
+			if assert.ErrorAs(s.t, err, &amqpErr, "%s %v", c.kind, c.args) {
+				assert.Equal(s.t, amqp.PreconditionFailed, amqpErr.Code)
+				assert.Equal(s.t, "PRECONDITION_FAILED - "+c.refused, strings.ReplaceAll(amqpErr.Reason, "'"+q+"'", "'Q'"))
+			}
+		}
+	})
+}
+
+// A message's expiration is a whole number of milliseconds: a publish with another closes its
+// channel with 406.
+func TestAMessagesExpirationIsAWholeNumberOfMilliseconds(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		q := s.name("q")
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = ch.QueueDeclare(q, true, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, c := range []struct{ expiration, refused string }{
+			{"abc", "no_integer"},
+			{"-1", "{value_negative,-1}"},
+			{"1.5", `{leftover_string,".5"}`},
+			{"4294967296", ""},
+			{"+60000", ""},
+			{"0", ""},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.Confirm(false))
+			closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
+				amqp.Publishing{Body: []byte(c.expiration), Expiration: c.expiration})
+			require.NoError(s.t, err)
+			if c.refused == "" {
+				assert.True(s.t, dc.Wait(), c.expiration)
+				continue
+			}
+			e, _ := within(s, closed, "no close of "+c.expiration)
+			if assert.NotNil(s.t, e, c.expiration) {
+				assert.Equal(s.t, amqp.PreconditionFailed, e.Code)
+				assert.Equal(s.t, "PRECONDITION_FAILED - invalid expiration '"+c.expiration+"': "+c.refused, e.Reason)
+			}
+		}
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		assert.Equal(s.t, []string{"4294967296", "+60000"}, getAll(s, ch, q), "the one of 0 expired in the queue, the refused never came")
+	})
+}
+
+// A message due as it arrives (a TTL of 0) goes to a consumer that can take it, and expires
+// otherwise.
+func TestAMessageDueAsItArrivesGoesToAWaitingConsumerOrExpires(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		for _, kind := range []string{"classic", "quorum"} {
+			for _, queueTTL := range []bool{false, true} {
+				args := amqp.Table{"x-queue-type": kind, "x-dead-letter-exchange": dlx}
+				p := amqp.Publishing{Body: []byte("waited for"), Expiration: "0"}
+				if queueTTL {
+					args["x-message-ttl"], p.Expiration = int32(0), ""
+				}
+				q := s.name(fmt.Sprintf("%s.%t", kind, queueTTL))
+				_, err := ch.QueueDeclare(q, true, false, false, false, args)
+				require.NoError(s.t, err)
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte("alone"), Expiration: p.Expiration})
+				d := receive(s, dead)
+				assert.Equal(s.t, "alone", string(d.Body))
+				assert.Equal(s.t, "expired", death(s, d)["reason"])
+				ds, err := ch.Consume(q, q, true, false, false, false, nil)
+				require.NoError(s.t, err)
+				publish(s, ch, "", q, p)
+				assert.Equal(s.t, "waited for", string(receive(s, ds).Body), "%s, queue TTL %t", kind, queueTTL)
+				require.NoError(s.t, ch.Cancel(q, false))
+			}
+		}
+		none(s, dead)
+	})
+}
+
+// A prefetch of a size in bytes is not implemented: the broker closes the connection with 540.
+func TestAPrefetchSizeClosesTheConnection(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		err = ch.Qos(1, 100, false)
+		var amqpErr *amqp.Error
+		require.ErrorAs(s.t, err, &amqpErr)
+		assert.Equal(s.t, amqp.NotImplemented, amqpErr.Code)
+		assert.Equal(s.t, "NOT_IMPLEMENTED - prefetch_size!=0 (100)", amqpErr.Reason)
+		e, _ := within(s, closed, "the connection stays open")
+		assert.NotNil(s.t, e)
+	})
+}

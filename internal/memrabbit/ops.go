@@ -97,6 +97,9 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 		}
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
 	}
+	if err := b.argsRefusal(name, m.Arguments); err != nil {
+		return nil, err
+	}
 	if strings.HasPrefix(name, "amq.") && !ok && m.Queue != "" {
 		return nil, channelErr(AccessRefused, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'", name)
 	}
@@ -119,19 +122,11 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 	return &queueDeclareOk{Queue: name}, nil
 }
 
-// classicOnly are the arguments a quorum queue refuses, as RabbitMQ 3.10.8 and 4.0.5 do.
-var classicOnly = []string{"x-max-priority", "x-queue-mode", "x-queue-master-locator", "x-queue-version"}
-
 // quorumRefusal is the refusal of a new quorum queue declared with what only a classic queue
-// has: one of classicOnly, or not durable, auto-delete or exclusive.
+// has: not durable, auto-delete or exclusive (its arguments: argsRefusal).
 func quorumRefusal(name string, m *queueDeclare) error {
 	if m.Arguments["x-queue-type"] != "quorum" {
 		return nil
-	}
-	for _, arg := range classicOnly {
-		if _, ok := m.Arguments[arg]; ok {
-			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_quorum_queue", arg, name)
-		}
 	}
 	property := ""
 	switch {
@@ -321,26 +316,31 @@ func byQueue(ds []*delivery) iter.Seq2[*queue, []*queued] {
 // their channels' prefetch lets them.
 func (b *Broker) dispatchLocked() {
 	for _, q := range b.consumed {
-		if q.stream {
-			b.readStreamLocked(q)
-			continue
+		b.dispatchQueueLocked(q)
+	}
+}
+
+// dispatchQueueLocked delivers what q holds to its consumers (see dispatchLocked).
+func (b *Broker) dispatchQueueLocked(q *queue) {
+	if q.stream {
+		b.readStreamLocked(q)
+		return
+	}
+	delivered := false
+	for len(q.ready) > 0 {
+		cs := q.nextConsumer()
+		if cs == nil {
+			break
 		}
-		delivered := false
-		for len(q.ready) > 0 {
-			cs := q.nextConsumer()
-			if cs == nil {
-				break
-			}
-			qd := q.take()
-			delivered = true
-			tag := cs.ch.track(q, qd, cs, cs.noAck)
-			b.recordLocked("delivered", qd.msg, q.name, "")
-			cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
-				Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
-		}
-		if delivered {
-			b.armExpiryLocked(q) // a new head
-		}
+		qd := q.take()
+		delivered = true
+		tag := cs.ch.track(q, qd, cs, cs.noAck)
+		b.recordLocked("delivered", qd.msg, q.name, "")
+		cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
+			Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
+	}
+	if delivered {
+		b.armExpiryLocked(q) // a new head
 	}
 }
 

@@ -168,10 +168,15 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 		}
 	}
 	qd := &queued{msg: msg}
-	if exp := expiryOf(q, msg, time.Now()); !exp.IsZero() {
+	now := time.Now()
+	if exp := expiryOf(q, msg, now); !exp.IsZero() {
 		qd.expires = exp
 	}
 	q.put(qd)
+	if !qd.expires.IsZero() && !qd.expires.After(now) && len(q.consumers) > 0 {
+		// Due already (a TTL of 0): delivered if a consumer can take it now, else it expires.
+		b.dispatchQueueLocked(q)
+	}
 	for q.overflow == "drop-head" && q.over() {
 		b.deadLetterLocked(q, q.take(), "maxlen")
 	}

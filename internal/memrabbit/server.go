@@ -304,7 +304,8 @@ func (c *conn) method(id uint16, m message) error {
 	return ch.method(m)
 }
 
-// content hands a content frame to its channel.
+// content hands a content frame to its channel: a channel error closes the channel, as one of
+// the basic.publish the content belongs to.
 func (c *conn) content(id uint16, do func(*channel) error) error {
 	b := c.b
 	b.mu.Lock()
@@ -313,5 +314,6 @@ func (c *conn) content(id uint16, do func(*channel) error) error {
 	if ch == nil || ch.closing {
 		return nil
 	}
-	return do(ch)
+	classID, methodID := (&basicPublish{}).id()
+	return ch.failed(do(ch), classID, methodID)
 }

@@ -1,0 +1,209 @@
+package memrabbit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The arguments a queue declaration may carry and the expirations a message may, and
+// RabbitMQ's refusals of the others (measured on 3.10.8 and 4.0.5, which refuse alike but where
+// noted).
+
+// queueArgs are the arguments each queue type takes (RabbitMQ's queue_arguments). A queue
+// refuses an argument that only other types take; one that no type takes is ignored.
+var queueArgs = map[string][]string{
+	"classic": {"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length",
+		"x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version", "x-single-active-consumer",
+		"x-queue-type", "x-queue-master-locator"},
+	"quorum": {"x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy", "x-expires", "x-max-length",
+		"x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes", "x-message-ttl", "x-overflow",
+		"x-single-active-consumer", "x-queue-type", "x-quorum-initial-group-size", "x-delivery-limit", "x-queue-leader-locator"},
+	"stream": {"x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size",
+		"x-queue-leader-locator"},
+}
+
+// argKinds are the kinds of value RabbitMQ checks an argument's against: "int" any integer
+// (and its bounds below), "string" a longstr, "bool" a bool.
+var argKinds = map[string]string{
+	"x-message-ttl": "int", "x-expires": "int", "x-max-length": "int", "x-max-length-bytes": "int", "x-max-priority": "int",
+	"x-queue-version": "int", "x-quorum-initial-group-size": "int", "x-max-in-memory-length": "int",
+	"x-max-in-memory-bytes": "int", "x-initial-cluster-size": "int", "x-stream-max-segment-size-bytes": "int",
+	"x-overflow": "string", "x-dead-letter-routing-key": "string", "x-queue-mode": "string", "x-dead-letter-strategy": "string",
+	"x-queue-leader-locator": "string", "x-max-age": "string", "x-queue-type": "string",
+	"x-single-active-consumer": "bool",
+}
+
+// maxExpiry is the longest x-message-ttl and x-expires RabbitMQ takes, in milliseconds.
+const maxExpiry = 1<<32 - 1
+
+// argsRefusal is RabbitMQ's refusal of a queue name declared with args, or nil: a dead-letter
+// exchange that is not a string; a queue type it does not have; an argument of another type
+// of queue; a value of the wrong kind or out of bounds.
+func (b *Broker) argsRefusal(name string, args Table) error {
+	refuse := func(arg string, why any) error {
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/': %s", arg, name, why)
+	}
+	if v, ok := args["x-dead-letter-exchange"]; ok {
+		if _, ok := v.(string); !ok {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid type '%s' for arg 'x-dead-letter-exchange' in queue '%s' in vhost '/'", fieldType(v), name)
+		}
+	}
+	kind := "classic"
+	if v, ok := args["x-queue-type"]; ok {
+		s, ok := v.(string)
+		if !ok {
+			return refuse("x-queue-type", unacceptable(v))
+		}
+		if _, ok := queueArgs[s]; !ok {
+			return refuse("x-queue-type", fmt.Sprintf(`"unsupported queue type '%s'"`, s))
+		}
+		kind = s
+	}
+	takes := queueArgs[kind]
+	if kind == "classic" && b.atLeast(4, 0) {
+		takes = append(slices.Clip(takes), "x-queue-leader-locator")
+	}
+	for arg := range args {
+		if !slices.Contains(takes, arg) && known(arg) {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue", arg, name, kind)
+		}
+	}
+	for arg, v := range args {
+		if why := valueRefusal(arg, v); why != "" {
+			return refuse(arg, why)
+		}
+	}
+	if _, ok := args["x-dead-letter-routing-key"]; ok && args["x-dead-letter-exchange"] == nil {
+		return refuse("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
+	}
+	return nil
+}
+
+// known reports whether some queue type takes arg.
+func known(arg string) bool {
+	for _, args := range queueArgs {
+		if slices.Contains(args, arg) {
+			return true
+		}
+	}
+	return false
+}
+
+// valueRefusal is why RabbitMQ refuses v as the value of arg, as it prints it; "" if it does
+// not.
+func valueRefusal(arg string, v any) string {
+	switch argKinds[arg] {
+	case "string":
+		if _, ok := v.(string); !ok {
+			return unacceptable(v)
+		}
+		if s := v.(string); arg == "x-overflow" && s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx" {
+			return "invalid_overflow"
+		}
+	case "bool":
+		if _, ok := v.(bool); !ok {
+			return unacceptable(v)
+		}
+	case "int":
+		n, ok := intArg(v)
+		if !ok {
+			return fmt.Sprintf(`"expected integer, got %s"`, fieldType(v))
+		}
+		switch {
+		case n < 0:
+			return fmt.Sprintf("{value_negative,%d}", n)
+		case n == 0 && arg == "x-expires":
+			return "{value_zero,0}"
+		case n > maxExpiry && (arg == "x-message-ttl" || arg == "x-expires"):
+			return fmt.Sprintf("{value_too_large,%d}", n)
+		case n > 255 && arg == "x-max-priority":
+			return fmt.Sprintf("{max_value_exceeded,%d}", n)
+		}
+	}
+	return ""
+}
+
+// unacceptable is RabbitMQ's refusal of v's type.
+func unacceptable(v any) string {
+	return "{unacceptable_type," + fieldType(v) + "}"
+}
+
+// fieldType is RabbitMQ's name of v's AMQP field type.
+func fieldType(v any) string {
+	switch v.(type) {
+	case string:
+		return "longstr"
+	case []byte:
+		return "binary"
+	case bool:
+		return "bool"
+	case int8:
+		return "byte"
+	case uint8:
+		return "unsignedbyte"
+	case int16:
+		return "short"
+	case uint16:
+		return "unsignedshort"
+	case int32:
+		return "signedint"
+	case uint32:
+		return "unsignedint"
+	case int64:
+		return "long"
+	case float32:
+		return "float"
+	case float64:
+		return "double"
+	case Decimal:
+		return "decimal"
+	case time.Time:
+		return "timestamp"
+	case Table:
+		return "table"
+	case []any:
+		return "array"
+	case nil:
+		return "void"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// expirationRefusal is RabbitMQ's refusal of a message's expiration property, which must be a
+// whole number of milliseconds, not negative (a publish with another closes its channel; one
+// of any size is taken), or nil. It reads the number as Erlang's string:to_integer does: a
+// sign, digits, nothing after.
+func expirationRefusal(exp string) error {
+	if exp == "" {
+		return nil // not set
+	}
+	sign := 0
+	if exp[0] == '+' || exp[0] == '-' {
+		sign = 1
+	}
+	end := sign
+	for end < len(exp) && exp[end] >= '0' && exp[end] <= '9' {
+		end++
+	}
+	// The number as Erlang prints it: no plus sign, no leading zeros.
+	number := strings.TrimLeft(exp[sign:end], "0")
+	if number == "" {
+		number = "0"
+	} else if exp[0] == '-' {
+		number = "-" + number
+	}
+	why := ""
+	switch {
+	case end == sign:
+		why = "no_integer"
+	case end < len(exp):
+		why = `{leftover_string,"` + exp[end:] + `"}`
+	case number[0] == '-':
+		why = "{value_negative," + number + "}"
+	default:
+		return nil
+	}
+	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid expiration '%s': %s", exp, why)
+}
