@@ -2,14 +2,15 @@ package memrabbit
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 )
 
-// The arguments a queue declaration may carry and the expirations a message may, and
-// RabbitMQ's refusals of the others (measured on 3.10.8 and 4.0.5, which refuse alike but where
-// noted).
+// What RabbitMQ refuses in what a client sends, and how it reads what it takes: a queue's
+// arguments, a headers binding's x-match, a message's expiration and its CC and BCC headers
+// (measured on 3.10.8 and 4.0.5, which refuse alike but where noted).
 
 // queueArgs are the arguments each queue type takes (RabbitMQ's queue_arguments). A queue
 // refuses an argument that only other types take; one that no type takes is ignored.
@@ -206,4 +207,46 @@ func expirationRefusal(exp string) error {
 		return nil
 	}
 	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid expiration '%s': %s", exp, why)
+}
+
+// headerRoutes returns the further routing keys in the CC and BCC headers of a message with
+// properties p (sender-selected distribution: the strings of their arrays), and takes BCC out
+// of its headers; a CC or BCC that is not an array is refused.
+func headerRoutes(p *properties) ([]string, error) {
+	var more []string
+	for _, name := range []string{"CC", "BCC"} {
+		v, ok := p.Headers[name]
+		if !ok {
+			continue
+		}
+		keys, ok := v.([]any)
+		if !ok {
+			return nil, channelErr(PreconditionFailed, `PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"%s",%s}`, name, fieldType(v))
+		}
+		for _, k := range keys {
+			if s, ok := k.(string); ok {
+				more = append(more, s)
+			}
+		}
+	}
+	if _, ok := p.Headers["BCC"]; ok {
+		p.Headers = maps.Clone(p.Headers)
+		delete(p.Headers, "BCC")
+	}
+	return more, nil
+}
+
+// xMatchRefusal is a headers exchange's refusal of a binding's x-match, or nil.
+func xMatchRefusal(args Table) error {
+	v, ok := args["x-match"]
+	if !ok {
+		return nil
+	}
+	switch mode, ok := v.(string); {
+	case !ok:
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - Invalid x-match field type %s (value %v); expected longstr", fieldType(v), v)
+	case mode != "all" && mode != "any" && mode != "all-with-x" && mode != "any-with-x":
+		return channelErr(PreconditionFailed, `PRECONDITION_FAILED - Invalid x-match field value <<"%s">>; expected all, any, all-with-x, or any-with-x`, mode)
+	}
+	return nil
 }

@@ -135,7 +135,7 @@ type binding struct {
 
 	// What routing matches, taken from key and args when the binding is made.
 	pattern  []string    // a topic binding's words
-	match    []headerArg // a headers binding's arguments that are matched: not x-match, none starting with "x-"
+	match    []headerArg // a headers binding's arguments that are matched: not x-match, none starting with "x-" but with all-with-x or any-with-x
 	matchAny bool        // a headers binding's x-match is any (or any-with-x)
 }
 
@@ -150,25 +150,29 @@ func newBinding(dest string, toExchange bool, key string, args Table) binding {
 	bd := binding{queue: dest, toExchange: toExchange, key: key, args: args, pattern: words(key)}
 	mode, _ := args["x-match"].(string)
 	bd.matchAny = strings.HasPrefix(mode, "any")
+	withX := strings.HasSuffix(mode, "-with-x")
 	for k, want := range args {
-		if !strings.HasPrefix(k, "x-") {
+		if k != "x-match" && (withX || !strings.HasPrefix(k, "x-")) {
 			bd.match = append(bd.match, headerArg{key: k, want: want})
 		}
 	}
 	return bd
 }
 
-// routeLocked returns the queues a message published to exchange x with key and headers
-// goes to, each once: through the exchanges bound to x, and to x's alternate exchange (and
-// its own) when nothing else takes it.
-func (b *Broker) routeLocked(x *exchange, key string, headers Table) []*queue {
-	if x.name == "" { // the default exchange: to the queue the key names
-		if q, ok := b.queues[key]; ok {
-			return []*queue{q}
+// routeLocked returns the queues a message published to exchange x with key, further keys
+// (its CC and BCC headers') and properties props goes to, each once: through the exchanges bound to x,
+// and to x's alternate exchange (and its own) when nothing else takes it.
+func (b *Broker) routeLocked(x *exchange, key string, more []string, props *properties) []*queue {
+	if x.name == "" { // the default exchange: to the queues the keys name
+		var out []*queue
+		for _, k := range append([]string{key}, more...) {
+			if q, ok := b.queues[k]; ok && !slices.Contains(out, q) {
+				out = append(out, q)
+			}
 		}
-		return nil
+		return out
 	}
-	r := route{b: b, key: key, headers: headers}
+	r := route{b: b, key: key, more: more, props: props}
 	r.walk(x)
 	return r.out
 }
@@ -176,12 +180,13 @@ func (b *Broker) routeLocked(x *exchange, key string, headers Table) []*queue {
 // route is one routing of a message: the exchanges it went through and the queues it
 // reached, each once.
 type route struct {
-	b       *Broker
-	key     string
-	words   []string // the key's, split when a topic exchange first needs them
-	headers Table
-	seen    []*exchange
-	out     []*queue
+	b     *Broker
+	key   string
+	more  []string // further keys (CC and BCC)
+	words []string // the key's, split when a topic exchange first needs them
+	props *properties
+	seen  []*exchange
+	out   []*queue
 }
 
 // walk routes through x, and reports whether any queue, or exchange that routed it, took
@@ -231,11 +236,12 @@ func (r *route) matches(x *exchange, bd *binding) bool {
 		if r.words == nil && r.key != "" {
 			r.words = words(r.key)
 		}
-		return topicMatch(bd.pattern, r.words)
+		return topicMatch(bd.pattern, r.words) ||
+			slices.ContainsFunc(r.more, func(k string) bool { return topicMatch(bd.pattern, words(k)) })
 	case "headers":
-		return headersMatch(bd, r.headers)
+		return headersMatch(bd, r.props)
 	default:
-		return bd.key == r.key
+		return bd.key == r.key || slices.Contains(r.more, bd.key)
 	}
 }
 
@@ -269,11 +275,11 @@ func topicMatch(pattern, words []string) bool {
 }
 
 // headersMatch matches a headers binding (x-match all, the default, or any; keys that start
-// with "x-" are not matched) against a message's headers.
-func headersMatch(bd *binding, headers Table) bool {
+// with "x-" are matched only with all-with-x or any-with-x) against a message's headers.
+func headersMatch(bd *binding, props *properties) bool {
 	matched := 0
 	for _, a := range bd.match {
-		got, ok := headers[a.key]
+		got, ok := props.lookup(a.key)
 		if ok && (a.want == nil || sameValue(a.want, got)) {
 			if bd.matchAny {
 				return true

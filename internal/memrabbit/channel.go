@@ -195,6 +195,9 @@ func (ch *channel) do(m message) error {
 		if x.internal {
 			return channelErr(AccessRefused, "ACCESS_REFUSED - cannot publish to internal exchange '%s' in vhost '/'", m.Exchange)
 		}
+		if m.Immediate {
+			return &errConnection{code: NotImplemented, text: "NOT_IMPLEMENTED - immediate=true"}
+		}
 		ch.publishing, ch.size, ch.content = m, 0, nil
 	case *basicConsume:
 		return ch.consume(m)
@@ -259,13 +262,17 @@ func (ch *channel) publish() error {
 	if err := expirationRefusal(msg.props.Expiration); err != nil {
 		return err
 	}
+	more, err := headerRoutes(&msg.props)
+	if err != nil {
+		return err
+	}
 	if msg.props.ReplyTo == directReplyTo {
 		if ch.reply == nil {
 			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - fast reply consumer does not exist")
 		}
 		msg.props.ReplyTo = ch.replyTo
 	}
-	routed, refused := b.publishLocked(msg)
+	routed, refused := b.publishLocked(msg, more)
 	if !routed && m.Mandatory {
 		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
 			RoutingKey: m.RoutingKey, Properties: msg.props, Body: msg.body})

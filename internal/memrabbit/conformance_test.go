@@ -1756,17 +1756,13 @@ func TestWhereAMessageThatComesBackGoesIsTheQueuesAndTheVersions(t *testing.T) {
 						}[how]
 					}
 				}
-				// The client has nothing unacked left: a get sees what the queue holds.
-				var bodies []string
+				// Once the queue holds them all again, gets see its order.
 				require.Eventually(s.t, func() bool {
-					d, ok, err := ch.Get(q, true)
+					state, err := ch.QueueDeclarePassive(q, true, false, false, false, amqp.Table{"x-queue-type": kind})
 					require.NoError(s.t, err)
-					if ok {
-						bodies = append(bodies, string(d.Body))
-					}
-					return len(bodies) == len(want)
+					return state.Messages == len(want)
 				}, 5*time.Second, 10*time.Millisecond)
-				assert.Equal(s.t, want, bodies, "%s, %s", kind, how)
+				assert.Equal(s.t, want, getAll(s, ch, q), "%s, %s", kind, how)
 			}
 		}
 	})
@@ -1947,5 +1943,164 @@ func TestAPrefetchSizeClosesTheConnection(t *testing.T) {
 		assert.Equal(s.t, "NOT_IMPLEMENTED - prefetch_size!=0 (100)", amqpErr.Reason)
 		e, _ := within(s, closed, "the connection stays open")
 		assert.NotNil(s.t, e)
+	})
+}
+
+// A headers binding of x-match all-with-x or any-with-x matches its "x-" arguments too; another
+// x-match is refused.
+func TestHeadersBindingsWithXMatchXArgumentsAndRefuseOtherModes(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "headers", false, false, false, false, nil))
+		all, anyq := s.name("all"), s.name("any")
+		for _, q := range []string{all, anyq} {
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+		}
+		require.NoError(s.t, ch.QueueBind(all, "", x, false, amqp.Table{"x-match": "all-with-x", "x-a": "1", "b": "2"}))
+		require.NoError(s.t, ch.QueueBind(anyq, "", x, false, amqp.Table{"x-match": "any-with-x", "x-a": "1", "x-b": "2"}))
+		for body, h := range map[string]amqp.Table{
+			"both": {"x-a": "1", "b": "2"}, "b only": {"b": "2"}, "x-b": {"x-b": "2"}, "wrong": {"x-a": "2"},
+		} {
+			publish(s, ch, x, "", amqp.Publishing{Body: []byte(body), Headers: h})
+		}
+		get := func(q string) []string {
+			got := getAll(s, ch, q)
+			slices.Sort(got)
+			return got
+		}
+		assert.Equal(s.t, []string{"both"}, get(all))
+		assert.Equal(s.t, []string{"both", "x-b"}, get(anyq))
+		for mode, refused := range map[any]string{
+			"some":   `Invalid x-match field value <<"some">>; expected all, any, all-with-x, or any-with-x`,
+			int32(1): "Invalid x-match field type signedint (value 1); expected longstr",
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			err = ch.QueueBind(all, "k", x, false, amqp.Table{"x-match": mode})
+			var amqpErr *amqp.Error
+			if assert.ErrorAs(s.t, err, &amqpErr, mode) {
+				assert.Equal(s.t, "PRECONDITION_FAILED - "+refused, amqpErr.Reason)
+			}
+		}
+	})
+}
+
+// The CC and BCC headers (arrays of keys) add routing keys; BCC is taken out of the message.
+// Dead-lettering routes by them too and names them in x-death; a dead-letter routing key
+// replaces them (and RabbitMQ 3.10 drops CC). A CC that is not an array is refused.
+func TestCCAndBCCHeadersAddRoutingKeys(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "direct", false, false, false, false, nil))
+		for _, k := range []string{"a", "b", "c"} {
+			q := s.name(k)
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.QueueBind(q, k, x, false, nil))
+		}
+		publish(s, ch, x, "a", amqp.Publishing{Body: []byte("m"), Headers: amqp.Table{"CC": []any{"b"}, "BCC": []any{"c"}}})
+		for _, k := range []string{"a", "b", "c"} {
+			d, ok, err := ch.Get(s.name(k), true)
+			require.NoError(s.t, err)
+			if assert.True(s.t, ok, k) {
+				assert.Equal(s.t, "a", d.RoutingKey)
+				assert.Equal(s.t, amqp.Table{"CC": []any{"b"}}, d.Headers, k)
+			}
+		}
+		// Dead-lettered from two queues the default exchange reaches by the key and CC.
+		dlx, dead := deadLetterTo(s, ch)
+		kept, replaced := s.name("kept"), s.name("replaced")
+		for q, args := range map[string]amqp.Table{
+			kept:     {"x-dead-letter-exchange": dlx, "x-message-ttl": int32(10)},
+			replaced: {"x-dead-letter-exchange": dlx, "x-message-ttl": int32(10), "x-dead-letter-routing-key": "z"},
+		} {
+			_, err = ch.QueueDeclare(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+		}
+		publish(s, ch, "", kept, amqp.Publishing{Body: []byte("m"), Headers: amqp.Table{"CC": []any{replaced}}})
+		got := map[string]amqp.Delivery{}
+		for range 2 {
+			d := receive(s, dead)
+			got[death(s, d)["queue"].(string)] = d
+		}
+		version, _ := brokerVersion()
+		for q, want := range map[string]struct {
+			key string
+			cc  any
+		}{kept: {kept, []any{replaced}}, replaced: {"z", map[bool]any{true: nil, false: []any{replaced}}[strings.HasPrefix(version, "3.")]}} {
+			d := got[q]
+			assert.Equal(s.t, want.key, d.RoutingKey, q)
+			assert.Equal(s.t, want.cc, d.Headers["CC"], q)
+			assert.Equal(s.t, []any{kept, replaced}, death(s, d)["routing-keys"], q)
+		}
+		none(s, dead)
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), "", kept, false, false,
+			amqp.Publishing{Headers: amqp.Table{"CC": "b"}}))
+		e, _ := within(s, closed, "the channel stays open")
+		if assert.NotNil(s.t, e) {
+			assert.Equal(s.t, `PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"CC",longstr}`, e.Reason)
+		}
+	})
+}
+
+// Unbinding a queue or an exchange that is not there, or from one that is not, is done.
+func TestUnbindingWhatIsNotThereIsDone(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.NoError(s.t, ch.QueueUnbind(q, "k", s.name("missing"), nil))
+		assert.NoError(s.t, ch.QueueUnbind(s.name("missing"), "k", "amq.direct", nil))
+		assert.NoError(s.t, ch.ExchangeUnbind(s.name("missing"), "k", "amq.direct", false, nil))
+		assert.NoError(s.t, ch.QueueUnbind(q, "never bound", "amq.direct", nil))
+		_, err = ch.QueueDeclarePassive(q, false, false, false, false, nil)
+		assert.NoError(s.t, err, "the channel is open")
+	})
+}
+
+// What RabbitMQ does not implement closes the connection with 540: a publish with immediate.
+// An exchange of an unknown type is refused: on 3.10 by closing the connection (503), on 4.0
+// the channel (406).
+func TestAnImmediatePublishAndAnUnknownExchangeTypeAreRefused(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), "", "q", false, true, amqp.Publishing{}))
+		e, _ := within(s, closed, "the connection stays open")
+		if assert.NotNil(s.t, e) {
+			assert.Equal(s.t, amqp.NotImplemented, e.Code)
+			assert.Equal(s.t, "NOT_IMPLEMENTED - immediate=true", e.Reason)
+		}
+		conn = s.dial()
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		x := s.name("x")
+		closed = conn.NotifyClose(make(chan *amqp.Error, 1))
+		err = ch.ExchangeDeclare(x, "x-unknown", false, true, false, false, nil)
+		var amqpErr *amqp.Error
+		require.ErrorAs(s.t, err, &amqpErr)
+		version, _ := brokerVersion()
+		if strings.HasPrefix(version, "3.") {
+			assert.Equal(s.t, amqp.CommandInvalid, amqpErr.Code)
+			assert.Equal(s.t, "COMMAND_INVALID - unknown exchange type 'x-unknown'", amqpErr.Reason)
+			e, _ := within(s, closed, "the connection stays open")
+			assert.NotNil(s.t, e)
+		} else {
+			assert.Equal(s.t, amqp.PreconditionFailed, amqpErr.Code)
+			assert.Equal(s.t, "PRECONDITION_FAILED - unknown exchange type 'x-unknown'", amqpErr.Reason)
+			assert.False(s.t, conn.IsClosed(), "only the channel closes")
+		}
 	})
 }

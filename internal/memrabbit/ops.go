@@ -26,6 +26,9 @@ func (b *Broker) declareExchangeLocked(m *exchangeDeclare) error {
 	switch m.Type {
 	case "direct", "fanout", "topic", "headers":
 	default:
+		if b.atLeast(4, 0) { // a channel error there, a connection error on 3.10
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - unknown exchange type '%s'", m.Type)
+		}
 		return &errConnection{code: CommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - unknown exchange type '%s'", m.Type)}
 	}
 	if ok {
@@ -156,16 +159,28 @@ func (b *Broker) queueFor(c *conn, name string) (*queue, error) {
 
 // bindLocked binds (or unbinds) a queue, or an exchange (toExchange), to exchange.
 func (b *Broker) bindLocked(c *conn, dest, exchangeName, key string, args Table, bind, toExchange bool) error {
+	_, destExists := b.exchanges[dest]
+	if !toExchange {
+		_, destExists = b.queues[dest]
+	}
+	x, ok := b.exchanges[exchangeName]
+	if !bind && (!ok || !destExists) {
+		return nil // unbinding what is not there is done
+	}
 	if toExchange {
-		if _, ok := b.exchanges[dest]; !ok {
+		if !destExists {
 			return channelErr(NotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", dest)
 		}
 	} else if _, err := b.queueFor(c, dest); err != nil {
 		return err
 	}
-	x, ok := b.exchanges[exchangeName]
 	if !ok {
 		return channelErr(NotFound, "NOT_FOUND - no exchange '%s' in vhost '/'", exchangeName)
+	}
+	if x.kind == "headers" && bind {
+		if err := xMatchRefusal(args); err != nil {
+			return err
+		}
 	}
 	if exchangeName == "" || toExchange && dest == "" {
 		return channelErr(AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
@@ -251,7 +266,7 @@ func (b *Broker) deleteQueueLocked(name string) {
 
 // publishLocked routes msg from its exchange to queues, and reports whether any took it,
 // and whether one refused it (x-overflow reject-publish: the publish is nacked).
-func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
+func (b *Broker) publishLocked(msg *stored, more []string) (routed, refused bool) {
 	var queues []*queue
 	if to, ok := b.replies[msg.routingKey]; ok && msg.exchange == "" {
 		to.lastTag++
@@ -260,7 +275,7 @@ func (b *Broker) publishLocked(msg *stored) (routed, refused bool) {
 		return true, false
 	}
 	if x, ok := b.exchanges[msg.exchange]; ok {
-		queues = b.routeLocked(x, msg.routingKey, msg.props.Headers)
+		queues = b.routeLocked(x, msg.routingKey, more, &msg.props)
 	}
 	b.recordLocked("published", msg, "", "")
 	for _, q := range queues {

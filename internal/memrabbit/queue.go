@@ -372,12 +372,17 @@ func (b *Broker) deadLetterLocked(q *queue, qd *queued, reason string) {
 	msg := *qd.msg
 	msg.props.deaths = deathHeaders(b.atLeast(3, 13), qd.msg, q.name, reason, time.Now())
 	msg.props.Expiration = ""
+	more := ccKeys(msg.props.Headers)
 	if q.dlrk != nil {
-		msg.routingKey = *q.dlrk
+		// Its keys are replaced; RabbitMQ 3.10 also drops the CC header (4.0.5 keeps it).
+		msg.routingKey, more = *q.dlrk, nil
+		if _, ok := msg.props.Headers["CC"]; ok && !b.atLeast(4, 0) {
+			msg.props.Headers = maps.Clone(msg.props.Headers)
+			delete(msg.props.Headers, "CC")
+		}
 	}
 	msg.exchange = *q.dlx
-	// Routing reads no header that starts with "x-": the message's own headers will do.
-	for _, to := range b.routeLocked(x, msg.routingKey, msg.props.Headers) {
+	for _, to := range b.routeLocked(x, msg.routingKey, more, &msg.props) {
 		if reason != "rejected" && isCycle(to.name, msg.props.header("x-death")) {
 			continue // dropped, as RabbitMQ drops a fully automatic dead-letter cycle
 		}
@@ -408,7 +413,7 @@ func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now tim
 	}
 	if entry == nil {
 		entry = Table{"count": int64(1), "reason": reason, "queue": queueName, "time": now.Truncate(time.Second),
-			"exchange": msg.exchange, "routing-keys": []any{msg.routingKey}}
+			"exchange": msg.exchange, "routing-keys": routingKeys(msg)}
 		if msg.props.Expiration != "" {
 			entry["original-expiration"] = msg.props.Expiration
 		}
@@ -427,6 +432,29 @@ func deathHeaders(lastDeath bool, msg *stored, queueName, reason string, now tim
 		h["x-last-death-reason"], h["x-last-death-queue"], h["x-last-death-exchange"] = reason, queueName, msg.exchange
 	}
 	return h
+}
+
+// routingKeys are the keys msg was routed with, as x-death tells them: its routing key and
+// its CC header's.
+func routingKeys(msg *stored) []any {
+	keys := []any{msg.routingKey}
+	for _, k := range ccKeys(msg.props.Headers) {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// ccKeys returns the routing keys in the CC header of a message with headers h: the strings
+// of its array.
+func ccKeys(h Table) []string {
+	cc, _ := h["CC"].([]any)
+	var keys []string
+	for _, k := range cc {
+		if s, ok := k.(string); ok {
+			keys = append(keys, s)
+		}
+	}
+	return keys
 }
 
 // isCycle reports whether dead-lettering into queue closes a cycle with no rejection in it:
@@ -471,6 +499,16 @@ func (p *properties) header(key string) any {
 		return v
 	}
 	return p.Headers[key]
+}
+
+// lookup returns the value of header key of a message with properties p, and whether it has
+// it.
+func (p *properties) lookup(key string) (any, bool) {
+	if v, ok := p.deaths[key]; ok {
+		return v, true
+	}
+	v, ok := p.Headers[key]
+	return v, ok
 }
 
 // hasHeader reports whether a message with properties p has header key.
