@@ -39,6 +39,7 @@ type consumer struct {
 	offset    int // of a stream's consumer: the next message of its log it reads
 	prefetch  int // the channel's basic.qos when it started (0: unlimited)
 	unacked   int // its deliveries not yet settled
+	priority  int // x-priority: a queue delivers to its highest that has room
 }
 
 // room reports whether the consumer may take another delivery: its own prefetch and its
@@ -315,6 +316,13 @@ func (ch *channel) consume(m *basicConsume) error {
 		return channelErr(AccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
 	}
 	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive, prefetch: ch.prefetch}
+	if v, ok := m.Arguments["x-priority"]; ok {
+		n, ok := intArg(v)
+		if !ok {
+			return channelErr(PreconditionFailed, `PRECONDITION_FAILED - invalid arg 'x-priority' for queue '%s' in vhost '/': "expected integer, got %s"`, q.name, fieldType(v))
+		}
+		cs.priority = int(n)
+	}
 	if q.stream {
 		if m.NoAck || ch.prefetch == 0 && ch.global == 0 {
 			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s' in vhost '/'", q.name)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -2101,6 +2102,50 @@ func TestAnImmediatePublishAndAnUnknownExchangeTypeAreRefused(t *testing.T) {
 			assert.Equal(s.t, amqp.PreconditionFailed, amqpErr.Code)
 			assert.Equal(s.t, "PRECONDITION_FAILED - unknown exchange type 'x-unknown'", amqpErr.Reason)
 			assert.False(s.t, conn.IsClosed(), "only the channel closes")
+		}
+	})
+}
+
+// A consumer of a higher priority (x-priority) gets the messages while it has room; the others
+// share the rest. A priority that is not an integer is refused.
+func TestAConsumerOfAHigherPriorityIsServedFirst(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		for _, kind := range []string{"classic", "quorum"} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind})
+			require.NoError(s.t, err)
+			low, err := ch.Consume(q, "low", false, false, false, false, nil)
+			require.NoError(s.t, err)
+			highCh, err := conn.Channel()
+			require.NoError(s.t, err)
+			require.NoError(s.t, highCh.Qos(2, 0, false))
+			high, err := highCh.Consume(q, "high", false, false, false, false, amqp.Table{"x-priority": int32(10)})
+			require.NoError(s.t, err)
+			for i := range 6 {
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte(strconv.Itoa(i))})
+			}
+			got := map[string][]string{}
+			for range 6 {
+				select {
+				case d := <-low:
+					got["low"] = append(got["low"], string(d.Body))
+				case d := <-high:
+					got["high"] = append(got["high"], string(d.Body))
+				case <-time.After(5 * time.Second):
+					s.t.Fatalf("%s: %v so far", kind, got)
+				}
+			}
+			assert.Equal(s.t, map[string][]string{"high": {"0", "1"}, "low": {"2", "3", "4", "5"}}, got, kind)
+		}
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = ch.Consume(s.name("classic"), "bad", false, false, false, false, amqp.Table{"x-priority": "a"})
+		var amqpErr *amqp.Error
+		if assert.ErrorAs(s.t, err, &amqpErr) {
+			assert.Equal(s.t, fmt.Sprintf(`PRECONDITION_FAILED - invalid arg 'x-priority' for queue '%s' in vhost '/': "expected integer, got longstr"`, s.name("classic")), amqpErr.Reason)
 		}
 	})
 }

@@ -375,8 +375,8 @@ func deliveredProps(qd *queued) properties {
 	return p
 }
 
-// nextConsumer returns the next consumer, round robin, whose channel has room; with a single
-// active consumer, only the first.
+// nextConsumer returns the next consumer whose channel has room: of those, one of the highest
+// priority (x-priority), round robin; with a single active consumer, only the first.
 func (q *queue) nextConsumer() *consumer {
 	if q.single {
 		if len(q.consumers) > 0 && q.consumers[0].room() {
@@ -384,14 +384,19 @@ func (q *queue) nextConsumer() *consumer {
 		}
 		return nil
 	}
+	// Round robin from q.next among the consumers of the highest priority that have room.
+	best := -1
 	for i := range q.consumers {
-		cs := q.consumers[(q.next+i)%len(q.consumers)]
-		if cs.room() {
-			q.next = (q.next + i + 1) % len(q.consumers)
-			return cs
+		j := (q.next + i) % len(q.consumers)
+		if cs := q.consumers[j]; cs.room() && (best < 0 || cs.priority > q.consumers[best].priority) {
+			best = j
 		}
 	}
-	return nil
+	if best < 0 {
+		return nil
+	}
+	q.next = (best + 1) % len(q.consumers)
+	return q.consumers[best]
 }
 
 // readStreamLocked delivers to each consumer of stream q what it has not read, as far as its
