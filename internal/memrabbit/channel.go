@@ -15,6 +15,11 @@ type channel struct {
 	confirming bool
 	confirmed  uint64 // publishes since confirm.select: the last confirm's tag
 
+	// In a transaction (tx.select), publishes and settlements wait for tx.commit; tx.rollback
+	// and the channel's close drop them, and the deliveries settled are unacked again.
+	tx      bool
+	pending []pending
+
 	publishing *basicPublish // waiting for its header and body
 	size       uint64
 	content    []byte
@@ -50,6 +55,18 @@ func (cs *consumer) room() bool {
 		return !ch.closing
 	}
 	return !ch.closing && (cs.prefetch == 0 || cs.unacked < cs.prefetch) && (ch.global == 0 || len(ch.tags) < ch.global)
+}
+
+// pending is a publish, or a settlement of deliveries (their tags and what they were), that
+// waits for its transaction's commit.
+type pending struct {
+	msg       *stored
+	more      []string // the publish's further routing keys (CC, BCC)
+	mandatory bool
+
+	tags          []uint64
+	ds            []*delivery
+	nack, requeue bool
 }
 
 // delivery is a message delivered on a channel, not yet settled: by cs (nil for basic.get).
@@ -118,6 +135,9 @@ func (ch *channel) do(m message) error {
 		ch.c.sendMethod(ch.id, &basicQosOk{})
 		b.dispatchLocked()
 	case *confirmSelect:
+		if ch.tx {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - cannot switch from tx to confirm mode")
+		}
 		ch.confirming = true
 		if !m.Nowait {
 			ch.c.sendMethod(ch.id, &confirmSelectOk{})
@@ -221,6 +241,24 @@ func (ch *channel) do(m message) error {
 		ch.requeueAllLocked(true)
 		ch.c.sendMethod(ch.id, &basicRecoverOk{})
 		b.dispatchLocked()
+	case *txSelect:
+		if ch.confirming {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - cannot switch from confirm to tx mode")
+		}
+		ch.tx = true
+		ch.c.sendMethod(ch.id, &txSelectOk{})
+	case *txCommit:
+		if !ch.tx {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - channel is not transactional")
+		}
+		ch.commit()
+		ch.c.sendMethod(ch.id, &txCommitOk{})
+	case *txRollback:
+		if !ch.tx {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - channel is not transactional")
+		}
+		ch.rollback()
+		ch.c.sendMethod(ch.id, &txRollbackOk{})
 	default:
 		return &errConnection{code: NotImplemented, text: fmt.Sprintf("NOT_IMPLEMENTED - %T", m)}
 	}
@@ -252,10 +290,9 @@ func (ch *channel) body(p []byte) error {
 	return nil
 }
 
-// publish routes the message whose content is complete, returns it when it is mandatory
-// and unroutable, and confirms it.
+// publish routes the message whose content is complete (see route); in a transaction, at its
+// commit.
 func (ch *channel) publish() error {
-	b := ch.c.b
 	m := ch.publishing
 	ch.publishing = nil
 	msg := &stored{exchange: m.Exchange, routingKey: m.RoutingKey, props: m.Properties, body: ch.content}
@@ -273,10 +310,21 @@ func (ch *channel) publish() error {
 		}
 		msg.props.ReplyTo = ch.replyTo
 	}
-	routed, refused := b.publishLocked(msg, more)
-	if !routed && m.Mandatory {
-		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: NoRoute, ReplyText: "NO_ROUTE", Exchange: m.Exchange,
-			RoutingKey: m.RoutingKey, Properties: msg.props, Body: msg.body})
+	if ch.tx {
+		ch.pending = append(ch.pending, pending{msg: msg, more: more, mandatory: m.Mandatory})
+		return nil
+	}
+	ch.route(msg, more, m.Mandatory)
+	return nil
+}
+
+// route routes a message published on the channel, returns it when it is mandatory and went
+// nowhere, and confirms it.
+func (ch *channel) route(msg *stored, more []string, mandatory bool) {
+	routed, refused := ch.c.b.publishLocked(msg, more)
+	if !routed && mandatory {
+		ch.c.sendMethod(ch.id, &basicReturn{ReplyCode: NoRoute, ReplyText: "NO_ROUTE", Exchange: msg.exchange,
+			RoutingKey: msg.routingKey, Properties: msg.props, Body: msg.body})
 	}
 	if ch.confirming {
 		ch.confirmed++
@@ -286,7 +334,35 @@ func (ch *channel) publish() error {
 			ch.c.sendMethod(ch.id, &basicAck{DeliveryTag: ch.confirmed})
 		}
 	}
-	return nil
+}
+
+// commit carries out the transaction's publishes, then its settlements.
+func (ch *channel) commit() {
+	done := ch.pending
+	ch.pending = nil
+	for _, p := range done {
+		if p.msg != nil {
+			ch.route(p.msg, p.more, p.mandatory)
+		}
+	}
+	for _, p := range done {
+		if p.msg == nil {
+			ch.settled(p.ds, p.nack, p.requeue)
+		}
+	}
+}
+
+// rollback drops the transaction's publishes and settlements: the deliveries are unacked
+// again.
+func (ch *channel) rollback() {
+	for _, p := range ch.pending {
+		for i, t := range p.tags {
+			ch.unacked[t] = p.ds[i]
+			ch.tags = append(ch.tags, t)
+		}
+	}
+	slices.Sort(ch.tags)
+	ch.pending = nil
 }
 
 // consume adds a consumer.
@@ -404,11 +480,23 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 	if multiple && len(tags) == 0 && tag != 0 {
 		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - unknown delivery tag %d", tag)
 	}
-	var back []*delivery
-	for _, t := range tags {
-		d := ch.unacked[t]
-		back = append(back, d)
+	ds := make([]*delivery, len(tags))
+	for i, t := range tags {
+		ds[i] = ch.unacked[t]
 		delete(ch.unacked, t)
+	}
+	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
+	if ch.tx {
+		ch.pending = append(ch.pending, pending{tags: tags, ds: ds, nack: nack, requeue: requeue})
+		return nil
+	}
+	ch.settled(ds, nack, requeue)
+	return nil
+}
+
+// settled carries out a settlement of deliveries, taken from the channel's unacked ones.
+func (ch *channel) settled(back []*delivery, nack, requeue bool) {
+	for _, d := range back {
 		if d.cs != nil {
 			d.cs.unacked--
 		}
@@ -420,14 +508,12 @@ func (ch *channel) settle(tag uint64, multiple, nack, requeue bool) error {
 		}
 		ch.c.b.recordLocked(kind, d.qd.msg, d.q.name, "")
 	}
-	ch.tags = slices.DeleteFunc(ch.tags, func(t uint64) bool { return ch.unacked[t] == nil })
 	if nack && !requeue {
 		ch.c.b.rejectLocked(back)
 	} else if nack {
 		ch.c.b.requeueLocked(back, true)
 	}
 	ch.c.b.dispatchLocked()
-	return nil
 }
 
 // requeueAllLocked returns every unacked delivery of the channel to its queue: requeued by the
@@ -470,6 +556,7 @@ func (ch *channel) closeLocked() {
 	for _, cs := range ch.consumers {
 		ch.cancelLocked(cs)
 	}
+	ch.rollback()
 	ch.requeueAllLocked(false)
 	ch.c.b.dispatchLocked()
 }

@@ -2149,3 +2149,70 @@ func TestAConsumerOfAHigherPriorityIsServedFirst(t *testing.T) {
 		}
 	})
 }
+
+// In a transaction (tx.select) publishes and settlements wait for tx.commit; tx.rollback drops
+// them, and what was settled is unacked again. A channel is transactional or confirms, not both.
+func TestATransactionPublishesAndSettlesAtItsCommit(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		q := s.name("q")
+		plain, err := conn.Channel()
+		require.NoError(s.t, err)
+		_, err = plain.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		count := func() int {
+			state, err := plain.QueueDeclarePassive(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			return state.Messages
+		}
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Tx())
+		returns := ch.NotifyReturn(make(chan amqp.Return, 1))
+		for _, b := range []string{"dropped", "a", "b"} {
+			require.NoError(s.t, ch.PublishWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte(b)}))
+			if b == "dropped" {
+				assert.Equal(s.t, 0, count(), "published in the transaction")
+				require.NoError(s.t, ch.TxRollback())
+			}
+		}
+		require.NoError(s.t, ch.PublishWithContext(context.Background(), "", s.name("nowhere"), true, false, amqp.Publishing{}))
+		assert.Equal(s.t, 0, count(), "published in the transaction")
+		require.NoError(s.t, ch.TxCommit())
+		r, _ := within(s, returns, "no return")
+		assert.Equal(s.t, "NO_ROUTE", r.ReplyText, "returned at the commit")
+		assert.Equal(s.t, 2, count())
+		d, ok, err := ch.Get(q, false)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		require.NoError(s.t, d.Ack(false))
+		require.NoError(s.t, ch.TxRollback())
+		require.NoError(s.t, d.Ack(false), "unacked again")
+		require.NoError(s.t, ch.TxCommit())
+		d, ok, err = ch.Get(q, false)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		require.NoError(s.t, d.Nack(false, true))
+		assert.Equal(s.t, 0, count(), "nacked in the transaction")
+		require.NoError(s.t, ch.TxCommit())
+		assert.Equal(s.t, []string{"b"}, getAll(s, plain, q))
+		for _, c := range []struct {
+			first, then func(*amqp.Channel) error
+			refused     string
+		}{
+			{(*amqp.Channel).Tx, func(ch *amqp.Channel) error { return ch.Confirm(false) }, "cannot switch from tx to confirm mode"},
+			{func(ch *amqp.Channel) error { return ch.Confirm(false) }, (*amqp.Channel).Tx, "cannot switch from confirm to tx mode"},
+			{func(*amqp.Channel) error { return nil }, (*amqp.Channel).TxCommit, "channel is not transactional"},
+			{func(*amqp.Channel) error { return nil }, (*amqp.Channel).TxRollback, "channel is not transactional"},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			require.NoError(s.t, c.first(ch))
+			err = c.then(ch)
+			var amqpErr *amqp.Error
+			if assert.ErrorAs(s.t, err, &amqpErr, c.refused) {
+				assert.Equal(s.t, "PRECONDITION_FAILED - "+c.refused, amqpErr.Reason)
+			}
+		}
+	})
+}
