@@ -2216,3 +2216,57 @@ func TestATransactionPublishesAndSettlesAtItsCommit(t *testing.T) {
 		}
 	})
 }
+
+// With a single active consumer, a quorum queue of RabbitMQ 4.0 hands over to a consumer of a
+// higher priority once the active one has nothing unacked, and gives neither more till then;
+// 3.10's, and a classic queue, keep the first.
+func TestASingleActiveConsumerGivesWayToAHigherPriorityOn4(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		version, _ := brokerVersion()
+		for _, kind := range []string{"classic", "quorum"} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind, "x-single-active-consumer": true})
+			require.NoError(s.t, err)
+			firstCh, err := conn.Channel()
+			require.NoError(s.t, err)
+			require.NoError(s.t, firstCh.Qos(1, 0, false))
+			first, err := firstCh.Consume(q, "first", false, false, false, false, nil)
+			require.NoError(s.t, err)
+			publish(s, ch, "", q, amqp.Publishing{Body: []byte("0")})
+			held := receive(s, first)
+			secondCh, err := conn.Channel()
+			require.NoError(s.t, err)
+			second, err := secondCh.Consume(q, "second", true, false, false, false, amqp.Table{"x-priority": int32(10)})
+			require.NoError(s.t, err)
+			for _, b := range []string{"1", "2"} {
+				publish(s, ch, "", q, amqp.Publishing{Body: []byte(b)})
+			}
+			handsOver := kind == "quorum" && !strings.HasPrefix(version, "3.")
+			if handsOver {
+				none(s, first)
+				none(s, second)
+			}
+			require.NoError(s.t, held.Ack(false))
+			var got []string
+			for range 2 {
+				select {
+				case d := <-first:
+					got = append(got, "first "+string(d.Body))
+					require.NoError(s.t, d.Ack(false))
+				case d := <-second:
+					got = append(got, "second "+string(d.Body))
+				case <-time.After(5 * time.Second):
+					s.t.Fatalf("%s: %v so far", kind, got)
+				}
+			}
+			if handsOver {
+				assert.Equal(s.t, []string{"second 1", "second 2"}, got, kind)
+			} else {
+				assert.Equal(s.t, []string{"first 1", "first 2"}, got, kind)
+			}
+		}
+	})
+}

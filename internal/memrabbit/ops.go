@@ -376,10 +376,31 @@ func deliveredProps(qd *queued) properties {
 }
 
 // nextConsumer returns the next consumer whose channel has room: of those, one of the highest
-// priority (x-priority), round robin; with a single active consumer, only the first.
+// priority (x-priority), round robin; with a single active consumer, only the first (on a
+// quorum queue of 4.0, the first of the highest priority).
 func (q *queue) nextConsumer() *consumer {
 	if q.single {
-		if len(q.consumers) > 0 && q.consumers[0].room() {
+		if len(q.consumers) == 0 {
+			return nil
+		}
+		if q.quorum4 {
+			// The first of the highest priority takes over once the active one has nothing
+			// unacked; till then, neither gets more.
+			top := 0
+			for i, cs := range q.consumers {
+				if cs.priority > q.consumers[top].priority {
+					top = i
+				}
+			}
+			if top > 0 {
+				if q.consumers[0].unacked > 0 {
+					return nil
+				}
+				cs := q.consumers[top]
+				q.consumers = slices.Insert(slices.Delete(q.consumers, top, top+1), 0, cs)
+			}
+		}
+		if q.consumers[0].room() {
 			return q.consumers[0]
 		}
 		return nil

@@ -56,7 +56,7 @@ type queue struct {
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
-	twoLevels     bool          // a quorum queue of RabbitMQ 4.0 or later: two priorities
+	quorum4       bool          // a quorum queue of RabbitMQ 4.0 or later: two priorities, a single active consumer that gives way to a higher priority
 	high          int           // of its ready messages after the returns, how many have the high one
 	dequeues      int           // its count of what it gave out, 0 to 2 (rabbit_fifo_q's dequeue_counter)
 
@@ -117,7 +117,7 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 	} else if q.quorum && b.atLeast(4, 0) {
 		q.deliveryLimit = 20 // RabbitMQ 4.0's default
 	}
-	q.twoLevels = q.quorum && b.atLeast(4, 0)
+	q.quorum4 = q.quorum && b.atLeast(4, 0)
 	q.single, _ = args["x-single-active-consumer"].(bool)
 	if n, ok := intArg(args["x-max-priority"]); ok && !q.quorum && !q.stream {
 		q.maxPriority = int(n)
@@ -292,7 +292,7 @@ func (q *queue) priority(qd *queued) int {
 func (q *queue) put(qd *queued) {
 	q.seq++
 	qd.seq = q.seq
-	if q.twoLevels && high(qd) {
+	if q.quorum4 && high(qd) {
 		q.high++
 	}
 	if q.maxPriority > 0 {
@@ -337,7 +337,7 @@ func (q *queue) take() *queued {
 	switch {
 	case i < q.returned:
 		q.returned--
-	case q.twoLevels:
+	case q.quorum4:
 		q.dequeues = (q.dequeues + 1) % 3
 		if high(qd) {
 			q.high--
