@@ -464,7 +464,7 @@ func TestForeignBookkeepingHeadersAreNotBelieved(t *testing.T) {
 // the messages behind them are processed, and no handler sees the unreadable ones.
 func TestUnreadableHeadersArePoisonedAndTheQueueFlows(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("hostile")
 	r := newRouter(t, env, func(c *router.Config) {
 		c.Declare.Queues = []topology.Queue{{Name: queue, Type: topology.Quorum}}

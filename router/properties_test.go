@@ -31,7 +31,7 @@ func TestUndecodablePoisonCopyKeepsProperties(t *testing.T) {
 // replaces the table, the properties after it in the frame are kept).
 func TestUnreadablePoisonCopyKeepsProperties(t *testing.T) {
 	t.Parallel()
-	env := testenv.New(t)
+	env := testenv.Logic(t)
 	queue := env.Queue("unreadable-props")
 	subscribe(t, env, queue, consumer.Config{HandlerName: "h"})
 	publishRaw(t, env, "", queue, withEveryProperty(amqp.Table{"deep": testenv.NestedTable(33)}))

@@ -2270,3 +2270,27 @@ func TestASingleActiveConsumerGivesWayToAHigherPriorityOn4(t *testing.T) {
 		}
 	})
 }
+
+// The broker takes headers of any depth and length that fit its frame (beyond what amqp091-go
+// reads: a consumer needs warren's guard to read them, see internal/amqpx).
+func TestHeadersOfAnyDepthAndLengthAreTaken(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		for _, h := range []amqp.Table{testenv.NestedTable(33), testenv.ManyHeaders(8193), {"arr": make([]any, 8193)}} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Headers: h})
+			require.NoError(s.t, err)
+			assert.True(s.t, dc.Wait())
+		}
+		state, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, 3, state.Messages)
+		n, err := ch.QueuePurge(q, false)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, 3, n)
+	})
+}
