@@ -3,6 +3,8 @@ package memrabbit
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"time"
 )
 
 // channel is a channel of a connection. Its state is read and written under the broker's
@@ -562,9 +564,13 @@ func (ch *channel) closeLocked() {
 }
 
 // streamOffset is where a consumer of stream q starts reading, as x-stream-offset says:
-// "first", "last", "next" (the default), an offset, or a timestamp (the first message
-// appended at or after it is not known here: taken as next).
+// "first", "last", "next" (the default), an offset, a timestamp (the first message appended at
+// or after it), or an interval back from now ("10m": a number and one of Y, M, D, h, m, s).
 func streamOffset(q *queue, arg any) int {
+	at := func(t time.Time) int {
+		i, _ := slices.BinarySearchFunc(q.logAt, t, func(a, t time.Time) int { return a.Compare(t) })
+		return i
+	}
 	switch v := arg.(type) {
 	case string:
 		switch v {
@@ -573,12 +579,32 @@ func streamOffset(q *queue, arg any) int {
 		case "last":
 			return max(len(q.log)-1, 0)
 		}
+		if d, ok := interval(v); ok {
+			return at(time.Now().Add(-d))
+		}
+	case time.Time:
+		return at(v)
 	default:
 		if n, ok := intArg(v); ok {
 			return min(max(int(n), 0), len(q.log))
 		}
 	}
 	return len(q.log)
+}
+
+// interval reads a stream's interval, as x-max-age and x-stream-offset write it: a number
+// and a unit, Y (365 days), M (30 days), D, h, m or s.
+func interval(s string) (time.Duration, bool) {
+	unit := map[byte]time.Duration{'Y': 365 * 24 * time.Hour, 'M': 30 * 24 * time.Hour, 'D': 24 * time.Hour,
+		'h': time.Hour, 'm': time.Minute, 's': time.Second}
+	if len(s) < 2 || unit[s[len(s)-1]] == 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s[:len(s)-1])
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return time.Duration(n) * unit[s[len(s)-1]], true
 }
 
 // directReplyTo is the pseudo-queue of direct reply-to: a channel consuming it (no-ack) gets

@@ -790,14 +790,15 @@ func TestAStreamIsReadFromAnOffsetByEachConsumer(t *testing.T) {
 			require.NoError(s.t, err)
 			require.True(s.t, dc.Wait())
 		}
-		for _, offset := range []any{"first", int64(1)} {
+		hourAgo := time.Now().Add(-time.Hour)
+		for _, offset := range []any{"first", int64(1), "last", hourAgo, "10m"} {
 			rc, err := conn.Channel()
 			require.NoError(s.t, err)
 			require.NoError(s.t, rc.Qos(10, 0, false))
 			ds, err := rc.Consume(q, "", false, false, false, false, amqp.Table{"x-stream-offset": offset})
 			require.NoError(s.t, err)
 			d := receive(s, ds)
-			want := map[any]string{"first": "1", int64(1): "2"}[offset]
+			want := map[any]string{"first": "1", int64(1): "2", "last": "3", hourAgo: "1", "10m": "1"}[offset]
 			assert.Equal(s.t, want, string(d.Body), "offset %v", offset)
 			assert.IsType(s.t, int64(0), d.Headers["x-stream-offset"])
 			require.NoError(s.t, d.Ack(false))

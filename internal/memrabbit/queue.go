@@ -43,6 +43,7 @@ type queue struct {
 	// own (consumer.offset), and an ack is credit only.
 	stream bool
 	log    []*stored
+	logAt  []time.Time // when each of log was appended
 
 	// From the arguments.
 	quorum        bool
@@ -155,7 +156,7 @@ func intArg(v any) (int64, bool) {
 // reject-publish): the publish is then nacked.
 func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	if q.stream {
-		q.log = append(q.log, msg)
+		q.log, q.logAt = append(q.log, msg), append(q.logAt, time.Now())
 		return true
 	}
 	if q.full(msg) {
