@@ -9,6 +9,7 @@ package memrabbit
 
 import (
 	"fmt"
+	"reflect"
 	"net"
 	"slices"
 	"strings"
@@ -239,7 +240,7 @@ func (r *route) matches(x *exchange, bd *binding) bool {
 		return topicMatch(bd.pattern, r.words) ||
 			slices.ContainsFunc(r.more, func(k string) bool { return topicMatch(bd.pattern, words(k)) })
 	case "headers":
-		return headersMatch(bd, r.props)
+		return headersMatch(bd, r.props, !r.b.atLeast(4, 0))
 	default:
 		return bd.key == r.key || slices.Contains(r.more, bd.key)
 	}
@@ -276,11 +277,11 @@ func topicMatch(pattern, words []string) bool {
 
 // headersMatch matches a headers binding (x-match all, the default, or any; keys that start
 // with "x-" are matched only with all-with-x or any-with-x) against a message's headers.
-func headersMatch(bd *binding, props *properties) bool {
+func headersMatch(bd *binding, props *properties, acrossNumbers bool) bool {
 	matched := 0
 	for _, a := range bd.match {
 		got, ok := props.lookup(a.key)
-		if ok && (a.want == nil || sameValue(a.want, got)) {
+		if ok && (a.want == nil || sameValue(a.want, got, acrossNumbers)) {
 			if bd.matchAny {
 				return true
 			}
@@ -292,13 +293,53 @@ func headersMatch(bd *binding, props *properties) bool {
 	return !bd.matchAny && matched == len(bd.match)
 }
 
-// sameValue reports whether a binding's value and a header's are the same, as text: strings
-// (the delay levels' digits) are compared as they are, other values as fmt prints them.
-func sameValue(want, got any) bool {
-	if w, ok := want.(string); ok {
-		if g, ok := got.(string); ok {
-			return w == g
-		}
+// sameValue reports whether a binding's value and a header's are the same, as RabbitMQ's
+// headers exchange compares them: strings and byte strings by their bytes, integers of any
+// width by their value, floats and doubles by theirs (and across the two, acrossNumbers, as
+// 3.10 does), anything else only with a value of its own type (the string "2" is not the
+// integer 2; measured on 3.10.8 and 4.0.5).
+func sameValue(want, got any, acrossNumbers bool) bool {
+	if w, ok := bytesArg(want); ok { // the common case: the delay levels' digits
+		g, ok := bytesArg(got)
+		return ok && w == g
 	}
-	return fmt.Sprint(want) == fmt.Sprint(got)
+	wi, wInt := intArg(want)
+	gi, gInt := intArg(got)
+	wf, wFloat := floatArg(want)
+	gf, gFloat := floatArg(got)
+	switch {
+	case wInt && gInt:
+		return wi == gi
+	case wFloat && gFloat:
+		return wf == gf
+	case wInt && gFloat && acrossNumbers:
+		return float64(wi) == gf
+	case wFloat && gInt && acrossNumbers:
+		return wf == float64(gi)
+	case wInt || wFloat:
+		return false
+	}
+	return reflect.TypeOf(want) == reflect.TypeOf(got) && reflect.DeepEqual(want, got)
+}
+
+// bytesArg returns a string or a byte string, as a string.
+func bytesArg(v any) (string, bool) {
+	switch b := v.(type) {
+	case string:
+		return b, true
+	case []byte:
+		return string(b), true
+	}
+	return "", false
+}
+
+// floatArg returns a float or a double.
+func floatArg(v any) (float64, bool) {
+	switch f := v.(type) {
+	case float32:
+		return float64(f), true
+	case float64:
+		return f, true
+	}
+	return 0, false
 }

@@ -2295,3 +2295,34 @@ func TestHeadersOfAnyDepthAndLengthAreTaken(t *testing.T) {
 		assert.Equal(s.t, 3, n)
 	})
 }
+
+// A headers binding matches a header's value as RabbitMQ compares them: strings and byte
+// strings by their bytes, integers of any width by value, floats and doubles by value; an
+// integer and a float by value on 3.10, never on 4.0; nothing across other kinds.
+func TestAHeadersBindingComparesValuesByKind(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		for i, c := range []struct {
+			bind, header any
+			matches      bool
+		}{
+			{"2", "2", true}, {"2", []byte("2"), true}, {int32(2), int64(2), true}, {int8(2), uint16(2), true},
+			{float64(1.5), float32(1.5), true}, {true, true, true},
+			{int32(2), "2", false}, {"true", true, false}, {int32(1), true, false}, {int32(2), float64(2), false},
+		} {
+			if version, _ := brokerVersion(); strings.HasPrefix(version, "3.") && c.bind == int32(2) && c.header == float64(2) {
+				c.matches = true
+			}
+			x, q := s.name(fmt.Sprint("x", i)), s.name(fmt.Sprint("q", i))
+			require.NoError(s.t, ch.ExchangeDeclare(x, "headers", false, false, false, false, nil))
+			_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.QueueBind(q, "", x, false, amqp.Table{"k": c.bind}))
+			publish(s, ch, x, "", amqp.Publishing{Headers: amqp.Table{"k": c.header}})
+			_, got, err := ch.Get(q, true)
+			require.NoError(s.t, err)
+			assert.Equal(s.t, c.matches, got, "bound to %T %[1]v, header %T %[2]v", c.bind, c.header)
+		}
+	})
+}
