@@ -9,8 +9,8 @@ package memrabbit
 
 import (
 	"fmt"
-	"reflect"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
