@@ -2326,3 +2326,45 @@ func TestAHeadersBindingComparesValuesByKind(t *testing.T) {
 		}
 	})
 }
+
+// A negative x-delivery-limit means no limit on RabbitMQ 4.0; on 3.10 the first return is
+// over it. A limit of 0 dead-letters at the first return on both.
+func TestANegativeDeliveryLimitIsTheVersions(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		require.NoError(s.t, ch.Confirm(false))
+		version, _ := brokerVersion()
+		for _, limit := range []int32{-1, 0} {
+			q := s.name(fmt.Sprint("q", limit))
+			args := amqp.Table{"x-queue-type": "quorum", "x-delivery-limit": limit, "x-dead-letter-exchange": dlx}
+			_, err = ch.QueueDeclare(q, true, false, false, false, args)
+			require.NoError(s.t, err)
+			confirmed(s, ch, q, "again")
+			deadAfter := 0 // deliveries
+			for got := 1; got <= 25 && deadAfter == 0; got++ {
+				d, ok, err := ch.Get(q, false)
+				require.NoError(s.t, err)
+				require.True(s.t, ok, "limit %d, delivery %d", limit, got)
+				require.NoError(s.t, d.Nack(false, true))
+				require.Eventually(s.t, func() bool { // back in the queue, or dead-lettered
+					select {
+					case <-dead:
+						deadAfter = got
+						return true
+					default:
+					}
+					state, err := ch.QueueDeclarePassive(q, true, false, false, false, args)
+					require.NoError(s.t, err)
+					return state.Messages == 1
+				}, 5*time.Second, 5*time.Millisecond)
+			}
+			want := 1
+			if limit < 0 && !strings.HasPrefix(version, "3.") {
+				want = 0 // never
+			}
+			assert.Equal(s.t, want, deadAfter, "limit %d", limit)
+		}
+	})
+}

@@ -53,7 +53,8 @@ type queue struct {
 	maxLength     int           // x-max-length; negative: none
 	maxBytes      int           // x-max-length-bytes, of the ready messages' bodies; negative: none
 	overflow      string        // x-overflow: drop-head, reject-publish, reject-publish-dlx
-	deliveryLimit int           // x-delivery-limit (quorum); negative: none
+	deliveryLimit int           // x-delivery-limit (quorum): a message returned more often is dead-lettered
+	limited       bool          // it has a delivery limit
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
@@ -114,9 +115,10 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 		q.overflow = o
 	}
 	if n, ok := intArg(args["x-delivery-limit"]); ok && q.quorum {
-		q.deliveryLimit = int(n)
+		// A negative limit: none on 4.0; on 3.10 (measured on 3.10.8) the first return is over it.
+		q.deliveryLimit, q.limited = int(n), n >= 0 || !b.atLeast(4, 0)
 	} else if q.quorum && b.atLeast(4, 0) {
-		q.deliveryLimit = 20 // RabbitMQ 4.0's default
+		q.deliveryLimit, q.limited = 20, true // RabbitMQ 4.0's default
 	}
 	q.quorum4 = q.quorum && b.atLeast(4, 0)
 	q.single, _ = args["x-single-active-consumer"].(bool)
@@ -259,7 +261,7 @@ func (b *Broker) returnLocked(q *queue, qds []*queued, requeued bool) {
 		qd.redelivered = true
 		if q.quorum {
 			qd.deliveries++
-			if q.deliveryLimit >= 0 && qd.deliveries > q.deliveryLimit {
+			if q.limited && qd.deliveries > q.deliveryLimit {
 				b.deadLetterLocked(q, qd, "delivery_limit")
 				continue
 			}
