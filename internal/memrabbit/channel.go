@@ -431,6 +431,9 @@ func (ch *channel) get(m *basicGet) error {
 	if q.stream {
 		return channelErr(NotImplemented, "NOT_IMPLEMENTED - basic.get not supported by stream queues '%s' in vhost '/'", q.name)
 	}
+	if q.quorum && q.single {
+		return channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain access to locked queue '%s' in vhost '/'. basic.get operations are not supported by quorum queues with single active consumer", q.name)
+	}
 	b.touchLocked(q)
 	if len(q.ready) == 0 {
 		ch.c.sendMethod(ch.id, &basicGetEmpty{})

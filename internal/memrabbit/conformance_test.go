@@ -2368,3 +2368,33 @@ func TestANegativeDeliveryLimitIsTheVersions(t *testing.T) {
 		}
 	})
 }
+
+// A quorum queue with a single active consumer refuses basic.get (405), with or without a
+// consumer; a classic one serves it.
+func TestAQuorumQueueWithASingleActiveConsumerRefusesGet(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		for _, kind := range []string{"classic", "quorum"} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			require.NoError(s.t, ch.Confirm(false))
+			q := s.name(kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind, "x-single-active-consumer": true})
+			require.NoError(s.t, err)
+			confirmed(s, ch, q, "m")
+			d, ok, err := ch.Get(q, true)
+			if kind == "classic" {
+				require.NoError(s.t, err)
+				assert.True(s.t, ok)
+				assert.Equal(s.t, "m", string(d.Body))
+				continue
+			}
+			var amqpErr *amqp.Error
+			if assert.ErrorAs(s.t, err, &amqpErr) {
+				assert.Equal(s.t, amqp.ResourceLocked, amqpErr.Code)
+				assert.Equal(s.t, fmt.Sprintf("RESOURCE_LOCKED - cannot obtain access to locked queue '%s' in vhost '/'. "+
+					"basic.get operations are not supported by quorum queues with single active consumer", q), amqpErr.Reason)
+			}
+		}
+	})
+}
