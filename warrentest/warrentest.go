@@ -19,6 +19,7 @@ package warrentest
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,8 +34,9 @@ import (
 // Config configures the broker of Run.
 type Config struct {
 	// Version is the RabbitMQ version whose behaviour the broker follows where versions
-	// differ: "3.10" (default) or "4.0" (a quorum queue's default delivery limit of 20, the
-	// x-last-death-* headers).
+	// differ: "3.10" (default) or "4.0" (among others, a quorum queue's default delivery limit
+	// of 20, its two message priorities, its returns given out first, the x-last-death-*
+	// headers; docs/testing.md lists them).
 	Version string
 }
 
@@ -78,6 +80,12 @@ func (b *Broker) Connection() warren.Connection { return warren.Connection{URL: 
 
 // URL is the broker's URL: only this process's warren components can reach it.
 func (b *Broker) URL() string { return b.b.URL() }
+
+// Dial opens a connection to the broker for a client other than warren's components: an
+// in-memory net.Conn that speaks AMQP 0-9-1. With amqp091-go:
+//
+//	amqp.DialConfig(b.URL(), amqp.Config{Dial: func(string, string) (net.Conn, error) { return b.Dial() }})
+func (b *Broker) Dial() (net.Conn, error) { return b.b.Dial() }
 
 // Idle waits until no message is in flight: none delivered and not yet settled, none waiting
 // in a queue that has a consumer. What waits in a queue no one consumes (a delay level, a

@@ -2,10 +2,13 @@ package warrentest_test
 
 import (
 	"context"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,5 +53,37 @@ func TestTheJournalTellsWhatHappened(t *testing.T) {
 		cancel()
 		require.NoError(t, <-done)
 		require.NoError(t, r.Close())
+	})
+}
+
+// A client other than warren's reaches the broker through Dial: here amqp091-go's, publishing
+// and getting a message a day after it was due to expire.
+func TestAnotherClientDialsTheBroker(t *testing.T) {
+	warrentest.Run(t, warrentest.Config{Version: "4.0"}, func(t *testing.T, b *warrentest.Broker) {
+		conn, err := amqp.DialConfig(b.URL(), amqp.Config{Dial: func(string, string) (net.Conn, error) { return b.Dial() }})
+		require.NoError(t, err)
+		defer conn.Close()
+		ch, err := conn.Channel()
+		require.NoError(t, err)
+		_, err = ch.QueueDeclare("later", true, false, false, false, amqp.Table{"x-queue-type": "quorum"})
+		require.NoError(t, err)
+		require.NoError(t, ch.Confirm(false))
+		for _, body := range []string{"kept", "expires"} {
+			p := amqp.Publishing{Body: []byte(body)}
+			if body == "expires" {
+				p.Expiration = "3600000"
+			}
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", "later", false, false, p)
+			require.NoError(t, err)
+			require.True(t, dc.Wait())
+		}
+		b.Advance(24 * time.Hour)
+		d, ok, err := ch.Get("later", true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.Equal(t, "kept", string(d.Body))
+		_, ok, err = ch.Get("later", true)
+		require.NoError(t, err)
+		assert.False(t, ok, "expired an hour after it was published")
 	})
 }
