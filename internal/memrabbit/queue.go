@@ -58,7 +58,7 @@ type queue struct {
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
-	quorum4       bool          // a quorum queue of RabbitMQ 4.0 or later: two priorities, a single active consumer that gives way to a higher priority
+	quorum4       bool          // a quorum queue of RabbitMQ 4.0 or later (see nextIndex, nextConsumer)
 	high          int           // of its ready messages after the returns, how many have the high one
 	dequeues      int           // its count of what it gave out, 0 to 2 (rabbit_fifo_q's dequeue_counter)
 
@@ -228,9 +228,9 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 	return now.Add(ttl)
 }
 
-// armExpiryLocked has the message q gives out next (its head, see nextIndex) expire when it is due
-// (see expire), expiring at once those that are due. Only that one expires, as on RabbitMQ: a
-// message behind a later one waits for it.
+// armExpiryLocked has the message q gives out next (its head, see nextIndex) expire when it
+// is due (see expire), expiring at once those that are due. Only that one expires, as on
+// RabbitMQ: a message behind a later one waits for it.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
 	for len(q.ready) > 0 {
