@@ -82,6 +82,29 @@ func (b *Broker) argsRefusal(name string, args Table) error {
 	return nil
 }
 
+// consumerArgs are the consumer arguments each version knows, and the queue types that take
+// each: a queue of another type refuses it (one a version does not know is ignored).
+var consumerArgs = map[bool]map[string][]string{ // by whether the version is 4.0 or later
+	false: {"x-priority": {"classic", "quorum"}, "x-stream-offset": {"stream"}, "x-cancel-on-ha-failover": {"classic"}},
+	true:  {"x-priority": {"classic", "quorum"}, "x-stream-offset": {"stream"}, "x-stream-filter": {"stream"}},
+}
+
+// consumerArgsRefusal is RabbitMQ's refusal of a consumer of q with args, or nil.
+func (b *Broker) consumerArgsRefusal(q *queue, args Table) error {
+	kind := "classic"
+	if q.quorum {
+		kind = "quorum"
+	} else if q.stream {
+		kind = "stream"
+	}
+	for arg := range args {
+		if types, ok := consumerArgs[b.atLeast(4, 0)][arg]; ok && !slices.Contains(types, kind) {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue", arg, q.name, kind)
+		}
+	}
+	return nil
+}
+
 // known reports whether some queue type takes arg.
 func known(arg string) bool {
 	for _, args := range queueArgs {

@@ -393,6 +393,9 @@ func (ch *channel) consume(m *basicConsume) error {
 	if m.Exclusive && len(q.consumers) > 0 {
 		return channelErr(AccessRefused, "ACCESS_REFUSED - queue '%s' in vhost '/' in exclusive use", q.name)
 	}
+	if err := b.consumerArgsRefusal(q, m.Arguments); err != nil {
+		return err
+	}
 	cs := &consumer{tag: tag, ch: ch, queue: q, noAck: m.NoAck, exclusive: m.Exclusive, prefetch: ch.prefetch}
 	if v, ok := m.Arguments["x-priority"]; ok {
 		n, ok := intArg(v)
@@ -402,8 +405,11 @@ func (ch *channel) consume(m *basicConsume) error {
 		cs.priority = int(n)
 	}
 	if q.stream {
-		if m.NoAck || ch.prefetch == 0 && ch.global == 0 {
-			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for '%s' in vhost '/'", q.name)
+		if m.NoAck || ch.prefetch == 0 { // the channel's global prefetch does not count
+			if b.atLeast(4, 0) {
+				return channelErr(PreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for stream queue '%s' in vhost '/'", q.name)
+			}
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - consumer prefetch count is not set for 'queue '%s' in vhost '/''", q.name)
 		}
 		cs.offset = streamOffset(q, m.Arguments["x-stream-offset"])
 	}

@@ -2398,3 +2398,50 @@ func TestAQuorumQueueWithASingleActiveConsumerRefusesGet(t *testing.T) {
 		}
 	})
 }
+
+// A consumer's arguments are checked against its queue's type: x-priority is for classic and
+// quorum queues, x-stream-offset for streams; one a version does not know is ignored. A stream
+// is read with a prefetch of the consumer's own (a channel's global one does not count).
+func TestAConsumersArgumentsAreTheQueueTypes(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		version, _ := brokerVersion()
+		for _, kind := range []string{"classic", "quorum", "stream"} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			q := s.name(kind)
+			_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-queue-type": kind})
+			require.NoError(s.t, err)
+			for arg, takes := range map[string][]string{
+				"x-priority": {"classic", "quorum"}, "x-stream-offset": {"stream"}, "x-credit": {"classic", "quorum", "stream"},
+			} {
+				ch, err := conn.Channel()
+				require.NoError(s.t, err)
+				require.NoError(s.t, ch.Qos(1, 0, false))
+				v := map[string]any{"x-priority": int32(1), "x-stream-offset": "first", "x-credit": amqp.Table{}}[arg]
+				_, err = ch.Consume(q, "", false, false, false, false, amqp.Table{arg: v})
+				if slices.Contains(takes, kind) {
+					assert.NoError(s.t, err, "%s, %s", kind, arg)
+					continue
+				}
+				var amqpErr *amqp.Error
+				if assert.ErrorAs(s.t, err, &amqpErr, "%s, %s", kind, arg) {
+					assert.Equal(s.t, fmt.Sprintf("PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue",
+						arg, q, kind), amqpErr.Reason)
+				}
+			}
+		}
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Qos(10, 0, true))
+		_, err = ch.Consume(s.name("stream"), "", false, false, false, false, nil)
+		var amqpErr *amqp.Error
+		if assert.ErrorAs(s.t, err, &amqpErr) {
+			want := fmt.Sprintf("PRECONDITION_FAILED - consumer prefetch count is not set for stream queue '%s' in vhost '/'", s.name("stream"))
+			if strings.HasPrefix(version, "3.") {
+				want = fmt.Sprintf("PRECONDITION_FAILED - consumer prefetch count is not set for 'queue '%s' in vhost '/''", s.name("stream"))
+			}
+			assert.Equal(s.t, want, amqpErr.Reason)
+		}
+	})
+}
