@@ -3,6 +3,7 @@ package memrabbit
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -272,4 +273,86 @@ func xMatchRefusal(args Table) error {
 		return channelErr(PreconditionFailed, `PRECONDITION_FAILED - Invalid x-match field value <<"%s">>; expected all, any, all-with-x, or any-with-x`, mode)
 	}
 	return nil
+}
+
+// lockedErr is RabbitMQ's refusal of a queue another connection declared exclusive, or one
+// redeclared with another exclusive property.
+func lockedErr(queue string) error {
+	return channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "+
+		"It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", queue)
+}
+
+// queueInequivalence is RabbitMQ's refusal of a redeclaration m of q that differs from its
+// declaration (checked in this order: exclusive, durable, auto-delete, then the arguments its
+// type takes; others may differ), or nil.
+func queueInequivalence(q *queue, m *queueDeclare) error {
+	if (q.exclusive != nil) != m.Exclusive {
+		return lockedErr(q.name)
+	}
+	what := "queue '" + q.name + "'"
+	if err := fieldInequivalence(what, "durable", q.durable, m.Durable); err != nil {
+		return err
+	}
+	if err := fieldInequivalence(what, "auto_delete", q.autoDelete, m.AutoDelete); err != nil {
+		return err
+	}
+	kind := "classic"
+	if t, ok := q.args["x-queue-type"].(string); ok {
+		kind = t
+	}
+	for _, arg := range queueArgs[kind] {
+		was, now := q.args[arg], m.Arguments[arg]
+		if arg == "x-queue-type" && was == nil && now == "classic" {
+			continue // the default, said
+		}
+		if err := argInequivalence(what, arg, was, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exchangeInequivalence is RabbitMQ's refusal of a redeclaration m of x that differs from its
+// declaration (its type, durable, auto-delete, internal, its alternate exchange), or nil.
+func exchangeInequivalence(x *exchange, m *exchangeDeclare) error {
+	what := "exchange '" + x.name + "'"
+	if x.kind != m.Type {
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg 'type' for %s in vhost '/': received '%s' but current is '%s'", what, m.Type, x.kind)
+	}
+	for _, f := range []struct {
+		name     string
+		was, now bool
+	}{{"durable", x.durable, m.Durable}, {"auto_delete", x.autoDelete, m.AutoDelete}, {"internal", x.internal, m.Internal}} {
+		if err := fieldInequivalence(what, f.name, f.was, f.now); err != nil {
+			return err
+		}
+	}
+	return argInequivalence(what, "alternate-exchange", x.args["alternate-exchange"], m.Arguments["alternate-exchange"])
+}
+
+// fieldInequivalence refuses a redeclaration of what with another value of a property.
+func fieldInequivalence(what, field string, was, now bool) error {
+	if was == now {
+		return nil
+	}
+	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received '%t' but current is '%t'", field, what, now, was)
+}
+
+// argInequivalence refuses a redeclaration of what with another value of argument arg (nil:
+// none); integers of any width are the same value.
+func argInequivalence(what, arg string, was, now any) error {
+	switch {
+	case was == nil && now == nil:
+		return nil
+	case now == nil:
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received none but current is the value '%v' of type '%s'", arg, what, was, fieldType(was))
+	case was == nil:
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received the value '%v' of type '%s' but current is none", arg, what, now, fieldType(now))
+	}
+	wn, wInt := intArg(was)
+	nn, nInt := intArg(now)
+	if wInt && nInt && wn == nn || !wInt && !nInt && reflect.DeepEqual(was, now) {
+		return nil
+	}
+	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received '%v' but current is '%v'", arg, what, now, was)
 }

@@ -31,6 +31,15 @@ func (b *Broker) atLeast(major, minor int) bool {
 	return b.major > major || b.major == major && b.minor >= minor
 }
 
+// maxMessageSize is the largest body the broker takes, by default: 128 MiB on 3.10, 16 MiB
+// from 4.0.
+func (b *Broker) maxMessageSize() uint64 {
+	if b.atLeast(4, 0) {
+		return 16 << 20
+	}
+	return 128 << 20
+}
+
 // Broker is one in-memory RabbitMQ node with a single virtual host.
 type Broker struct {
 	cfg          Config

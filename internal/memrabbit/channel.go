@@ -91,7 +91,16 @@ type errChannel struct {
 func (e *errChannel) Error() string { return fmt.Sprintf("channel error %d: %s", e.code, e.text) }
 
 func channelErr(code uint16, format string, args ...any) error {
-	return &errChannel{code: code, text: fmt.Sprintf(format, args...)}
+	return &errChannel{code: code, text: replyText(fmt.Sprintf(format, args...))}
+}
+
+// replyText is text as RabbitMQ sends it in a close: at most 255 bytes, a longer one cut to
+// 252 and "...".
+func replyText(text string) string {
+	if len(text) > 255 {
+		return text[:252] + "..."
+	}
+	return text
 }
 
 // method handles a method of the channel, holding the broker's lock. A channel error closes
@@ -274,6 +283,9 @@ func (ch *channel) header(f *headerFrame) error {
 	}
 	ch.publishing.Properties = f.Properties
 	ch.size = f.Size
+	if max := ch.c.b.maxMessageSize(); f.Size > max {
+		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - message size %d is larger than configured max size %d", f.Size, max)
+	}
 	if ch.size == 0 {
 		return ch.publish()
 	}

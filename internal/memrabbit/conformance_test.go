@@ -2445,3 +2445,118 @@ func TestAConsumersArgumentsAreTheQueueTypes(t *testing.T) {
 		}
 	})
 }
+
+// A redeclaration that differs from the declaration is refused with what differs: of a queue,
+// its exclusive property (405), durable, auto-delete, then an argument its type takes (integers
+// of any width are one value; other arguments may differ); of an exchange, its type, durable,
+// auto-delete, internal, its alternate exchange. A reply longer than 255 bytes is cut to 252
+// and "...".
+func TestARedeclarationThatDiffersIsRefusedWithWhatDiffers(t *testing.T) {
+	conformance(t, func(s side) {
+		conn := s.dial()
+		ch, err := conn.Channel()
+		require.NoError(s.t, err)
+		q := s.name(strings.Repeat("q", 60))
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-message-ttl": int32(100), "x-max-length": int32(5)})
+		require.NoError(s.t, err)
+		x := s.name("x")
+		require.NoError(s.t, ch.ExchangeDeclare(x, "direct", true, false, false, false, amqp.Table{"alternate-exchange": "ae"}))
+		refused := func(err error) (string, uint16) {
+			var amqpErr *amqp.Error
+			if !errors.As(err, &amqpErr) {
+				return fmt.Sprint(err), 0
+			}
+			return amqpErr.Reason, uint16(amqpErr.Code)
+		}
+		cut := func(text string) string {
+			if len(text) > 255 {
+				return text[:252] + "..."
+			}
+			return text
+		}
+		locked := cut(fmt.Sprintf("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "+
+			"It could be originally declared on another connection or the exclusive property value does not match that of the original declaration.", q))
+		inequivalent := func(what, detail string) string {
+			return cut(fmt.Sprintf("PRECONDITION_FAILED - inequivalent arg %s in vhost '/': %s", what, detail))
+		}
+		ofQ := func(arg string) string { return fmt.Sprintf("'%s' for queue '%s'", arg, q) }
+		for _, c := range []struct {
+			durable, autoDelete, exclusive bool
+			args                           amqp.Table
+			refused                        string
+		}{
+			{true, false, true, amqp.Table{"x-message-ttl": int32(100), "x-max-length": int32(5)}, locked},
+			{false, false, false, amqp.Table{"x-message-ttl": int32(100), "x-max-length": int32(5)}, inequivalent(ofQ("durable"), "received 'false' but current is 'true'")},
+			{true, true, false, amqp.Table{"x-message-ttl": int32(100), "x-max-length": int32(5)}, inequivalent(ofQ("auto_delete"), "received 'true' but current is 'false'")},
+			{true, false, false, amqp.Table{"x-message-ttl": int32(200), "x-max-length": int32(5)}, inequivalent(ofQ("x-message-ttl"), "received '200' but current is '100'")},
+			{true, false, false, amqp.Table{"x-max-length": int32(5)}, inequivalent(ofQ("x-message-ttl"), "received none but current is the value '100' of type 'signedint'")},
+			{true, false, false, amqp.Table{"x-message-ttl": int32(100), "x-max-length": int32(5), "x-expires": int32(1000)},
+				inequivalent(ofQ("x-expires"), "received the value '1000' of type 'signedint' but current is none")},
+			{true, false, false, amqp.Table{"x-message-ttl": int64(100), "x-max-length": int8(5), "x-foo": "bar", "x-queue-type": "classic"}, ""},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			_, err = ch.QueueDeclare(q, c.durable, c.autoDelete, c.exclusive, false, c.args)
+			if c.refused == "" {
+				assert.NoError(s.t, err, "%v", c.args)
+				continue
+			}
+			reason, _ := refused(err)
+			assert.Equal(s.t, c.refused, reason)
+		}
+		ofX := func(arg string) string { return fmt.Sprintf("'%s' for exchange '%s'", arg, x) }
+		for _, c := range []struct {
+			kind                          string
+			durable, autoDelete, internal bool
+			args                          amqp.Table
+			refused                       string
+		}{
+			{"fanout", true, false, false, amqp.Table{"alternate-exchange": "ae"}, inequivalent(ofX("type"), "received 'fanout' but current is 'direct'")},
+			{"direct", false, false, false, amqp.Table{"alternate-exchange": "ae"}, inequivalent(ofX("durable"), "received 'false' but current is 'true'")},
+			{"direct", true, false, true, amqp.Table{"alternate-exchange": "ae"}, inequivalent(ofX("internal"), "received 'true' but current is 'false'")},
+			{"direct", true, false, false, amqp.Table{"alternate-exchange": "other"}, inequivalent(ofX("alternate-exchange"), "received 'other' but current is 'ae'")},
+			{"direct", true, false, false, nil, inequivalent(ofX("alternate-exchange"), "received none but current is the value 'ae' of type 'longstr'")},
+			{"direct", true, false, false, amqp.Table{"alternate-exchange": "ae", "x-foo": "bar"}, ""},
+		} {
+			ch, err := conn.Channel()
+			require.NoError(s.t, err)
+			err = ch.ExchangeDeclare(x, c.kind, c.durable, c.autoDelete, c.internal, false, c.args)
+			if c.refused == "" {
+				assert.NoError(s.t, err, "%v", c.args)
+				continue
+			}
+			reason, code := refused(err)
+			assert.Equal(s.t, c.refused, reason)
+			assert.Equal(s.t, uint16(amqp.PreconditionFailed), code)
+		}
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		reason, _ := refused(ch.ExchangeDelete("amq.direct", false, false))
+		assert.Equal(s.t, "ACCESS_REFUSED - deletion of system exchange 'amq.direct' in vhost '/' not allowed", reason)
+	})
+}
+
+// A message larger than the broker's maximum is refused (406, the channel closes): 16 MiB from
+// RabbitMQ 4.0, 128 MiB on 3.10.
+func TestAMessageOverTheVersionsMaximumSizeIsRefused(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, false, false, false, false, nil)
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Confirm(false))
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		size := 16<<20 + 1
+		dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: make([]byte, size)})
+		require.NoError(s.t, err)
+		if version, _ := brokerVersion(); strings.HasPrefix(version, "3.") {
+			assert.True(s.t, dc.Wait(), "taken on 3.10")
+			return
+		}
+		e, _ := within(s, closed, "the channel stays open")
+		if assert.NotNil(s.t, e) {
+			assert.Equal(s.t, fmt.Sprintf("PRECONDITION_FAILED - message size %d is larger than configured max size %d", size, 16<<20), e.Reason)
+		}
+	})
+}

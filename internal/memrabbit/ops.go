@@ -32,10 +32,7 @@ func (b *Broker) declareExchangeLocked(m *exchangeDeclare) error {
 		return &errConnection{code: CommandInvalid, text: fmt.Sprintf("COMMAND_INVALID - unknown exchange type '%s'", m.Type)}
 	}
 	if ok {
-		if x.kind != m.Type || x.durable != m.Durable || x.autoDelete != m.AutoDelete || x.internal != m.Internal || !sameArgs(x.args, m.Arguments) {
-			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for exchange '%s' in vhost '/'", m.Exchange)
-		}
-		return nil
+		return exchangeInequivalence(x, m)
 	}
 	b.exchanges[m.Exchange] = &exchange{name: m.Exchange, kind: m.Type, durable: m.Durable, autoDelete: m.AutoDelete,
 		internal: m.Internal, args: m.Arguments}
@@ -49,8 +46,11 @@ func (b *Broker) deleteExchange(m *exchangeDelete) error {
 	if !ok {
 		return nil
 	}
-	if m.Exchange == "" || strings.HasPrefix(m.Exchange, "amq.") {
+	if m.Exchange == "" {
 		return channelErr(AccessRefused, "ACCESS_REFUSED - operation not permitted on the default exchange")
+	}
+	if strings.HasPrefix(m.Exchange, "amq.") {
+		return channelErr(AccessRefused, "ACCESS_REFUSED - deletion of system exchange '%s' in vhost '/' not allowed", m.Exchange)
 	}
 	if m.IfUnused && len(x.bindings) > 0 {
 		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - exchange '%s' in vhost '/' in use", m.Exchange)
@@ -62,27 +62,6 @@ func (b *Broker) deleteExchange(m *exchangeDelete) error {
 	return nil
 }
 
-// sameArgs reports whether two declarations' arguments are equivalent.
-func sameArgs(a, b Table) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
-	}
-	return reflect.DeepEqual(normalize(a), normalize(b))
-}
-
-// normalize makes integer arguments of any width compare equal, as the broker does.
-func normalize(t Table) map[string]any {
-	out := map[string]any{}
-	for k, v := range t {
-		if n, ok := intArg(v); ok {
-			out[k] = n
-		} else {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 // declareQueueLocked declares a queue for c, or checks one that exists against m.
 func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, error) {
 	name := m.Queue
@@ -92,7 +71,7 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 	}
 	q, ok := b.queues[name]
 	if ok && q.exclusive != nil && q.exclusive != c {
-		return nil, channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
+		return nil, lockedErr(name)
 	}
 	if m.Passive {
 		if !ok {
@@ -107,8 +86,8 @@ func (b *Broker) declareQueueLocked(c *conn, m *queueDeclare) (*queueDeclareOk, 
 		return nil, channelErr(AccessRefused, "ACCESS_REFUSED - queue name '%s' contains reserved prefix 'amq.*'", name)
 	}
 	if ok {
-		if q.durable != m.Durable || q.autoDelete != m.AutoDelete || (q.exclusive != nil) != m.Exclusive || !sameArgs(q.args, m.Arguments) {
-			return nil, channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg for queue '%s' in vhost '/'", name)
+		if err := queueInequivalence(q, m); err != nil {
+			return nil, err
 		}
 		b.touchLocked(q)
 		return &queueDeclareOk{Queue: name, MessageCount: uint32(len(q.ready)), ConsumerCount: uint32(len(q.consumers))}, nil
@@ -152,7 +131,7 @@ func (b *Broker) queueFor(c *conn, name string) (*queue, error) {
 		return nil, channelErr(NotFound, "NOT_FOUND - no queue '%s' in vhost '/'", name)
 	}
 	if q.exclusive != nil && q.exclusive != c {
-		return nil, channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'", name)
+		return nil, lockedErr(name)
 	}
 	return q, nil
 }
@@ -199,6 +178,27 @@ func (b *Broker) bindLocked(c *conn, dest, exchangeName, key string, args Table,
 		b.autoDeleteExchangeLocked(x)
 	}
 	return nil
+}
+
+// sameArgs reports whether two bindings' arguments are the same.
+func sameArgs(a, b Table) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return reflect.DeepEqual(normalize(a), normalize(b))
+}
+
+// normalize makes integer arguments of any width compare equal, as the broker does.
+func normalize(t Table) map[string]any {
+	out := map[string]any{}
+	for k, v := range t {
+		if n, ok := intArg(v); ok {
+			out[k] = n
+		} else {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // autoDeleteExchangeLocked deletes an auto-delete exchange that lost its last binding.
