@@ -37,6 +37,18 @@ var argKinds = map[string]string{
 	"x-single-active-consumer": "bool",
 }
 
+// argValues are the values a string argument may take, and RabbitMQ's refusal of another
+// (%s: the value).
+var argValues = map[string]struct {
+	values  []string
+	refusal string
+}{
+	"x-overflow":             {[]string{"drop-head", "reject-publish", "reject-publish-dlx"}, "invalid_overflow"},
+	"x-queue-mode":           {[]string{"default", "lazy"}, `"unsupported queue mode '%s'"`},
+	"x-queue-leader-locator": {[]string{"client-local", "balanced", "random", "least-leaders"}, "invalid_queue_locator_arg"},
+	"x-dead-letter-strategy": {[]string{"at-most-once", "at-least-once"}, "invalid_dlx_strategy"},
+}
+
 // maxExpiry is the longest x-message-ttl and x-expires RabbitMQ takes, in milliseconds.
 const maxExpiry = 1<<32 - 1
 
@@ -124,8 +136,8 @@ func valueRefusal(arg string, v any) string {
 		if _, ok := v.(string); !ok {
 			return unacceptable(v)
 		}
-		if s := v.(string); arg == "x-overflow" && s != "drop-head" && s != "reject-publish" && s != "reject-publish-dlx" {
-			return "invalid_overflow"
+		if valid, ok := argValues[arg]; ok && !slices.Contains(valid.values, v.(string)) {
+			return strings.ReplaceAll(valid.refusal, "%s", v.(string))
 		}
 	case "bool":
 		if _, ok := v.(bool); !ok {
@@ -139,8 +151,10 @@ func valueRefusal(arg string, v any) string {
 		switch {
 		case n < 0:
 			return fmt.Sprintf("{value_negative,%d}", n)
-		case n == 0 && arg == "x-expires":
+		case n == 0 && (arg == "x-expires" || arg == "x-quorum-initial-group-size"):
 			return "{value_zero,0}"
+		case arg == "x-queue-version" && n != 1 && n != 2:
+			return fmt.Sprintf(`"unsupported queue version '%d'"`, n)
 		case n > maxExpiry && (arg == "x-message-ttl" || arg == "x-expires"):
 			return fmt.Sprintf("{value_too_large,%d}", n)
 		case n > 255 && arg == "x-max-priority":

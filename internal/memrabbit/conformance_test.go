@@ -1814,7 +1814,7 @@ func TestAQuorumQueueOf4HasTwoPriorities(t *testing.T) {
 func TestAQueuesArgumentsAreCheckedAsRabbitMQChecksThem(t *testing.T) {
 	conformance(t, func(s side) {
 		conn := s.dial()
-		for _, c := range []struct {
+		for i, c := range []struct {
 			kind    string
 			args    amqp.Table
 			refused string // with the queue named Q; "": taken
@@ -1835,12 +1835,18 @@ func TestAQueuesArgumentsAreCheckedAsRabbitMQChecksThem(t *testing.T) {
 			{"classic", amqp.Table{"x-delivery-limit": int32(5)}, "invalid arg 'x-delivery-limit' for queue 'Q' in vhost '/' of queue type rabbit_classic_queue"},
 			{"quorum", amqp.Table{"x-max-age": "1D"}, "invalid arg 'x-max-age' for queue 'Q' in vhost '/' of queue type rabbit_quorum_queue"},
 			{"stream", amqp.Table{"x-message-ttl": int32(1000)}, "invalid arg 'x-message-ttl' for queue 'Q' in vhost '/' of queue type rabbit_stream_queue"},
-			{"classic", amqp.Table{"x-max-length": uint8(3), "x-message-ttl": int8(0)}, ""},
+			{"classic", amqp.Table{"x-queue-mode": "nope"}, `invalid arg 'x-queue-mode' for queue 'Q' in vhost '/': "unsupported queue mode 'nope'"`},
+			{"classic", amqp.Table{"x-queue-version": int32(3)}, `invalid arg 'x-queue-version' for queue 'Q' in vhost '/': "unsupported queue version '3'"`},
+			{"quorum", amqp.Table{"x-queue-leader-locator": "nope"}, "invalid arg 'x-queue-leader-locator' for queue 'Q' in vhost '/': invalid_queue_locator_arg"},
+			{"quorum", amqp.Table{"x-dead-letter-strategy": "nope"}, "invalid arg 'x-dead-letter-strategy' for queue 'Q' in vhost '/': invalid_dlx_strategy"},
+			{"quorum", amqp.Table{"x-quorum-initial-group-size": int32(0)}, "invalid arg 'x-quorum-initial-group-size' for queue 'Q' in vhost '/': {value_zero,0}"},
+			{"classic", amqp.Table{"x-max-length": uint8(3), "x-message-ttl": int8(0), "x-queue-mode": "lazy", "x-queue-version": int32(2)}, ""},
+			{"quorum", amqp.Table{"x-queue-leader-locator": "balanced", "x-dead-letter-strategy": "at-least-once"}, ""},
 			{"quorum", amqp.Table{"x-delivery-limit": "any", "x-unknown": amqp.Table{}}, ""},
 		} {
 			ch, err := conn.Channel()
 			require.NoError(s.t, err)
-			q := s.name(fmt.Sprintf("%s.%d", c.kind, len(c.refused)))
+			q := s.name(fmt.Sprintf("%s.%d", c.kind, i))
 			args := amqp.Table{"x-queue-type": c.kind}
 			maps.Copy(args, c.args)
 			_, err = ch.QueueDeclare(q, true, false, false, false, args)
