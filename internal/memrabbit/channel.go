@@ -133,6 +133,9 @@ func (ch *channel) do(m message) error {
 		delete(ch.c.channels, ch.id)
 		ch.c.sendMethod(ch.id, &channelCloseOk{})
 	case *channelFlow:
+		if !m.Active { // RabbitMQ does not stop a channel's deliveries on request
+			return &errConnection{code: NotImplemented, text: "NOT_IMPLEMENTED - active=false"}
+		}
 		ch.c.sendMethod(ch.id, &channelFlowOk{Active: m.Active})
 	case *basicQos:
 		if m.PrefetchSize != 0 {

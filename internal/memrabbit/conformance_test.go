@@ -2076,10 +2076,11 @@ func TestUnbindingWhatIsNotThereIsDone(t *testing.T) {
 	})
 }
 
-// What RabbitMQ does not implement closes the connection with 540: a publish with immediate.
+// What RabbitMQ does not implement closes the connection with 540: a publish with immediate,
+// channel.flow asking to stop.
 // An exchange of an unknown type is refused: on 3.10 by closing the connection (503), on 4.0
 // the channel (406).
-func TestAnImmediatePublishAndAnUnknownExchangeTypeAreRefused(t *testing.T) {
+func TestWhatRabbitMQDoesNotImplementAndAnUnknownExchangeTypeAreRefused(t *testing.T) {
 	conformance(t, func(s side) {
 		conn := s.dial()
 		ch, err := conn.Channel()
@@ -2090,6 +2091,15 @@ func TestAnImmediatePublishAndAnUnknownExchangeTypeAreRefused(t *testing.T) {
 		if assert.NotNil(s.t, e) {
 			assert.Equal(s.t, amqp.NotImplemented, e.Code)
 			assert.Equal(s.t, "NOT_IMPLEMENTED - immediate=true", e.Reason)
+		}
+		conn = s.dial()
+		ch, err = conn.Channel()
+		require.NoError(s.t, err)
+		require.NoError(s.t, ch.Flow(true))
+		err = ch.Flow(false)
+		var flowErr *amqp.Error
+		if assert.ErrorAs(s.t, err, &flowErr) {
+			assert.Equal(s.t, "NOT_IMPLEMENTED - active=false", flowErr.Reason)
 		}
 		conn = s.dial()
 		ch, err = conn.Channel()
