@@ -461,7 +461,7 @@ func (ch *channel) get(m *basicGet) error {
 		return nil
 	}
 	qd := q.take()
-	b.armExpiryLocked(q)
+	b.armExpiryLocked(q) // the new head may be due: it expires now, and does not count
 	tag := ch.track(q, qd, nil, m.NoAck)
 	p := deliveredProps(qd)
 	if q.quorum && !b.atLeast(4, 0) { // RabbitMQ 3.10 tells the count on every basic.get, 0 too
@@ -469,6 +469,7 @@ func (ch *channel) get(m *basicGet) error {
 	}
 	ch.c.sendMethod(ch.id, &basicGetOk{DeliveryTag: tag, Redelivered: qd.redelivered, Exchange: qd.msg.exchange,
 		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: p, Body: qd.msg.body})
+	b.dispatchLocked() // to where an expired one was dead-lettered
 	return nil
 }
 

@@ -2576,3 +2576,41 @@ func TestAMessageOverTheVersionsMaximumSizeIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// A message expires only when it is the next to go out: in a quorum queue of 4.0 a message of
+// the high priority goes out before an older one of the normal priority, which waits for it
+// past its expiration; on 3.10 the older one is the head and expires.
+func TestAMessageExpiresOnlyWhenItIsTheNextToGoOut(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch)
+		require.NoError(s.t, ch.Confirm(false))
+		q := s.name("q")
+		args := amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": dlx}
+		_, err = ch.QueueDeclare(q, true, false, false, false, args)
+		require.NoError(s.t, err)
+		for _, p := range []amqp.Publishing{{Body: []byte("normal"), Expiration: "100"}, {Body: []byte("high"), Priority: 9}} {
+			dc, err := ch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false, p)
+			require.NoError(s.t, err)
+			require.True(s.t, dc.Wait())
+		}
+		if version, _ := brokerVersion(); strings.HasPrefix(version, "3.") {
+			assert.Equal(s.t, "normal", string(receive(s, dead).Body))
+			assert.Equal(s.t, []string{"high"}, getAll(s, ch, q))
+			return
+		}
+		time.Sleep(400 * time.Millisecond)
+		state, err := ch.QueueDeclarePassive(q, true, false, false, false, args)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, 2, state.Messages, "the normal one waits, expired")
+		none(s, dead)
+		d, ok, err := ch.Get(q, true)
+		require.NoError(s.t, err)
+		require.True(s.t, ok)
+		assert.Equal(s.t, "high", string(d.Body))
+		assert.Zero(s.t, d.MessageCount, "the normal one expired as it came next")
+		assert.Equal(s.t, "normal", string(receive(s, dead).Body))
+		assert.Empty(s.t, getAll(s, ch, q))
+	})
+}
