@@ -55,6 +55,7 @@ type Broker struct {
 	armSeq       uint64        // counts the expirations set
 	wake         chan struct{} // wakes the expirer when the soonest expiration changes; nil: none runs
 	seq          int           // for server-named queues and consumer tags
+	enqueued     uint64        // counts the messages queues took
 
 	host       string // the host of URL
 	unregister func()

@@ -2614,3 +2614,26 @@ func TestAMessageExpiresOnlyWhenItIsTheNextToGoOut(t *testing.T) {
 		assert.Empty(s.t, getAll(s, ch, q))
 	})
 }
+
+// A message that expired behind the head is dead-lettered when the head goes out, and reaches
+// the consumer of the queue it is dead-lettered to at once.
+func TestAMessageThatExpiredBehindTheHeadIsDeadLetteredWhenTheHeadGoes(t *testing.T) {
+	conformance(t, func(s side) {
+		ch, err := s.dial().Channel()
+		require.NoError(s.t, err)
+		dlx, dead := deadLetterTo(s, ch) // consumed before q is
+		q := s.name("q")
+		_, err = ch.QueueDeclare(q, true, false, false, false, amqp.Table{"x-dead-letter-exchange": dlx})
+		require.NoError(s.t, err)
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("head")})
+		publish(s, ch, "", q, amqp.Publishing{Body: []byte("behind"), Expiration: "50"})
+		time.Sleep(200 * time.Millisecond)
+		none(s, dead)
+		ds, err := ch.Consume(q, "", true, false, false, false, nil)
+		require.NoError(s.t, err)
+		assert.Equal(s.t, "head", string(receive(s, ds).Body))
+		d := receive(s, dead)
+		assert.Equal(s.t, "behind", string(d.Body))
+		assert.Equal(s.t, "expired", death(s, d)["reason"])
+	})
+}

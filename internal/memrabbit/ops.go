@@ -330,19 +330,31 @@ func byQueue(ds []*delivery) iter.Seq2[*queue, []*queued] {
 // dispatchLocked delivers what the queues hold to their consumers, round robin, as far as
 // their channels' prefetch lets them.
 func (b *Broker) dispatchLocked() {
-	for _, q := range b.consumed {
-		b.dispatchQueueLocked(q)
+	for {
+		before, now := b.enqueued, time.Now()
+		for _, q := range b.consumed {
+			b.dispatchQueueLocked(q, now)
+		}
+		if b.enqueued == before {
+			return
+		}
+		// A head due as it came up was dead-lettered, maybe to a queue already passed.
 	}
 }
 
-// dispatchQueueLocked delivers what q holds to its consumers (see dispatchLocked).
-func (b *Broker) dispatchQueueLocked(q *queue) {
+// dispatchQueueLocked delivers what q holds to its consumers (see dispatchLocked); a message
+// that expired before now, as it comes next, is dead-lettered instead.
+func (b *Broker) dispatchQueueLocked(q *queue, now time.Time) {
 	if q.stream {
 		b.readStreamLocked(q)
 		return
 	}
 	delivered := false
-	for len(q.ready) > 0 {
+	for {
+		b.expireLocked(q, func(at time.Time) bool { return at.Before(now) })
+		if len(q.ready) == 0 {
+			break
+		}
 		cs := q.nextConsumer()
 		if cs == nil {
 			break

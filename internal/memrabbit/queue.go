@@ -157,6 +157,7 @@ func intArg(v any) (int64, bool) {
 // enqueueLocked puts msg at the tail of q, and reports false when q refuses it (x-overflow
 // reject-publish): the publish is then nacked.
 func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
+	b.enqueued++
 	if q.stream {
 		q.log, q.logAt = append(q.log, msg), append(q.logAt, time.Now())
 		return true
@@ -178,7 +179,7 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 	q.put(qd)
 	if !qd.expires.IsZero() && !qd.expires.After(now) && len(q.consumers) > 0 {
 		// Due already (a TTL of 0): delivered if a consumer can take it now, else it expires.
-		b.dispatchQueueLocked(q)
+		b.dispatchQueueLocked(q, now)
 	}
 	for q.overflow == "drop-head" && q.over() {
 		b.deadLetterLocked(q, q.take(), "maxlen")
@@ -233,12 +234,7 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 // RabbitMQ: a message behind a later one waits for it.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
-	for len(q.ready) > 0 {
-		if exp := q.ready[q.nextIndex()].expires; exp.IsZero() || exp.After(now) {
-			break
-		}
-		b.deadLetterLocked(q, q.take(), "expired")
-	}
+	b.expireLocked(q, func(at time.Time) bool { return !at.After(now) })
 	var at time.Time
 	if len(q.ready) > 0 {
 		at = q.ready[q.nextIndex()].expires
@@ -357,6 +353,17 @@ func (q *queue) take() *queued {
 // clear empties q's ready messages.
 func (q *queue) clear() {
 	q.ready, q.returned, q.high = nil, 0, 0
+}
+
+// expireLocked dead-letters the messages q gives out next while they are due, as due says of
+// their expiry.
+func (b *Broker) expireLocked(q *queue, due func(time.Time) bool) {
+	for len(q.ready) > 0 {
+		if exp := q.ready[q.nextIndex()].expires; exp.IsZero() || !due(exp) {
+			return
+		}
+		b.deadLetterLocked(q, q.take(), "expired")
+	}
 }
 
 // deadLetterLocked sends qd, which leaves q for reason, to q's dead-letter exchange, with
