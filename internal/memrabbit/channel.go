@@ -456,8 +456,10 @@ func (ch *channel) get(m *basicGet) error {
 		return channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain access to locked queue '%s' in vhost '/'. basic.get operations are not supported by quorum queues with single active consumer", q.name)
 	}
 	b.touchLocked(q)
+	b.armExpiryLocked(q) // a head due before its timer ran expires, not goes out
 	if len(q.ready) == 0 {
 		ch.c.sendMethod(ch.id, &basicGetEmpty{})
+		b.dispatchLocked()
 		return nil
 	}
 	qd := q.take()
