@@ -79,13 +79,14 @@ func (b *Broker) argsRefusal(name string, args Table) error {
 	if kind == "classic" && b.atLeast(4, 0) {
 		takes = append(slices.Clip(takes), "x-queue-leader-locator")
 	}
-	for arg := range args {
+	sorted := slices.Sorted(maps.Keys(args)) // one refusal of several: the same each time
+	for _, arg := range sorted {
 		if !slices.Contains(takes, arg) && known(arg) {
 			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue", arg, name, kind)
 		}
 	}
-	for arg, v := range args {
-		if why := valueRefusal(arg, v); why != "" {
+	for _, arg := range sorted {
+		if why := valueRefusal(arg, args[arg]); why != "" {
 			return refuse(arg, why)
 		}
 	}
@@ -104,15 +105,9 @@ var consumerArgs = map[bool]map[string][]string{ // by whether the version is 4.
 
 // consumerArgsRefusal is RabbitMQ's refusal of a consumer of q with args, or nil.
 func (b *Broker) consumerArgsRefusal(q *queue, args Table) error {
-	kind := "classic"
-	if q.quorum {
-		kind = "quorum"
-	} else if q.stream {
-		kind = "stream"
-	}
-	for arg := range args {
-		if types, ok := consumerArgs[b.atLeast(4, 0)][arg]; ok && !slices.Contains(types, kind) {
-			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue", arg, q.name, kind)
+	for _, arg := range slices.Sorted(maps.Keys(args)) {
+		if types, ok := consumerArgs[b.atLeast(4, 0)][arg]; ok && !slices.Contains(types, q.kind()) {
+			return channelErr(PreconditionFailed, "PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue", arg, q.name, q.kind())
 		}
 	}
 	return nil
@@ -310,11 +305,7 @@ func queueInequivalence(q *queue, m *queueDeclare) error {
 	if err := fieldInequivalence(what, "auto_delete", q.autoDelete, m.AutoDelete); err != nil {
 		return err
 	}
-	kind := "classic"
-	if t, ok := q.args["x-queue-type"].(string); ok {
-		kind = t
-	}
-	for _, arg := range queueArgs[kind] {
+	for _, arg := range queueArgs[q.kind()] {
 		was, now := q.args[arg], m.Arguments[arg]
 		if arg == "x-queue-type" && was == nil && now == "classic" {
 			continue // the default, said

@@ -68,6 +68,17 @@ type queue struct {
 	unused *time.Timer // for x-expires
 }
 
+// kind is q's type: classic, quorum or stream.
+func (q *queue) kind() string {
+	switch {
+	case q.quorum:
+		return "quorum"
+	case q.stream:
+		return "stream"
+	}
+	return "classic"
+}
+
 // touchLocked restarts q's x-expires countdown: a queue expires after that long without a
 // consumer, a basic.get or a redeclaration.
 func (b *Broker) touchLocked(q *queue) {
