@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"hash/fnv"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -234,9 +236,5 @@ func (b *balancer) release(lanes ...int) {
 
 // releaseAll gives up every lane.
 func (b *balancer) releaseAll() {
-	var lanes []int
-	for lane := range b.held {
-		lanes = append(lanes, lane)
-	}
-	b.release(lanes...)
+	b.release(slices.Collect(maps.Keys(b.held))...)
 }

@@ -3,7 +3,6 @@ package memrabbit
 import (
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -256,11 +255,7 @@ func headerRoutes(p *properties) ([]string, error) {
 		if !ok {
 			return nil, channelErr(PreconditionFailed, `PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"%s",%s}`, name, fieldType(v))
 		}
-		for _, k := range keys {
-			if s, ok := k.(string); ok {
-				more = append(more, s)
-			}
-		}
+		more = append(more, stringsIn(keys)...)
 	}
 	if _, ok := p.Headers["BCC"]; ok {
 		p.Headers = maps.Clone(p.Headers)
@@ -354,9 +349,7 @@ func argInequivalence(what, arg string, was, now any) error {
 	case was == nil:
 		return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received the value '%v' of type '%s' but current is none", arg, what, now, fieldType(now))
 	}
-	wn, wInt := intArg(was)
-	nn, nInt := intArg(now)
-	if wInt && nInt && wn == nn || !wInt && !nInt && reflect.DeepEqual(was, now) {
+	if sameArg(was, now) {
 		return nil
 	}
 	return channelErr(PreconditionFailed, "PRECONDITION_FAILED - inequivalent arg '%s' for %s in vhost '/': received '%v' but current is '%v'", arg, what, now, was)

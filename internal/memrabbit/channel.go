@@ -456,10 +456,10 @@ func (ch *channel) get(m *basicGet) error {
 		return channelErr(ResourceLocked, "RESOURCE_LOCKED - cannot obtain access to locked queue '%s' in vhost '/'. basic.get operations are not supported by quorum queues with single active consumer", q.name)
 	}
 	b.touchLocked(q)
-	b.armExpiryLocked(q) // a head due before its timer ran expires, not goes out
+	defer b.dispatchLocked() // to where the expiries below dead-letter
+	b.armExpiryLocked(q)     // a head due before its timer ran expires, not goes out
 	if len(q.ready) == 0 {
 		ch.c.sendMethod(ch.id, &basicGetEmpty{})
-		b.dispatchLocked()
 		return nil
 	}
 	qd := q.take()
@@ -471,7 +471,6 @@ func (ch *channel) get(m *basicGet) error {
 	}
 	ch.c.sendMethod(ch.id, &basicGetOk{DeliveryTag: tag, Redelivered: qd.redelivered, Exchange: qd.msg.exchange,
 		RoutingKey: qd.msg.routingKey, MessageCount: uint32(len(q.ready)), Properties: p, Body: qd.msg.body})
-	b.dispatchLocked() // to where an expired one was dead-lettered
 	return nil
 }
 

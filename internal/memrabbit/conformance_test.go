@@ -562,6 +562,15 @@ func TestASingleActiveConsumerGetsEverythingUntilItGoes(t *testing.T) {
 }
 
 // amqpCode returns the code of err, an *amqp.Error, failing the case otherwise.
+// refusedWith asserts that err is an AMQP error whose reason is reason.
+func refusedWith(s side, err error, reason string, msgAndArgs ...any) {
+	s.t.Helper()
+	var ae *amqp.Error
+	if assert.ErrorAs(s.t, err, &ae, msgAndArgs...) {
+		assert.Equal(s.t, reason, ae.Reason, msgAndArgs...)
+	}
+}
+
 func amqpCode(s side, err error) int {
 	s.t.Helper()
 	var ae *amqp.Error
@@ -1989,10 +1998,7 @@ func TestHeadersBindingsWithXMatchXArgumentsAndRefuseOtherModes(t *testing.T) {
 			ch, err := conn.Channel()
 			require.NoError(s.t, err)
 			err = ch.QueueBind(all, "k", x, false, amqp.Table{"x-match": mode})
-			var amqpErr *amqp.Error
-			if assert.ErrorAs(s.t, err, &amqpErr, mode) {
-				assert.Equal(s.t, "PRECONDITION_FAILED - "+refused, amqpErr.Reason)
-			}
+			refusedWith(s, err, "PRECONDITION_FAILED - "+refused, mode)
 		}
 	})
 }
@@ -2097,10 +2103,7 @@ func TestWhatRabbitMQDoesNotImplementAndAnUnknownExchangeTypeAreRefused(t *testi
 		require.NoError(s.t, err)
 		require.NoError(s.t, ch.Flow(true))
 		err = ch.Flow(false)
-		var flowErr *amqp.Error
-		if assert.ErrorAs(s.t, err, &flowErr) {
-			assert.Equal(s.t, "NOT_IMPLEMENTED - active=false", flowErr.Reason)
-		}
+		refusedWith(s, err, "NOT_IMPLEMENTED - active=false")
 		conn = s.dial()
 		ch, err = conn.Channel()
 		require.NoError(s.t, err)
@@ -2160,10 +2163,7 @@ func TestAConsumerOfAHigherPriorityIsServedFirst(t *testing.T) {
 		ch, err := conn.Channel()
 		require.NoError(s.t, err)
 		_, err = ch.Consume(s.name("classic"), "bad", false, false, false, false, amqp.Table{"x-priority": "a"})
-		var amqpErr *amqp.Error
-		if assert.ErrorAs(s.t, err, &amqpErr) {
-			assert.Equal(s.t, fmt.Sprintf(`PRECONDITION_FAILED - invalid arg 'x-priority' for queue '%s' in vhost '/': "expected integer, got longstr"`, s.name("classic")), amqpErr.Reason)
-		}
+		refusedWith(s, err, fmt.Sprintf(`PRECONDITION_FAILED - invalid arg 'x-priority' for queue '%s' in vhost '/': "expected integer, got longstr"`, s.name("classic")))
 	})
 }
 
@@ -2226,10 +2226,7 @@ func TestATransactionPublishesAndSettlesAtItsCommit(t *testing.T) {
 			require.NoError(s.t, err)
 			require.NoError(s.t, c.first(ch))
 			err = c.then(ch)
-			var amqpErr *amqp.Error
-			if assert.ErrorAs(s.t, err, &amqpErr, c.refused) {
-				assert.Equal(s.t, "PRECONDITION_FAILED - "+c.refused, amqpErr.Reason)
-			}
+			refusedWith(s, err, "PRECONDITION_FAILED - "+c.refused, c.refused)
 		}
 	})
 }
@@ -2440,25 +2437,19 @@ func TestAConsumersArgumentsAreTheQueueTypes(t *testing.T) {
 					assert.NoError(s.t, err, "%s, %s", kind, arg)
 					continue
 				}
-				var amqpErr *amqp.Error
-				if assert.ErrorAs(s.t, err, &amqpErr, "%s, %s", kind, arg) {
-					assert.Equal(s.t, fmt.Sprintf("PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue",
-						arg, q, kind), amqpErr.Reason)
-				}
+				refusedWith(s, err, fmt.Sprintf("PRECONDITION_FAILED - invalid arg '%s' for queue '%s' in vhost '/' of queue type rabbit_%s_queue",
+					arg, q, kind), "%s, %s", kind, arg)
 			}
 		}
 		ch, err := conn.Channel()
 		require.NoError(s.t, err)
 		require.NoError(s.t, ch.Qos(10, 0, true))
 		_, err = ch.Consume(s.name("stream"), "", false, false, false, false, nil)
-		var amqpErr *amqp.Error
-		if assert.ErrorAs(s.t, err, &amqpErr) {
-			want := fmt.Sprintf("PRECONDITION_FAILED - consumer prefetch count is not set for stream queue '%s' in vhost '/'", s.name("stream"))
-			if strings.HasPrefix(version, "3.") {
-				want = fmt.Sprintf("PRECONDITION_FAILED - consumer prefetch count is not set for 'queue '%s' in vhost '/''", s.name("stream"))
-			}
-			assert.Equal(s.t, want, amqpErr.Reason)
+		want := fmt.Sprintf("PRECONDITION_FAILED - consumer prefetch count is not set for stream queue '%s' in vhost '/'", s.name("stream"))
+		if strings.HasPrefix(version, "3.") {
+			want = fmt.Sprintf("PRECONDITION_FAILED - consumer prefetch count is not set for 'queue '%s' in vhost '/''", s.name("stream"))
 		}
+		refusedWith(s, err, want)
 	})
 }
 

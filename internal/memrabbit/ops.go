@@ -2,7 +2,6 @@ package memrabbit
 
 import (
 	"fmt"
-	"iter"
 	"reflect"
 	"slices"
 	"strings"
@@ -180,25 +179,29 @@ func (b *Broker) bindLocked(c *conn, dest, exchangeName, key string, args Table,
 	return nil
 }
 
-// sameArgs reports whether two bindings' arguments are the same.
+// sameArgs reports whether two bindings' arguments are the same (see sameArg).
 func sameArgs(a, b Table) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
+	if len(a) != len(b) {
+		return false
 	}
-	return reflect.DeepEqual(normalize(a), normalize(b))
-}
-
-// normalize makes integer arguments of any width compare equal, as the broker does.
-func normalize(t Table) map[string]any {
-	out := map[string]any{}
-	for k, v := range t {
-		if n, ok := intArg(v); ok {
-			out[k] = n
-		} else {
-			out[k] = v
+	for k, v := range a {
+		w, ok := b[k]
+		if !ok || !sameArg(v, w) {
+			return false
 		}
 	}
-	return out
+	return true
+}
+
+// sameArg reports whether two values of an argument are the same, as RabbitMQ compares
+// declarations: integers of any width by their value, the rest by type and value.
+func sameArg(a, b any) bool {
+	an, aInt := intArg(a)
+	bn, bInt := intArg(b)
+	if aInt || bInt {
+		return aInt && bInt && an == bn
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 // autoDeleteExchangeLocked deletes an auto-delete exchange that lost its last binding.
@@ -287,43 +290,22 @@ func (b *Broker) publishLocked(msg *stored, more []string) (routed, refused bool
 	return len(queues) > 0, refused
 }
 
-// requeueLocked returns deliveries to their queues (see returnLocked): requeued by the client,
-// or left by a closed channel.
+// requeueLocked returns deliveries to their queues (see returnLocked), in their order:
+// requeued by the client, or left by a closed channel.
 func (b *Broker) requeueLocked(ds []*delivery, requeued bool) {
-	for q, qds := range byQueue(ds) {
-		b.returnLocked(q, qds, requeued)
+	for _, d := range ds {
+		b.returnLocked(d.q, d.qd, requeued)
 	}
 }
 
 // rejectLocked dead-letters deliveries nacked or rejected without requeue.
 func (b *Broker) rejectLocked(ds []*delivery) {
-	for q, qds := range byQueue(ds) {
-		if b.queues[q.name] != q || q.stream {
+	for _, d := range ds {
+		if b.queues[d.q.name] != d.q || d.q.stream {
 			continue // deleted; or a stream, which keeps them all
 		}
-		for _, qd := range qds {
-			b.deadLetterLocked(q, qd, "rejected")
-		}
-		b.armExpiryLocked(q)
-	}
-}
-
-// byQueue yields the messages of ds by queue, the queues in the order ds first names them.
-func byQueue(ds []*delivery) iter.Seq2[*queue, []*queued] {
-	return func(yield func(*queue, []*queued) bool) {
-		of := map[*queue][]*queued{}
-		var order []*queue
-		for _, d := range ds {
-			if _, ok := of[d.q]; !ok {
-				order = append(order, d.q)
-			}
-			of[d.q] = append(of[d.q], d.qd)
-		}
-		for _, q := range order {
-			if !yield(q, of[q]) {
-				return
-			}
-		}
+		b.deadLetterLocked(d.q, d.qd, "rejected")
+		b.armExpiryLocked(d.q)
 	}
 }
 
@@ -343,7 +325,7 @@ func (b *Broker) dispatchLocked() {
 }
 
 // dispatchQueueLocked delivers what q holds to its consumers (see dispatchLocked); a message
-// that expired before now, as it comes next, is dead-lettered instead.
+// due by now, as it comes next, is dead-lettered instead.
 func (b *Broker) dispatchQueueLocked(q *queue, now time.Time) {
 	if q.stream {
 		b.readStreamLocked(q)
@@ -351,7 +333,7 @@ func (b *Broker) dispatchQueueLocked(q *queue, now time.Time) {
 	}
 	delivered := false
 	for {
-		b.expireLocked(q, func(at time.Time) bool { return at.Before(now) })
+		b.expireLocked(q, now)
 		if len(q.ready) == 0 {
 			break
 		}
@@ -359,16 +341,20 @@ func (b *Broker) dispatchQueueLocked(q *queue, now time.Time) {
 		if cs == nil {
 			break
 		}
-		qd := q.take()
+		b.deliverLocked(q, cs, q.take())
 		delivered = true
-		tag := cs.ch.track(q, qd, cs, cs.noAck)
-		b.recordLocked("delivered", qd.msg, q.name, "")
-		cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
-			Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
 	}
 	if delivered {
 		b.armExpiryLocked(q) // a new head
 	}
+}
+
+// deliverLocked delivers qd, taken from q, to consumer cs.
+func (b *Broker) deliverLocked(q *queue, cs *consumer, qd *queued) {
+	tag := cs.ch.track(q, qd, cs, cs.noAck)
+	b.recordLocked("delivered", qd.msg, q.name, "")
+	cs.ch.c.sendMethod(cs.ch.id, &basicDeliver{ConsumerTag: cs.tag, DeliveryTag: tag, Redelivered: qd.redelivered,
+		Exchange: qd.msg.exchange, RoutingKey: qd.msg.routingKey, Properties: deliveredProps(qd), Body: qd.msg.body})
 }
 
 // unconsumedLocked takes q, which lost its last consumer, from the queues dispatchLocked

@@ -3,6 +3,7 @@ package memrabbit
 import (
 	"cmp"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -53,8 +54,7 @@ type queue struct {
 	maxLength     int           // x-max-length; negative: none
 	maxBytes      int           // x-max-length-bytes, of the ready messages' bodies; negative: none
 	overflow      string        // x-overflow: drop-head, reject-publish, reject-publish-dlx
-	deliveryLimit int           // x-delivery-limit (quorum): a message returned more often is dead-lettered
-	limited       bool          // it has a delivery limit
+	deliveryLimit int           // x-delivery-limit (quorum): a message returned more often is dead-lettered; math.MaxInt: none
 	single        bool          // x-single-active-consumer
 	expires       time.Duration // x-expires; zero: never
 	maxPriority   int           // x-max-priority (classic); zero: none
@@ -104,7 +104,7 @@ func (b *Broker) touchLocked(q *queue) {
 // newQueue returns a queue declared with args.
 func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *queue {
 	q := &queue{name: name, durable: durable, autoDelete: autoDelete, args: args,
-		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: -1, heapAt: -1}
+		ttl: -1, maxLength: -1, maxBytes: -1, overflow: "drop-head", deliveryLimit: math.MaxInt, heapAt: -1}
 	q.quorum = args["x-queue-type"] == "quorum"
 	q.stream = args["x-queue-type"] == "stream"
 	if ms, ok := intArg(args["x-message-ttl"]); ok {
@@ -126,10 +126,12 @@ func (b *Broker) newQueue(name string, durable, autoDelete bool, args Table) *qu
 		q.overflow = o
 	}
 	if n, ok := intArg(args["x-delivery-limit"]); ok && q.quorum {
-		// A negative limit: none on 4.0; on 3.10 (measured on 3.10.8) the first return is over it.
-		q.deliveryLimit, q.limited = int(n), n >= 0 || !b.atLeast(4, 0)
+		q.deliveryLimit = int(n) // a negative one: the first return is over it on 3.10 (measured on 3.10.8)
+		if n < 0 && b.atLeast(4, 0) {
+			q.deliveryLimit = math.MaxInt // none on 4.0
+		}
 	} else if q.quorum && b.atLeast(4, 0) {
-		q.deliveryLimit, q.limited = 20, true // RabbitMQ 4.0's default
+		q.deliveryLimit = 20 // RabbitMQ 4.0's default
 	}
 	q.quorum4 = q.quorum && b.atLeast(4, 0)
 	q.single, _ = args["x-single-active-consumer"].(bool)
@@ -188,9 +190,11 @@ func (b *Broker) enqueueLocked(q *queue, msg *stored) bool {
 		qd.expires = exp
 	}
 	q.put(qd)
-	if !qd.expires.IsZero() && !qd.expires.After(now) && len(q.consumers) > 0 {
+	if !qd.expires.IsZero() && !qd.expires.After(now) && len(q.ready) == 1 {
 		// Due already (a TTL of 0): delivered if a consumer can take it now, else it expires.
-		b.dispatchQueueLocked(q, now)
+		if cs := q.nextConsumer(); cs != nil {
+			b.deliverLocked(q, cs, q.take())
+		}
 	}
 	for q.overflow == "drop-head" && q.over() {
 		b.deadLetterLocked(q, q.take(), "maxlen")
@@ -245,7 +249,7 @@ func expiryOf(q *queue, msg *stored, now time.Time) time.Time {
 // RabbitMQ: a message behind a later one waits for it.
 func (b *Broker) armExpiryLocked(q *queue) {
 	now := time.Now()
-	b.expireLocked(q, func(at time.Time) bool { return !at.After(now) })
+	b.expireLocked(q, now)
 	var at time.Time
 	if len(q.ready) > 0 {
 		at = q.ready[q.nextIndex()].expires
@@ -253,35 +257,33 @@ func (b *Broker) armExpiryLocked(q *queue) {
 	b.setExpiryLocked(q, at)
 }
 
-// returnLocked puts messages delivered from q back, marked redelivered; a quorum queue counts
+// returnLocked puts a message delivered from q back, marked redelivered; a quorum queue counts
 // the return, and dead-letters a message returned more often than its delivery limit. Where
-// they go (measured on 3.10.8 and 4.0.5):
+// it goes (measured on 3.10.8 and 4.0.5):
 //   - a classic queue puts each where it was, by the order the queue took them in;
 //   - a quorum queue gives its returns out first, in the order they came back; but on RabbitMQ
 //     3.10 what its client requeued (a nack or reject with requeue, a recover) goes to its
 //     tail, and only what a closed channel held is a return.
-func (b *Broker) returnLocked(q *queue, qds []*queued, requeued bool) {
+func (b *Broker) returnLocked(q *queue, qd *queued, requeued bool) {
 	if b.queues[q.name] != q || q.stream {
 		return // deleted; or a stream, which keeps them all
 	}
-	for _, qd := range qds {
-		qd.redelivered = true
-		if q.quorum {
-			qd.deliveries++
-			if q.limited && qd.deliveries > q.deliveryLimit {
-				b.deadLetterLocked(q, qd, "delivery_limit")
-				continue
-			}
+	qd.redelivered = true
+	if q.quorum {
+		qd.deliveries++
+		if qd.deliveries > q.deliveryLimit {
+			b.deadLetterLocked(q, qd, "delivery_limit")
+			return
 		}
-		switch {
-		case !q.quorum:
-			q.insert(qd)
-		case requeued && !b.atLeast(4, 0):
-			q.ready = append(q.ready, qd)
-		default:
-			q.ready = slices.Insert(q.ready, q.returned, qd)
-			q.returned++
-		}
+	}
+	switch {
+	case !q.quorum:
+		q.insert(qd)
+	case requeued && !b.atLeast(4, 0):
+		q.ready = append(q.ready, qd)
+	default:
+		q.ready = slices.Insert(q.ready, q.returned, qd)
+		q.returned++
 	}
 	b.armExpiryLocked(q)
 }
@@ -366,11 +368,10 @@ func (q *queue) clear() {
 	q.ready, q.returned, q.high = nil, 0, 0
 }
 
-// expireLocked dead-letters the messages q gives out next while they are due, as due says of
-// their expiry.
-func (b *Broker) expireLocked(q *queue, due func(time.Time) bool) {
+// expireLocked dead-letters the messages q gives out next while they are due by now.
+func (b *Broker) expireLocked(q *queue, now time.Time) {
 	for len(q.ready) > 0 {
-		if exp := q.ready[q.nextIndex()].expires; exp.IsZero() || !due(exp) {
+		if exp := q.ready[q.nextIndex()].expires; exp.IsZero() || exp.After(now) {
 			return
 		}
 		b.deadLetterLocked(q, q.take(), "expired")
@@ -465,17 +466,21 @@ func routingKeys(msg *stored) []any {
 	return keys
 }
 
-// ccKeys returns the routing keys in the CC header of a message with headers h: the strings
-// of its array.
+// ccKeys returns the routing keys in the CC header of a message with headers h.
 func ccKeys(h Table) []string {
 	cc, _ := h["CC"].([]any)
-	var keys []string
-	for _, k := range cc {
-		if s, ok := k.(string); ok {
-			keys = append(keys, s)
+	return stringsIn(cc)
+}
+
+// stringsIn returns the strings of an array header: RabbitMQ skips the rest.
+func stringsIn(arr []any) []string {
+	var out []string
+	for _, v := range arr {
+		if s, ok := v.(string); ok {
+			out = append(out, s)
 		}
 	}
-	return keys
+	return out
 }
 
 // isCycle reports whether dead-lettering into queue closes a cycle with no rejection in it:
@@ -516,10 +521,8 @@ func withHeader(p properties, key string, v any) properties {
 
 // header returns the value of header key of a message with properties p (nil: none).
 func (p *properties) header(key string) any {
-	if v, ok := p.deaths[key]; ok {
-		return v
-	}
-	return p.Headers[key]
+	v, _ := p.lookup(key)
+	return v
 }
 
 // lookup returns the value of header key of a message with properties p, and whether it has
@@ -534,9 +537,8 @@ func (p *properties) lookup(key string) (any, bool) {
 
 // hasHeader reports whether a message with properties p has header key.
 func (p *properties) hasHeader(key string) bool {
-	_, over := p.deaths[key]
-	_, own := p.Headers[key]
-	return over || own
+	_, ok := p.lookup(key)
+	return ok
 }
 
 // headers returns the headers of a message with properties p: its own, with those of its
